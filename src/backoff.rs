@@ -1,0 +1,182 @@
+//! Exponential backoff and the jitter that spreads it.
+//!
+//! Everything here is pure arithmetic: a wait is a function of the retry
+//! number, the configured bounds, the previous wait and a random unit in
+//! `[0, 1]`. No clock is read and nothing sleeps, so the functions are easy to
+//! check exhaustively and cannot panic for any input.
+
+use std::time::Duration;
+
+/// How the wait before a retry is picked below the exponential ceiling.
+///
+/// The ceiling for retry `n` (counting from zero) is
+/// `min(max_backoff, initial_backoff × 2ⁿ)`. Jitter spreads the clients that
+/// failed together so that they do not come back together: without it, a
+/// thousand clients that saw the same outage retry in lock-step and knock the
+/// recovering server over again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Jitter {
+    /// Uniform in `[0, ceiling]`. The default: in AWS's simulations it does the
+    /// least total work of the common schemes and finishes soonest.
+    #[default]
+    Full,
+    /// Half the ceiling fixed, half random: uniform in `[ceiling / 2, ceiling]`.
+    /// Always waits a real amount, at the cost of more clustering than `Full`.
+    Equal,
+    /// AWS's "decorrelated" jitter: uniform in
+    /// `[initial_backoff, min(max_backoff, 3 × previous wait)]`, so each wait
+    /// grows from the one before rather than from the retry number.
+    Decorrelated,
+    /// No randomness: always the ceiling. Predictable, and the worst choice
+    /// for a fleet of clients; useful for tests and comparisons.
+    None,
+}
+
+/// The exponential ceiling for retry `retry` (0 for the first retry):
+/// `min(max, initial × 2^retry)`, without overflow for any input.
+pub(crate) fn ceiling(initial: Duration, max: Duration, retry: u32) -> Duration {
+    let factor = match 1u32.checked_shl(retry) {
+        Some(factor) => factor,
+        None if initial.is_zero() => return Duration::ZERO,
+        None => return max,
+    };
+    initial.checked_mul(factor).map_or(max, |d| d.min(max))
+}
+
+/// Scales `d` by `unit` (clamped to `[0, 1]`; NaN counts as 0) without
+/// floating-point rounding past `d`, so the result never exceeds `d`.
+pub(crate) fn scale(d: Duration, unit: f64) -> Duration {
+    let unit = if unit.is_nan() { 0.0 } else { unit.clamp(0.0, 1.0) };
+    // 2^32 steps of resolution is far finer than a nanosecond matters here.
+    let steps = (unit * 4_294_967_296.0) as u128;
+    let nanos = (d.as_nanos() * steps) >> 32;
+    nanos_to_duration(nanos)
+}
+
+fn nanos_to_duration(nanos: u128) -> Duration {
+    const NANOS_PER_SEC: u128 = 1_000_000_000;
+    let secs = u64::try_from(nanos / NANOS_PER_SEC).unwrap_or(u64::MAX);
+    Duration::new(secs, (nanos % NANOS_PER_SEC) as u32)
+}
+
+/// The wait before retry `retry` (0 for the first retry).
+///
+/// `previous` is the wait chosen before the last retry (or `initial` before
+/// the first); only [`Jitter::Decorrelated`] reads it. `unit` is a random
+/// value in `[0, 1]`. The result never exceeds `max`.
+pub(crate) fn backoff(
+    jitter: Jitter,
+    initial: Duration,
+    max: Duration,
+    retry: u32,
+    previous: Duration,
+    unit: f64,
+) -> Duration {
+    match jitter {
+        Jitter::Full => scale(ceiling(initial, max, retry), unit),
+        Jitter::Equal => {
+            let ceiling = ceiling(initial, max, retry);
+            let half = ceiling / 2;
+            // `ceiling - half` keeps the odd nanosecond, so the top is the ceiling.
+            half + scale(ceiling - half, unit)
+        }
+        Jitter::None => ceiling(initial, max, retry),
+        Jitter::Decorrelated => {
+            let low = initial.min(max);
+            let high = previous.saturating_mul(3).min(max).max(low);
+            low + scale(high - low, unit)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn ceiling_doubles_then_caps() {
+        let got: Vec<_> = (0..6).map(|n| ceiling(100 * MS, 1000 * MS, n)).collect();
+        let want = [100, 200, 400, 800, 1000, 1000].map(|ms| ms * MS);
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn ceiling_survives_huge_retry_numbers() {
+        assert_eq!(ceiling(MS, Duration::from_secs(30), 31), Duration::from_secs(30));
+        assert_eq!(ceiling(MS, Duration::from_secs(30), 32), Duration::from_secs(30));
+        assert_eq!(ceiling(MS, Duration::from_secs(30), u32::MAX), Duration::from_secs(30));
+        assert_eq!(ceiling(Duration::MAX, Duration::MAX, 5), Duration::MAX);
+        assert_eq!(ceiling(Duration::ZERO, Duration::MAX, u32::MAX), Duration::ZERO);
+    }
+
+    #[test]
+    fn scale_hits_both_ends_exactly() {
+        let d = Duration::from_millis(400);
+        assert_eq!(scale(d, 0.0), Duration::ZERO);
+        assert_eq!(scale(d, 1.0), d);
+        assert_eq!(scale(d, 0.5), Duration::from_millis(200));
+        assert_eq!(scale(Duration::MAX, 1.0), Duration::MAX);
+    }
+
+    #[test]
+    fn scale_clamps_out_of_range_units() {
+        let d = Duration::from_secs(1);
+        assert_eq!(scale(d, -3.0), Duration::ZERO);
+        assert_eq!(scale(d, 7.5), d);
+        assert_eq!(scale(d, f64::NAN), Duration::ZERO);
+        assert_eq!(scale(d, f64::INFINITY), d);
+    }
+
+    #[test]
+    fn full_jitter_spans_zero_to_ceiling() {
+        let b = |unit| backoff(Jitter::Full, 100 * MS, 30_000 * MS, 2, MS, unit);
+        assert_eq!(b(0.0), Duration::ZERO);
+        assert_eq!(b(1.0), 400 * MS);
+        assert_eq!(b(0.25), 100 * MS);
+    }
+
+    #[test]
+    fn equal_jitter_keeps_half_fixed() {
+        let b = |unit| backoff(Jitter::Equal, 100 * MS, 30_000 * MS, 2, MS, unit);
+        assert_eq!(b(0.0), 200 * MS);
+        assert_eq!(b(1.0), 400 * MS);
+    }
+
+    #[test]
+    fn no_jitter_is_the_ceiling() {
+        let b = |retry| backoff(Jitter::None, 100 * MS, 300 * MS, retry, MS, 0.3);
+        assert_eq!([b(0), b(1), b(2)], [100 * MS, 200 * MS, 300 * MS]);
+    }
+
+    #[test]
+    fn decorrelated_grows_from_the_previous_wait() {
+        let b = |prev, unit| backoff(Jitter::Decorrelated, 100 * MS, 1000 * MS, 0, prev, unit);
+        assert_eq!(b(100 * MS, 0.0), 100 * MS);
+        assert_eq!(b(100 * MS, 1.0), 300 * MS);
+        assert_eq!(b(300 * MS, 1.0), 900 * MS);
+        assert_eq!(b(900 * MS, 1.0), 1000 * MS);
+        // A previous wait below the floor still yields at least the floor.
+        assert_eq!(b(Duration::ZERO, 1.0), 100 * MS);
+    }
+
+    #[test]
+    fn every_kind_stays_under_the_cap_at_the_extremes() {
+        let kinds = [Jitter::Full, Jitter::Equal, Jitter::Decorrelated, Jitter::None];
+        let durations = [Duration::ZERO, MS, Duration::from_secs(30), Duration::MAX];
+        for jitter in kinds {
+            for initial in durations {
+                for max in durations.into_iter().filter(|max| *max >= initial) {
+                    for retry in [0, 1, 31, 32, 63, 64, u32::MAX] {
+                        for unit in [0.0, 0.5, 1.0] {
+                            let wait = backoff(jitter, initial, max, retry, Duration::MAX, unit);
+                            assert!(wait <= max, "{jitter:?} {initial:?} {max:?} {retry}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

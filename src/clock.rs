@@ -1,0 +1,221 @@
+//! Time, as the middleware sees it.
+//!
+//! Every reading of the time and every wait in the crate goes through a
+//! [`Clock`]. The default, [`TokioClock`], is built on `tokio::time`, so tests
+//! under `#[tokio::test(start_paused = true)]` run in virtual time; the
+//! [`ManualClock`] (feature `test-util`) goes further and returns from every
+//! sleep at once while recording how long it was asked to wait.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::{Duration, Instant, SystemTime};
+
+/// The future a [`Clock`] returns from [`Clock::sleep`].
+pub type Sleep = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
+
+/// A source of time and of waiting.
+///
+/// Implement it to run the middleware on another timer, or to observe and
+/// control its waits in tests.
+pub trait Clock: Send + Sync + fmt::Debug {
+    /// The current monotonic time; deadlines and budgets are measured on it.
+    fn now(&self) -> Instant;
+
+    /// The current wall-clock time, used only to turn a `Retry-After` date
+    /// into a wait. Defaults to [`SystemTime::now`].
+    fn wall_time(&self) -> SystemTime {
+        SystemTime::now()
+    }
+
+    /// A future that completes after `duration`.
+    fn sleep(&self, duration: Duration) -> Sleep;
+}
+
+/// The default clock: `tokio::time`, so paused-time tests work.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TokioClock;
+
+impl Clock for TokioClock {
+    fn now(&self) -> Instant {
+        tokio::time::Instant::now().into_std()
+    }
+
+    fn sleep(&self, duration: Duration) -> Sleep {
+        Box::pin(tokio::time::sleep(duration))
+    }
+}
+
+#[cfg(feature = "test-util")]
+pub use manual::ManualClock;
+
+#[cfg(feature = "test-util")]
+mod manual {
+    use std::sync::{Arc, Mutex, MutexGuard};
+    use std::time::{Duration, Instant, SystemTime};
+
+    use super::{Clock, Sleep};
+
+    /// A clock for tests: `sleep` returns at once, moves `now` forward by the
+    /// requested duration, and records it.
+    ///
+    /// Clones share one timeline, so a test keeps a clone and reads
+    /// [`sleeps`](Self::sleeps) after the request:
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use reqwest_safe_retry::{Clock, ManualClock};
+    ///
+    /// # tokio_test_block_on(async {
+    /// let clock = ManualClock::new();
+    /// let start = clock.now();
+    /// clock.sleep(Duration::from_millis(250)).await;
+    /// assert_eq!(clock.sleeps(), [Duration::from_millis(250)]);
+    /// assert_eq!(clock.now() - start, Duration::from_millis(250));
+    /// # });
+    /// # fn tokio_test_block_on<F: std::future::Future>(f: F) -> F::Output {
+    /// #     tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f)
+    /// # }
+    /// ```
+    ///
+    /// Its wall clock starts at 2026-01-01T00:00:00Z unless set with
+    /// [`with_wall_time`](Self::with_wall_time), so `Retry-After` dates are
+    /// exact in tests.
+    #[derive(Debug, Clone)]
+    pub struct ManualClock {
+        state: Arc<Mutex<State>>,
+    }
+
+    #[derive(Debug)]
+    struct State {
+        start: Instant,
+        wall_start: SystemTime,
+        elapsed: Duration,
+        sleeps: Vec<Duration>,
+    }
+
+    /// 2026-01-01T00:00:00Z.
+    const DEFAULT_WALL_START: Duration = Duration::from_secs(1_767_225_600);
+
+    impl Default for ManualClock {
+        fn default() -> Self {
+            Self::new()
+        }
+    }
+
+    impl ManualClock {
+        /// A clock at virtual time zero with no recorded sleeps.
+        pub fn new() -> Self {
+            let state = State {
+                start: Instant::now(),
+                wall_start: SystemTime::UNIX_EPOCH + DEFAULT_WALL_START,
+                elapsed: Duration::ZERO,
+                sleeps: Vec::new(),
+            };
+            Self { state: Arc::new(Mutex::new(state)) }
+        }
+
+        /// Sets the wall-clock time at virtual time zero.
+        pub fn with_wall_time(self, at: SystemTime) -> Self {
+            self.lock().wall_start = at;
+            self
+        }
+
+        /// Moves time forward without recording a sleep.
+        pub fn advance(&self, by: Duration) {
+            let mut state = self.lock();
+            state.elapsed = state.elapsed.saturating_add(by);
+        }
+
+        /// Virtual time since the clock was made.
+        pub fn elapsed(&self) -> Duration {
+            self.lock().elapsed
+        }
+
+        /// Every sleep asked for so far, in order.
+        pub fn sleeps(&self) -> Vec<Duration> {
+            self.lock().sleeps.clone()
+        }
+
+        /// Returns the recorded sleeps and forgets them.
+        pub fn take_sleeps(&self) -> Vec<Duration> {
+            std::mem::take(&mut self.lock().sleeps)
+        }
+
+        /// The sum of every recorded sleep (saturating).
+        pub fn total_slept(&self) -> Duration {
+            self.lock().sleeps.iter().fold(Duration::ZERO, |sum, d| sum.saturating_add(*d))
+        }
+
+        fn lock(&self) -> MutexGuard<'_, State> {
+            // The state stays consistent across a panic: every update is one
+            // assignment or push.
+            self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        }
+    }
+
+    impl Clock for ManualClock {
+        fn now(&self) -> Instant {
+            let state = self.lock();
+            // An `Instant` cannot hold every `Duration`; past about a century the
+            // clock stops moving rather than panicking.
+            let mut elapsed = state.elapsed;
+            loop {
+                if let Some(now) = state.start.checked_add(elapsed) {
+                    return now;
+                }
+                elapsed /= 2;
+            }
+        }
+
+        fn wall_time(&self) -> SystemTime {
+            let state = self.lock();
+            state.wall_start.checked_add(state.elapsed).unwrap_or(state.wall_start)
+        }
+
+        fn sleep(&self, duration: Duration) -> Sleep {
+            let mut state = self.lock();
+            state.sleeps.push(duration);
+            state.elapsed = state.elapsed.saturating_add(duration);
+            Box::pin(std::future::ready(()))
+        }
+    }
+}
+
+#[cfg(all(test, feature = "test-util"))]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn manual_clock_records_and_advances() {
+        let clock = ManualClock::new();
+        let start = clock.now();
+        let wall = clock.wall_time();
+        clock.sleep(Duration::from_secs(2)).await;
+        clock.advance(Duration::from_secs(1));
+        clock.sleep(Duration::from_millis(5)).await;
+        assert_eq!(clock.sleeps(), [Duration::from_secs(2), Duration::from_millis(5)]);
+        assert_eq!(clock.now() - start, Duration::from_millis(3005));
+        assert_eq!(clock.wall_time().duration_since(wall).unwrap(), Duration::from_millis(3005));
+        assert_eq!(clock.take_sleeps().len(), 2);
+        assert!(clock.sleeps().is_empty());
+    }
+
+    #[tokio::test]
+    async fn manual_clock_survives_absurd_sleeps() {
+        let clock = ManualClock::new();
+        let start = clock.now();
+        clock.sleep(Duration::MAX).await;
+        clock.sleep(Duration::MAX).await;
+        assert!(clock.now() >= start);
+        assert_eq!(clock.total_slept(), Duration::MAX);
+        let _ = clock.wall_time();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn tokio_clock_follows_paused_time() {
+        let start = TokioClock.now();
+        TokioClock.sleep(Duration::from_secs(3600)).await;
+        assert_eq!(TokioClock.now() - start, Duration::from_secs(3600));
+    }
+}

@@ -1,0 +1,119 @@
+//! Decisions as values: what the middleware did after an attempt, and why.
+
+use std::fmt;
+use std::time::Duration;
+
+use http::StatusCode;
+
+/// Why an outcome was considered worth retrying.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RetryReason {
+    /// The server answered with a status in the retryable set.
+    Status(StatusCode),
+    /// The connection could not be established (refused, unreachable, connect
+    /// timeout): the server never saw the request.
+    NotConnected,
+    /// HTTP/2 REFUSED_STREAM or a graceful GOAWAY: the server did not process
+    /// the request.
+    RefusedStream,
+    /// The request was sent but no response came in time.
+    Timeout,
+    /// The connection broke after the request was sent (reset, closed early,
+    /// incomplete response).
+    ConnectionLost,
+    /// A custom predicate asked for the retry.
+    Custom,
+}
+
+/// Why the middleware stopped and handed the last outcome to the caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StopReason {
+    /// The outcome is final: a success, or a failure that retrying will not
+    /// fix (404, 500 by default, a TLS error, ...).
+    Final,
+    /// The outcome was retryable, but the request is not safe to repeat: its
+    /// method is not idempotent and it carries no idempotency key.
+    NotSafe,
+    /// Every allowed retry was used.
+    RetriesExhausted,
+    /// The body cannot be cloned (a stream), so the request was sent once.
+    NotReplayable,
+    /// The server's `Retry-After` asked for longer than `max_retry_after`.
+    RetryAfterTooLong(Duration),
+    /// The next wait would have ended past the deadline.
+    DeadlineExceeded,
+    /// The retry budget for this host is spent.
+    BudgetExhausted,
+    /// Retries were turned off for this request.
+    Disabled,
+}
+
+/// What the middleware does after an attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Decision {
+    /// Wait `after`, then send the request again.
+    Retry {
+        /// How long to wait first.
+        after: Duration,
+        /// Why the outcome was retryable.
+        reason: RetryReason,
+    },
+    /// Return the outcome to the caller.
+    Stop(StopReason),
+}
+
+impl fmt::Display for RetryReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RetryReason::Status(status) => write!(f, "status {}", status.as_u16()),
+            RetryReason::NotConnected => f.write_str("connection not established"),
+            RetryReason::RefusedStream => f.write_str("stream refused by the server"),
+            RetryReason::Timeout => f.write_str("timed out"),
+            RetryReason::ConnectionLost => f.write_str("connection lost"),
+            RetryReason::Custom => f.write_str("custom predicate"),
+        }
+    }
+}
+
+impl fmt::Display for StopReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StopReason::Final => f.write_str("final outcome"),
+            StopReason::NotSafe => f.write_str("request not safe to repeat"),
+            StopReason::RetriesExhausted => f.write_str("retries exhausted"),
+            StopReason::NotReplayable => f.write_str("body cannot be replayed"),
+            StopReason::RetryAfterTooLong(d) => write!(f, "retry-after of {d:?} is over the cap"),
+            StopReason::DeadlineExceeded => f.write_str("next wait would pass the deadline"),
+            StopReason::BudgetExhausted => f.write_str("retry budget exhausted"),
+            StopReason::Disabled => f.write_str("retries disabled for this request"),
+        }
+    }
+}
+
+impl fmt::Display for Decision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Decision::Retry { after, reason } => write!(f, "retry after {after:?} ({reason})"),
+            Decision::Stop(reason) => write!(f, "stop ({reason})"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decisions_read_as_sentences() {
+        let retry = Decision::Retry {
+            after: Duration::from_millis(250),
+            reason: RetryReason::Status(StatusCode::SERVICE_UNAVAILABLE),
+        };
+        assert_eq!(retry.to_string(), "retry after 250ms (status 503)");
+        let stop = Decision::Stop(StopReason::NotSafe);
+        assert_eq!(stop.to_string(), "stop (request not safe to repeat)");
+    }
+}

@@ -1,0 +1,354 @@
+//! The middleware: one loop of attempt, decide, wait.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use http::{Extensions, Method};
+use reqwest::{Request, Response};
+use reqwest_middleware::{Middleware, Next, Result};
+
+use crate::backoff;
+use crate::classify::{self, Attempt, Outcome, Retryability, Verdict};
+use crate::clock::{Clock, TokioClock};
+use crate::config::RetryConfig;
+use crate::decision::{Decision, StopReason};
+use crate::overrides::{MaxRetries, NoRetry, RetryDeadline, SafeToRetry};
+use crate::random::{JitterSource, ThreadRngJitter};
+use crate::report::{ReportSlot, RetryReport};
+use crate::retry_after;
+
+type Hook = Arc<dyn Fn(&RetryEvent<'_>) + Send + Sync>;
+
+/// The retry middleware for `reqwest_middleware`.
+///
+/// Cheap to clone: clones share the configuration, clock, jitter source and
+/// hook.
+///
+/// ```
+/// use reqwest_safe_retry::{RetryConfig, RetryMiddleware};
+///
+/// let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
+///     .with(RetryMiddleware::new(RetryConfig::default()))
+///     .build();
+/// # let _ = client;
+/// ```
+#[derive(Clone)]
+pub struct RetryMiddleware {
+    inner: Arc<Inner>,
+}
+
+#[derive(Clone)]
+struct Inner {
+    config: RetryConfig,
+    clock: Arc<dyn Clock>,
+    jitter: Arc<dyn JitterSource>,
+    hook: Option<Hook>,
+}
+
+/// What the middleware decided after one attempt, as a hook sees it.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct RetryEvent<'a> {
+    /// The attempt just made, starting at 1.
+    pub attempt: u32,
+    /// The request's method.
+    pub method: &'a Method,
+    /// What happens next.
+    pub decision: Decision,
+}
+
+impl Default for RetryMiddleware {
+    fn default() -> Self {
+        Self::new(RetryConfig::default())
+    }
+}
+
+impl RetryMiddleware {
+    /// A middleware with this policy, the [`TokioClock`] and thread-local
+    /// randomness.
+    pub fn new(config: RetryConfig) -> Self {
+        let inner = Inner {
+            config,
+            clock: Arc::new(TokioClock),
+            jitter: Arc::new(ThreadRngJitter),
+            hook: None,
+        };
+        Self { inner: Arc::new(inner) }
+    }
+
+    /// Uses `clock` for every reading of the time and every wait.
+    pub fn with_clock(mut self, clock: impl Clock + 'static) -> Self {
+        Arc::make_mut(&mut self.inner).clock = Arc::new(clock);
+        self
+    }
+
+    /// Uses `source` for the randomness behind jitter.
+    pub fn with_jitter_source(mut self, source: impl JitterSource + 'static) -> Self {
+        Arc::make_mut(&mut self.inner).jitter = Arc::new(source);
+        self
+    }
+
+    /// Calls `hook` after every attempt with the decision taken, e.g. to
+    /// count retries for metrics. It runs inline: keep it quick.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::sync::atomic::{AtomicU64, Ordering};
+    /// use reqwest_safe_retry::{Decision, RetryMiddleware};
+    ///
+    /// let retries = Arc::new(AtomicU64::new(0));
+    /// let counter = retries.clone();
+    /// let middleware = RetryMiddleware::default().on_decision(move |event| {
+    ///     if let Decision::Retry { .. } = event.decision {
+    ///         counter.fetch_add(1, Ordering::Relaxed);
+    ///     }
+    /// });
+    /// # let _ = middleware;
+    /// ```
+    pub fn on_decision<F>(mut self, hook: F) -> Self
+    where
+        F: Fn(&RetryEvent<'_>) + Send + Sync + 'static,
+    {
+        Arc::make_mut(&mut self.inner).hook = Some(Arc::new(hook));
+        self
+    }
+
+    /// The policy in force.
+    pub fn config(&self) -> &RetryConfig {
+        &self.inner.config
+    }
+}
+
+impl fmt::Debug for RetryMiddleware {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RetryMiddleware")
+            .field("config", &self.inner.config)
+            .field("clock", &self.inner.clock)
+            .field("hook", &self.inner.hook.as_ref().map(|_| "<fn>"))
+            .finish_non_exhaustive()
+    }
+}
+
+#[async_trait::async_trait]
+impl Middleware for RetryMiddleware {
+    async fn handle(
+        &self,
+        req: Request,
+        extensions: &mut Extensions,
+        next: Next<'_>,
+    ) -> Result<Response> {
+        self.inner.execute(req, extensions, next).await
+    }
+}
+
+/// Per-request settings, after the overrides in the extensions.
+struct Plan {
+    safe: bool,
+    max_retries: u32,
+    deadline: Option<(Instant, Duration)>,
+}
+
+/// Per-request progress.
+struct Progress {
+    attempts: u32,
+    total_wait: Duration,
+    previous_wait: Duration,
+}
+
+impl Inner {
+    async fn execute(
+        &self,
+        req: Request,
+        extensions: &mut Extensions,
+        next: Next<'_>,
+    ) -> Result<Response> {
+        if extensions.get::<NoRetry>().is_some() {
+            let method = req.method().clone();
+            let outcome = next.run(req, extensions).await;
+            self.notify(1, &method, Decision::Stop(StopReason::Disabled));
+            return finish(extensions, outcome, 1, Duration::ZERO, StopReason::Disabled);
+        }
+        let plan = Plan {
+            safe: extensions.get::<SafeToRetry>().is_some() || self.is_safe(&req),
+            max_retries: extensions.get::<MaxRetries>().map_or(self.config.max_retries(), |m| m.0),
+            deadline: extensions
+                .get::<RetryDeadline>()
+                .map(|d| d.0)
+                .or(self.config.deadline())
+                .map(|limit| (self.clock.now(), limit)),
+        };
+        let method = req.method().clone();
+        let mut progress = Progress {
+            attempts: 0,
+            total_wait: Duration::ZERO,
+            previous_wait: self.config.initial_backoff(),
+        };
+        let mut template = req;
+        loop {
+            progress.attempts += 1;
+            // Keep the original for the next attempt and send a copy; a body
+            // that cannot be copied is sent as it is, once.
+            let (attempt, kept) = match template.try_clone() {
+                Some(copy) => (copy, Some(template)),
+                None => (template, None),
+            };
+            let outcome = next.clone().run(attempt, extensions).await;
+            let decision = self.decide(kept.as_ref(), &outcome, &plan, &mut progress);
+            self.notify(progress.attempts, &method, decision);
+            let (after, next_request) = match (decision, kept) {
+                (Decision::Retry { after, .. }, Some(request)) => (after, request),
+                (Decision::Stop(reason), _) => {
+                    return finish(extensions, outcome, progress.attempts, progress.total_wait, reason);
+                }
+                // `decide` never retries without a kept request.
+                (Decision::Retry { .. }, None) => {
+                    let reason = StopReason::NotReplayable;
+                    return finish(extensions, outcome, progress.attempts, progress.total_wait, reason);
+                }
+            };
+            if let Ok(response) = outcome {
+                drain(response, self.config.drain_limit()).await;
+            }
+            self.clock.sleep(after).await;
+            progress.total_wait = progress.total_wait.saturating_add(after);
+            template = next_request;
+        }
+    }
+
+    fn is_safe(&self, req: &Request) -> bool {
+        req.method().is_idempotent()
+            || req
+                .headers()
+                .get(self.config.idempotency_header())
+                .is_some_and(|key| !key.is_empty())
+    }
+
+    fn verdict(&self, request: Option<&Request>, outcome: &Result<Response>, number: u32) -> Verdict {
+        if let (Some(predicate), Some(request)) = (self.config.predicate(), request) {
+            let outcome_view = match outcome {
+                Ok(response) => Outcome::Response(response),
+                Err(error) => Outcome::Error(error),
+            };
+            let attempt = Attempt { request, number, outcome: outcome_view };
+            if let Some(retryability) = predicate(&attempt) {
+                return Verdict { retryability, reason: crate::decision::RetryReason::Custom };
+            }
+        }
+        match outcome {
+            Ok(response) => classify::classify_status(&self.config, response.status()),
+            Err(error) => classify::classify_error(error),
+        }
+    }
+
+    fn decide(
+        &self,
+        request: Option<&Request>,
+        outcome: &Result<Response>,
+        plan: &Plan,
+        progress: &mut Progress,
+    ) -> Decision {
+        let verdict = self.verdict(request, outcome, progress.attempts);
+        match verdict.retryability {
+            Retryability::Never => return Decision::Stop(StopReason::Final),
+            Retryability::WhenSafe if !plan.safe => return Decision::Stop(StopReason::NotSafe),
+            Retryability::WhenSafe | Retryability::AnyMethod => {}
+        }
+        if progress.attempts > plan.max_retries {
+            return Decision::Stop(StopReason::RetriesExhausted);
+        }
+        if request.is_none() {
+            return Decision::Stop(StopReason::NotReplayable);
+        }
+        let asked = match outcome {
+            Ok(response) => response
+                .headers()
+                .get(http::header::RETRY_AFTER)
+                .and_then(|value| retry_after::parse(value, self.clock.wall_time())),
+            Err(_) => None,
+        };
+        let after = match asked {
+            Some(asked) if asked > self.config.max_retry_after() => {
+                return Decision::Stop(StopReason::RetryAfterTooLong(asked));
+            }
+            Some(asked) => asked,
+            None => {
+                let wait = backoff::backoff(
+                    self.config.jitter(),
+                    self.config.initial_backoff(),
+                    self.config.max_backoff(),
+                    progress.attempts - 1,
+                    progress.previous_wait,
+                    self.jitter.unit(),
+                );
+                progress.previous_wait = wait;
+                wait
+            }
+        };
+        if let Some((start, limit)) = plan.deadline {
+            let spent = self.clock.now().saturating_duration_since(start);
+            if spent.saturating_add(after) > limit {
+                return Decision::Stop(StopReason::DeadlineExceeded);
+            }
+        }
+        Decision::Retry { after, reason: verdict.reason }
+    }
+
+    fn notify(&self, attempt: u32, method: &Method, decision: Decision) {
+        #[cfg(feature = "tracing")]
+        match decision {
+            Decision::Retry { after, reason } => tracing::debug!(
+                attempt,
+                method = %method,
+                reason = %reason,
+                wait_ms = after.as_millis() as u64,
+                "retrying request"
+            ),
+            Decision::Stop(StopReason::Final) if attempt == 1 => {}
+            Decision::Stop(reason) => tracing::debug!(
+                attempt,
+                method = %method,
+                reason = %reason,
+                "not retrying request"
+            ),
+        }
+        if let Some(hook) = &self.hook {
+            hook(&RetryEvent { attempt, method, decision });
+        }
+    }
+}
+
+/// Records the report where the caller can find it and returns the outcome.
+fn finish(
+    extensions: &mut Extensions,
+    mut outcome: Result<Response>,
+    attempts: u32,
+    total_wait: Duration,
+    stop: StopReason,
+) -> Result<Response> {
+    let report = RetryReport { attempts, total_wait, stop };
+    if let Some(slot) = extensions.get::<ReportSlot>() {
+        slot.set(report);
+    }
+    extensions.insert(report);
+    if let Ok(response) = &mut outcome {
+        response.extensions_mut().insert(report);
+    }
+    outcome
+}
+
+/// Reads and discards up to `limit` bytes of a response that is being
+/// retried, so its connection can go back to the pool; a longer body is
+/// dropped, which closes the connection instead of reading it all.
+async fn drain(mut response: Response, limit: usize) {
+    if response.content_length().is_some_and(|len| len > limit as u64) {
+        return;
+    }
+    let mut read = 0usize;
+    while read < limit {
+        match response.chunk().await {
+            Ok(Some(chunk)) => read = read.saturating_add(chunk.len()),
+            Ok(None) | Err(_) => break,
+        }
+    }
+}

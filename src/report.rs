@@ -1,0 +1,73 @@
+//! What the caller can learn about the attempts behind a result.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::decision::StopReason;
+
+/// How a request went: attempts made, time spent waiting, why it stopped.
+///
+/// Found in the final response's extensions
+/// (`response.extensions().get::<RetryReport>()`), in the request extensions
+/// when the client is called through `execute_with_extensions`, and in a
+/// [`ReportSlot`] the caller attached, which also works when the final
+/// outcome is an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RetryReport {
+    /// Attempts sent, counting the first.
+    pub attempts: u32,
+    /// Total time spent waiting between attempts.
+    pub total_wait: Duration,
+    /// Why the middleware returned this outcome.
+    pub stop: StopReason,
+}
+
+impl RetryReport {
+    /// Attempts after the first: OpenTelemetry's `http.request.resend_count`.
+    pub fn resend_count(&self) -> u32 {
+        self.attempts.saturating_sub(1)
+    }
+}
+
+/// A place for the middleware to leave the [`RetryReport`] of one request,
+/// readable by the caller whatever the outcome.
+///
+/// Attach a clone to the request as an extension and keep the original:
+///
+/// ```no_run
+/// use reqwest_safe_retry::{ReportSlot, RetryConfig, RetryMiddleware};
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
+///     .with(RetryMiddleware::new(RetryConfig::default()))
+///     .build();
+/// let slot = ReportSlot::new();
+/// let result = client.get("http://127.0.0.1:9/").with_extension(slot.clone()).send().await;
+/// if let Some(report) = slot.get() {
+///     println!("{} attempts, stopped: {}", report.attempts, report.stop);
+/// }
+/// # let _ = result;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct ReportSlot {
+    report: Arc<Mutex<Option<RetryReport>>>,
+}
+
+impl ReportSlot {
+    /// An empty slot.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The report, once the request has finished.
+    pub fn get(&self) -> Option<RetryReport> {
+        *self.report.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub(crate) fn set(&self, report: RetryReport) {
+        *self.report.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(report);
+    }
+}

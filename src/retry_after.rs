@@ -1,0 +1,80 @@
+//! Reading the server's `Retry-After` header (RFC 9110, section 10.2.3).
+
+use std::time::{Duration, SystemTime};
+
+use http::HeaderValue;
+
+/// The wait a `Retry-After` value asks for, measured from `now`.
+///
+/// Accepts delay-seconds (`120`) and an HTTP date in any of the three forms
+/// RFC 9110 allows (IMF-fixdate, RFC 850, asctime). A date in the past asks
+/// for no wait. A number too large for a `u64` saturates, so it reads as
+/// "longer than any cap". Anything else — empty, negative, fractional, a
+/// malformed date, bytes that are not visible ASCII — is `None`: the caller
+/// ignores the header and falls back to its own backoff.
+pub(crate) fn parse(value: &HeaderValue, now: SystemTime) -> Option<Duration> {
+    let text = value.to_str().ok()?.trim();
+    if text.is_empty() {
+        return None;
+    }
+    if text.bytes().all(|b| b.is_ascii_digit()) {
+        let secs = text.parse::<u64>().unwrap_or(u64::MAX);
+        return Some(Duration::from_secs(secs));
+    }
+    let at = httpdate::parse_http_date(text).ok()?;
+    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Sun, 06 Nov 1994 08:49:37 GMT, the example date of RFC 9110.
+    fn rfc_example() -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(784_111_777)
+    }
+
+    fn parse_str(s: &str, now: SystemTime) -> Option<Duration> {
+        parse(&HeaderValue::from_str(s).unwrap(), now)
+    }
+
+    #[test]
+    fn delay_seconds() {
+        assert_eq!(parse_str("0", rfc_example()), Some(Duration::ZERO));
+        assert_eq!(parse_str("120", rfc_example()), Some(Duration::from_secs(120)));
+        assert_eq!(parse_str("  7 ", rfc_example()), Some(Duration::from_secs(7)));
+    }
+
+    #[test]
+    fn all_three_date_forms() {
+        let now = rfc_example() - Duration::from_secs(10);
+        for form in [
+            "Sun, 06 Nov 1994 08:49:37 GMT",
+            "Sunday, 06-Nov-94 08:49:37 GMT",
+            "Sun Nov  6 08:49:37 1994",
+        ] {
+            assert_eq!(parse_str(form, now), Some(Duration::from_secs(10)), "{form}");
+        }
+    }
+
+    #[test]
+    fn past_date_means_no_wait() {
+        let now = rfc_example() + Duration::from_secs(3600);
+        assert_eq!(parse_str("Sun, 06 Nov 1994 08:49:37 GMT", now), Some(Duration::ZERO));
+    }
+
+    #[test]
+    fn huge_number_saturates() {
+        let got = parse_str("99999999999999999999999", rfc_example());
+        assert_eq!(got, Some(Duration::from_secs(u64::MAX)));
+    }
+
+    #[test]
+    fn garbage_is_ignored() {
+        for bad in ["", "   ", "-5", "+5", "1.5", "soon", "Sun, 32 Nov 1994 08:49:37 GMT", "5s"] {
+            assert_eq!(parse_str(bad, rfc_example()), None, "{bad:?}");
+        }
+        let opaque = HeaderValue::from_bytes(b"\xff\xfe").unwrap();
+        assert_eq!(parse(&opaque, rfc_example()), None);
+    }
+}
