@@ -1,0 +1,182 @@
+//! Which outcomes are retried, and for which requests.
+
+mod support;
+
+use reqwest::Method;
+use reqwest_safe_retry::{Outcome, RetryReport, Retryability, StopReason};
+use support::*;
+use wiremock::matchers::any;
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+async fn send(method: Method, statuses: &[u16], key: Option<&str>) -> (u16, usize, RetryReport) {
+    let server = MockServer::start().await;
+    script_statuses(&server, "/r", statuses).await;
+    let (client, _) = client(policy().build().unwrap());
+    let mut request = client.request(method, format!("{}/r", server.uri()));
+    if let Some(key) = key {
+        request = request.header("Idempotency-Key", key);
+    }
+    let response = request.send().await.unwrap();
+    let report = *response.extensions().get::<RetryReport>().unwrap();
+    (response.status().as_u16(), hits(&server).await, report)
+}
+
+#[tokio::test]
+async fn idempotent_methods_are_retried_on_503() {
+    for method in [Method::GET, Method::HEAD, Method::OPTIONS, Method::TRACE, Method::PUT, Method::DELETE] {
+        let (status, hits, report) = send(method.clone(), &[503, 200], None).await;
+        assert_eq!((status, hits, report.attempts), (200, 2, 2), "{method}");
+    }
+}
+
+#[tokio::test]
+async fn post_without_key_is_not_retried() {
+    let (status, hits, report) = send(Method::POST, &[503, 200], None).await;
+    assert_eq!((status, hits), (503, 1));
+    assert_eq!(report.stop, StopReason::NotSafe);
+}
+
+#[tokio::test]
+async fn patch_without_key_is_not_retried() {
+    let (status, hits, _) = send(Method::PATCH, &[502, 200], None).await;
+    assert_eq!((status, hits), (502, 1));
+}
+
+#[tokio::test]
+async fn post_with_idempotency_key_is_retried() {
+    let (status, hits, _) = send(Method::POST, &[503, 200], Some("k-1")).await;
+    assert_eq!((status, hits), (200, 2));
+}
+
+#[tokio::test]
+async fn patch_with_idempotency_key_is_retried() {
+    let (status, hits, _) = send(Method::PATCH, &[504, 200], Some("k-2")).await;
+    assert_eq!((status, hits), (200, 2));
+}
+
+#[tokio::test]
+async fn empty_idempotency_key_does_not_make_a_post_safe() {
+    let (status, hits, _) = send(Method::POST, &[503, 200], Some("")).await;
+    assert_eq!((status, hits), (503, 1));
+}
+
+#[tokio::test]
+async fn idempotency_header_name_is_configurable() {
+    let server = MockServer::start().await;
+    script_statuses(&server, "/r", &[503, 503, 200]).await;
+    let config = policy().with_idempotency_header("X-Dedup-Id").build().unwrap();
+    let (client, _) = client(config);
+    let url = format!("{}/r", server.uri());
+    let response = client.post(&url).header("Idempotency-Key", "k").send().await.unwrap();
+    assert_eq!((response.status().as_u16(), hits(&server).await), (503, 1));
+    let response = client.post(&url).header("X-Dedup-Id", "k").send().await.unwrap();
+    assert_eq!((response.status().as_u16(), hits(&server).await), (200, 3));
+}
+
+#[tokio::test]
+async fn post_429_is_retried_without_a_key() {
+    let (status, hits, _) = send(Method::POST, &[429, 201], None).await;
+    assert_eq!((status, hits), (201, 2));
+}
+
+#[tokio::test]
+async fn post_429_can_be_made_to_require_a_key() {
+    let server = MockServer::start().await;
+    script_statuses(&server, "/r", &[429, 201]).await;
+    let (client, _) = client(policy().with_429_for_any_method(false).build().unwrap());
+    let response = client.post(format!("{}/r", server.uri())).send().await.unwrap();
+    assert_eq!((response.status().as_u16(), hits(&server).await), (429, 1));
+}
+
+#[tokio::test]
+async fn final_statuses_are_returned_at_once() {
+    for code in [200, 201, 204, 301, 304, 400, 401, 403, 404, 408, 409, 422, 500, 501, 505] {
+        let (status, hits, report) = send(Method::GET, &[code, 200], None).await;
+        assert_eq!((status, hits), (code, 1), "{code}");
+        assert_eq!(report.stop, StopReason::Final, "{code}");
+    }
+}
+
+#[tokio::test]
+async fn status_set_is_configurable() {
+    let server = MockServer::start().await;
+    script_statuses(&server, "/r", &[500, 503, 200]).await;
+    let (client, clock) = client(policy().with_retryable_statuses([500]).build().unwrap());
+    let response = client.get(format!("{}/r", server.uri())).send().await.unwrap();
+    // 500 is retried now, 503 is no longer.
+    assert_eq!((response.status().as_u16(), hits(&server).await), (503, 2));
+    assert_eq!(clock.sleeps(), [100 * MS]);
+}
+
+#[tokio::test]
+async fn predicate_sees_request_attempt_and_response() {
+    let server = MockServer::start().await;
+    script_statuses(&server, "/r", &[418, 418, 200]).await;
+    let seen = Counter::default();
+    let count = seen.clone();
+    let config = policy()
+        .with_predicate(move |attempt| {
+            count.bump();
+            assert_eq!(attempt.number as usize, count.get());
+            assert_eq!(attempt.request.url().path(), "/r");
+            match attempt.outcome {
+                Outcome::Response(r) if r.status() == 418 => Some(Retryability::WhenSafe),
+                _ => None,
+            }
+        })
+        .build()
+        .unwrap();
+    let (client, clock) = client(config);
+    let response = client.get(format!("{}/r", server.uri())).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(seen.get(), 3);
+    assert_eq!(clock.sleeps(), [100 * MS, 200 * MS]);
+}
+
+#[tokio::test]
+async fn predicate_cannot_make_an_unsafe_request_repeat_with_when_safe() {
+    let server = MockServer::start().await;
+    script_statuses(&server, "/r", &[418, 200]).await;
+    let config = policy().with_predicate(|_| Some(Retryability::WhenSafe)).build().unwrap();
+    let (client, _) = client(config);
+    let response = client.post(format!("{}/r", server.uri())).send().await.unwrap();
+    assert_eq!((response.status().as_u16(), hits(&server).await), (418, 1));
+}
+
+#[tokio::test]
+async fn predicate_can_veto_a_default_retry() {
+    let server = MockServer::start().await;
+    script_statuses(&server, "/r", &[503, 200]).await;
+    let config = policy().with_predicate(|_| Some(Retryability::Never)).build().unwrap();
+    let (client, _) = client(config);
+    let response = client.get(format!("{}/r", server.uri())).send().await.unwrap();
+    assert_eq!((response.status().as_u16(), hits(&server).await), (503, 1));
+}
+
+#[tokio::test]
+async fn connection_refused_is_retried_even_for_post() {
+    let url = refused_address().await;
+    let (client, clock) = client(policy().build().unwrap());
+    let error = client.post(&url).body("order=1").send().await.unwrap_err();
+    assert!(error.is_connect());
+    assert_eq!(clock.sleeps(), [100 * MS, 200 * MS, 400 * MS]);
+}
+
+#[tokio::test]
+async fn redirect_errors_are_not_retried() {
+    let server = MockServer::start().await;
+    let location = format!("{}/loop", server.uri());
+    Mock::given(any())
+        .respond_with(ResponseTemplate::new(302).insert_header("Location", location.as_str()))
+        .mount(&server)
+        .await;
+    let inner = reqwest::Client::builder().redirect(reqwest::redirect::Policy::limited(2)).build().unwrap();
+    let clock = reqwest_safe_retry::ManualClock::new();
+    let middleware = reqwest_safe_retry::RetryMiddleware::default().with_clock(clock.clone());
+    let client = reqwest_middleware::ClientBuilder::new(inner).with(middleware).build();
+    let error = client.get(&location).send().await.unwrap_err();
+    assert!(error.is_redirect());
+    assert!(clock.sleeps().is_empty());
+    // One attempt: the first request and the two redirects it followed.
+    assert_eq!(hits(&server).await, 3);
+}

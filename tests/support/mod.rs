@@ -1,0 +1,92 @@
+//! Shared pieces for the integration tests: a scripted wiremock server and a
+//! client whose clock and jitter are pinned, so every wait is exact.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use reqwest_middleware::ClientWithMiddleware;
+use reqwest_safe_retry::{FixedJitter, ManualClock, RetryConfig, RetryConfigBuilder, RetryMiddleware};
+use wiremock::matchers::path;
+use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
+
+pub const MS: Duration = Duration::from_millis(1);
+
+/// Answers with the scripted responses in turn, then repeats the last one.
+pub struct Script {
+    responses: Vec<ResponseTemplate>,
+    next: AtomicUsize,
+}
+
+impl Respond for Script {
+    fn respond(&self, _: &Request) -> ResponseTemplate {
+        let n = self.next.fetch_add(1, Ordering::SeqCst);
+        self.responses[n.min(self.responses.len() - 1)].clone()
+    }
+}
+
+/// Mounts a script of plain statuses at `at`.
+pub async fn script_statuses(server: &MockServer, at: &str, statuses: &[u16]) {
+    script(server, at, statuses.iter().map(|s| ResponseTemplate::new(*s)).collect()).await;
+}
+
+/// Mounts a script of responses at `at`.
+pub async fn script(server: &MockServer, at: &str, responses: Vec<ResponseTemplate>) {
+    assert!(!responses.is_empty());
+    let script = Script { responses, next: AtomicUsize::new(0) };
+    Mock::given(path(at)).respond_with(script).mount(server).await;
+}
+
+/// How many requests the server has received.
+pub async fn hits(server: &MockServer) -> usize {
+    server.received_requests().await.expect("request recording is on").len()
+}
+
+/// The default policy with 100 ms initial backoff, so waits read 100, 200, 400...
+pub fn policy() -> RetryConfigBuilder {
+    RetryConfig::builder().with_initial_backoff(100 * MS)
+}
+
+/// A client with `config`, a manual clock and jitter pinned at the top.
+pub fn client(config: RetryConfig) -> (ClientWithMiddleware, ManualClock) {
+    let clock = ManualClock::new();
+    let middleware = RetryMiddleware::new(config)
+        .with_clock(clock.clone())
+        .with_jitter_source(FixedJitter::TOP);
+    (wrap(middleware), clock)
+}
+
+/// A `reqwest` client that does not follow redirects, wrapped with `middleware`.
+pub fn wrap(middleware: RetryMiddleware) -> ClientWithMiddleware {
+    reqwest_middleware::ClientBuilder::new(bare_reqwest()).with(middleware).build()
+}
+
+pub fn bare_reqwest() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("a plain client builds")
+}
+
+/// An address on loopback where nothing listens: connections are refused.
+pub async fn refused_address() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    format!("http://{addr}")
+}
+
+/// Counts calls to a `Fn`.
+#[derive(Clone, Default)]
+pub struct Counter(Arc<AtomicUsize>);
+
+impl Counter {
+    pub fn bump(&self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+    pub fn get(&self) -> usize {
+        self.0.load(Ordering::SeqCst)
+    }
+}

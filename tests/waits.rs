@@ -1,0 +1,207 @@
+//! How long the middleware waits, and when it stops waiting.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use reqwest_safe_retry::{
+    Clock, FixedJitter, Jitter, ManualClock, RetryMiddleware, RetryReport, Sleep, StopReason,
+};
+use support::*;
+use tokio::sync::Notify;
+use wiremock::{MockServer, ResponseTemplate};
+
+fn unavailable_with_retry_after(value: &str) -> ResponseTemplate {
+    ResponseTemplate::new(503).insert_header("Retry-After", value)
+}
+
+async fn get(client: &reqwest_middleware::ClientWithMiddleware, server: &MockServer) -> reqwest::Response {
+    client.get(format!("{}/r", server.uri())).send().await.unwrap()
+}
+
+#[tokio::test]
+async fn waits_double_up_to_the_cap() {
+    let server = MockServer::start().await;
+    script_statuses(&server, "/r", &[503]).await;
+    let config = policy().with_max_retries(5).with_max_backoff(300 * MS).build().unwrap();
+    let (client, clock) = client(config);
+    let response = get(&client, &server).await;
+    assert_eq!(response.status(), 503);
+    assert_eq!(clock.sleeps(), [100, 200, 300, 300, 300].map(|ms| ms * MS));
+}
+
+#[tokio::test]
+async fn no_sleep_after_the_last_attempt() {
+    let server = MockServer::start().await;
+    script_statuses(&server, "/r", &[503]).await;
+    let (client, clock) = client(policy().build().unwrap());
+    let response = get(&client, &server).await;
+    let report = response.extensions().get::<RetryReport>().copied().unwrap();
+    assert_eq!(hits(&server).await, 4);
+    assert_eq!(clock.sleeps().len(), 3);
+    assert_eq!(report.stop, StopReason::RetriesExhausted);
+    assert_eq!(report.total_wait, 700 * MS);
+}
+
+#[tokio::test]
+async fn jitter_kinds_pick_inside_their_range() {
+    let cases = [
+        (Jitter::Full, FixedJitter::new(0.5), [50, 100, 200]),
+        (Jitter::Equal, FixedJitter::BOTTOM, [50, 100, 200]),
+        (Jitter::Equal, FixedJitter::TOP, [100, 200, 400]),
+        (Jitter::None, FixedJitter::BOTTOM, [100, 200, 400]),
+        (Jitter::Decorrelated, FixedJitter::TOP, [300, 900, 2700]),
+    ];
+    for (jitter, source, want) in cases {
+        let server = MockServer::start().await;
+        script_statuses(&server, "/r", &[503]).await;
+        let clock = ManualClock::new();
+        let config = policy().with_jitter(jitter).build().unwrap();
+        let middleware = RetryMiddleware::new(config).with_clock(clock.clone()).with_jitter_source(source);
+        get(&wrap(middleware), &server).await;
+        assert_eq!(clock.sleeps(), want.map(|ms| ms * MS), "{jitter:?} {source:?}");
+    }
+}
+
+#[tokio::test]
+async fn retry_after_seconds_replaces_the_backoff() {
+    let server = MockServer::start().await;
+    script(&server, "/r", vec![unavailable_with_retry_after("2"), ResponseTemplate::new(200)]).await;
+    let (client, clock) = client(policy().build().unwrap());
+    assert_eq!(get(&client, &server).await.status(), 200);
+    assert_eq!(clock.sleeps(), [Duration::from_secs(2)]);
+}
+
+#[tokio::test]
+async fn retry_after_date_is_measured_from_the_clock() {
+    let server = MockServer::start().await;
+    let date = "Sun, 06 Nov 1994 08:49:37 GMT";
+    script(&server, "/r", vec![unavailable_with_retry_after(date), ResponseTemplate::new(200)]).await;
+    let five_before = SystemTime::UNIX_EPOCH + Duration::from_secs(784_111_777 - 5);
+    let clock = ManualClock::new().with_wall_time(five_before);
+    let middleware = RetryMiddleware::new(policy().build().unwrap()).with_clock(clock.clone());
+    assert_eq!(get(&wrap(middleware), &server).await.status(), 200);
+    assert_eq!(clock.sleeps(), [Duration::from_secs(5)]);
+}
+
+#[tokio::test]
+async fn retry_after_date_in_the_past_means_no_wait() {
+    let server = MockServer::start().await;
+    let date = "Sun, 06 Nov 1994 08:49:37 GMT";
+    script(&server, "/r", vec![unavailable_with_retry_after(date), ResponseTemplate::new(200)]).await;
+    let (client, clock) = client(policy().build().unwrap());
+    assert_eq!(get(&client, &server).await.status(), 200);
+    assert_eq!(clock.sleeps(), [Duration::ZERO]);
+}
+
+#[tokio::test]
+async fn retry_after_over_the_cap_returns_the_response_at_once() {
+    let server = MockServer::start().await;
+    script(&server, "/r", vec![unavailable_with_retry_after("3600"), ResponseTemplate::new(200)]).await;
+    let (client, clock) = client(policy().build().unwrap());
+    let response = get(&client, &server).await;
+    assert_eq!(response.status(), 503);
+    let report = response.extensions().get::<RetryReport>().copied().unwrap();
+    assert_eq!(report.stop, StopReason::RetryAfterTooLong(Duration::from_secs(3600)));
+    assert_eq!(hits(&server).await, 1);
+    assert!(clock.sleeps().is_empty());
+}
+
+#[tokio::test]
+async fn retry_after_up_to_a_raised_cap_is_honoured() {
+    let server = MockServer::start().await;
+    script(&server, "/r", vec![unavailable_with_retry_after("3600"), ResponseTemplate::new(200)]).await;
+    let (client, clock) = client(policy().with_max_retry_after(Duration::from_secs(3600)).build().unwrap());
+    assert_eq!(get(&client, &server).await.status(), 200);
+    assert_eq!(clock.sleeps(), [Duration::from_secs(3600)]);
+}
+
+#[tokio::test]
+async fn garbage_retry_after_falls_back_to_the_backoff() {
+    for value in ["soon", "-3", "1.5", "", "Sun, 99 Nov 1994 08:49:37 GMT"] {
+        let server = MockServer::start().await;
+        script(&server, "/r", vec![unavailable_with_retry_after(value), ResponseTemplate::new(200)]).await;
+        let (client, clock) = client(policy().build().unwrap());
+        assert_eq!(get(&client, &server).await.status(), 200, "{value:?}");
+        assert_eq!(clock.sleeps(), [100 * MS], "{value:?}");
+    }
+}
+
+#[tokio::test]
+async fn deadline_cuts_the_retries_short() {
+    let server = MockServer::start().await;
+    script_statuses(&server, "/r", &[503]).await;
+    let (client, clock) = client(policy().with_deadline(350 * MS).build().unwrap());
+    let response = get(&client, &server).await;
+    // 100 ms and 200 ms fit in 350 ms; the next 400 ms would not.
+    assert_eq!(clock.sleeps(), [100 * MS, 200 * MS]);
+    assert_eq!(hits(&server).await, 3);
+    let report = response.extensions().get::<RetryReport>().copied().unwrap();
+    assert_eq!(report.stop, StopReason::DeadlineExceeded);
+}
+
+#[tokio::test]
+async fn deadline_shorter_than_the_first_wait_sends_one_attempt() {
+    let server = MockServer::start().await;
+    script_statuses(&server, "/r", &[503]).await;
+    let (client, clock) = client(policy().with_deadline(50 * MS).build().unwrap());
+    assert_eq!(get(&client, &server).await.status(), 503);
+    assert_eq!(hits(&server).await, 1);
+    assert!(clock.sleeps().is_empty());
+}
+
+#[tokio::test]
+async fn deadline_counts_retry_after_waits() {
+    let server = MockServer::start().await;
+    script(&server, "/r", vec![unavailable_with_retry_after("2"), ResponseTemplate::new(200)]).await;
+    let (client, clock) = client(policy().with_deadline(Duration::from_secs(1)).build().unwrap());
+    assert_eq!(get(&client, &server).await.status(), 503);
+    assert!(clock.sleeps().is_empty());
+}
+
+/// A clock whose sleeps never end, and which says when one starts.
+#[derive(Debug, Clone, Default)]
+struct StuckClock {
+    sleeping: Arc<Notify>,
+}
+
+impl Clock for StuckClock {
+    fn now(&self) -> std::time::Instant {
+        std::time::Instant::now()
+    }
+
+    fn sleep(&self, _: Duration) -> Sleep {
+        self.sleeping.notify_one();
+        Box::pin(std::future::pending())
+    }
+}
+
+#[tokio::test]
+async fn dropping_the_request_during_a_wait_sends_nothing_more() {
+    let server = MockServer::start().await;
+    script_statuses(&server, "/r", &[503]).await;
+    let clock = StuckClock::default();
+    let client = wrap(RetryMiddleware::default().with_clock(clock.clone()));
+    let url = format!("{}/r", server.uri());
+    let task = tokio::spawn(async move { client.get(url).send().await });
+    clock.sleeping.notified().await;
+    task.abort();
+    assert!(task.await.unwrap_err().is_cancelled());
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(hits(&server).await, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn default_clock_waits_in_tokio_time() {
+    let server = MockServer::start().await;
+    script_statuses(&server, "/r", &[503, 503, 200]).await;
+    let config = policy().with_jitter(Jitter::None).build().unwrap();
+    let client = wrap(RetryMiddleware::new(config));
+    let start = tokio::time::Instant::now();
+    assert_eq!(get(&client, &server).await.status(), 200);
+    // Paused time only moves for timers, so the elapsed time is the waits exactly.
+    assert_eq!(start.elapsed(), 300 * MS);
+}
