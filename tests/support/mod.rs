@@ -90,3 +90,80 @@ impl Counter {
         self.0.load(Ordering::SeqCst)
     }
 }
+
+/// What a raw TCP test server does with one connection.
+#[derive(Debug, Clone, Copy)]
+pub enum Raw {
+    /// Read the request, then close without a byte of response.
+    Close,
+    /// Read the request, then answer with these bytes and close.
+    Reply(&'static str),
+    /// Read the request, answer 503 and stream a body that never ends.
+    EndlessBody,
+}
+
+/// A server for what wiremock cannot play: each connection gets the next
+/// behaviour (the last repeats). Returns its base URL and a connection count.
+pub async fn raw_server(script: Vec<Raw>) -> (String, Counter) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let connections = Counter::default();
+    let count = connections.clone();
+    tokio::spawn(async move {
+        let mut n = 0;
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let behaviour = script[n.min(script.len() - 1)];
+            n += 1;
+            count.bump();
+            tokio::spawn(async move {
+                read_request(&mut socket).await;
+                match behaviour {
+                    Raw::Close => {}
+                    Raw::Reply(bytes) => {
+                        let _ = socket.write_all(bytes.as_bytes()).await;
+                    }
+                    Raw::EndlessBody => {
+                        let head = "HTTP/1.1 503 Service Unavailable\r\nTransfer-Encoding: chunked\r\n\r\n";
+                        let _ = socket.write_all(head.as_bytes()).await;
+                        let chunk = format!("{:x}\r\n{}\r\n", 8192, "x".repeat(8192));
+                        // Stops when the client goes away.
+                        while socket.write_all(chunk.as_bytes()).await.is_ok() {}
+                    }
+                }
+                let _ = socket.shutdown().await;
+            });
+        }
+    });
+
+    async fn read_request(socket: &mut tokio::net::TcpStream) {
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            match socket.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => seen.extend_from_slice(&buf[..n]),
+            }
+            if let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&seen[..end]).to_ascii_lowercase();
+                let length = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .and_then(|v| v.trim().parse::<usize>().ok())
+                    .unwrap_or(0);
+                while seen.len() < end + 4 + length {
+                    match socket.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => seen.extend_from_slice(&buf[..n]),
+                    }
+                }
+                return;
+            }
+        }
+    }
+
+    (url, connections)
+}
+
+pub const OK_CLOSE: &str = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok";

@@ -1,0 +1,122 @@
+//! Request bodies are replayed exactly; response bodies of retried answers
+//! are drained within a bound; broken connections follow the safety rule.
+
+mod support;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use reqwest_safe_retry::{RetryReport, StopReason};
+use support::*;
+use wiremock::{MockServer, ResponseTemplate};
+
+#[tokio::test]
+async fn body_is_identical_on_every_attempt() {
+    let server = MockServer::start().await;
+    script_statuses(&server, "/r", &[503, 503, 200]).await;
+    let (client, _) = client(policy().build().unwrap());
+    let body: Vec<u8> = (0..=255u8).cycle().take(100_000).collect();
+    let response = client.put(format!("{}/r", server.uri())).body(body.clone()).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    let received = server.received_requests().await.unwrap();
+    assert_eq!(received.len(), 3);
+    assert!(received.iter().all(|r| r.body == body));
+}
+
+fn streaming_body() -> reqwest::Body {
+    let chunks = [Ok::<_, std::io::Error>(Bytes::from_static(b"order=")), Ok(Bytes::from_static(b"1"))];
+    reqwest::Body::wrap_stream(futures_util::stream::iter(chunks))
+}
+
+#[tokio::test]
+async fn streaming_body_is_sent_once_and_its_response_returned() {
+    let server = MockServer::start().await;
+    script_statuses(&server, "/r", &[503, 200]).await;
+    let (client, clock) = client(policy().build().unwrap());
+    let response = client.put(format!("{}/r", server.uri())).body(streaming_body()).send().await.unwrap();
+    assert_eq!(response.status(), 503);
+    let report = response.extensions().get::<RetryReport>().copied().unwrap();
+    assert_eq!((report.attempts, report.stop), (1, StopReason::NotReplayable));
+    assert!(clock.sleeps().is_empty());
+    let received = server.received_requests().await.unwrap();
+    assert_eq!(received.len(), 1);
+    assert_eq!(received[0].body, b"order=1");
+}
+
+#[tokio::test]
+async fn streaming_body_with_a_final_answer_stops_as_final() {
+    let server = MockServer::start().await;
+    script_statuses(&server, "/r", &[201]).await;
+    let (client, _) = client(policy().build().unwrap());
+    let response = client.put(format!("{}/r", server.uri())).body(streaming_body()).send().await.unwrap();
+    let report = response.extensions().get::<RetryReport>().copied().unwrap();
+    assert_eq!((response.status().as_u16(), report.stop), (201, StopReason::Final));
+}
+
+#[tokio::test]
+async fn large_error_bodies_do_not_stop_the_retry() {
+    let server = MockServer::start().await;
+    let big = ResponseTemplate::new(503).set_body_bytes(vec![b'x'; 4 << 20]);
+    let small = ResponseTemplate::new(503).set_body_bytes(vec![b'y'; 1000]);
+    script(&server, "/r", vec![big, small, ResponseTemplate::new(200).set_body_string("done")]).await;
+    let (client, _) = client(policy().build().unwrap());
+    let response = client.get(format!("{}/r", server.uri())).send().await.unwrap();
+    assert_eq!(response.text().await.unwrap(), "done");
+    assert_eq!(hits(&server).await, 3);
+}
+
+#[tokio::test]
+async fn endless_error_body_is_not_read_to_the_end() {
+    let (url, connections) = raw_server(vec![Raw::EndlessBody, Raw::Reply(OK_CLOSE)]).await;
+    let (client, _) = client(policy().build().unwrap());
+    // Reading the endless body would hang; the bound turns that into a failure.
+    let send = tokio::time::timeout(Duration::from_secs(30), client.get(&url).send());
+    let response = send.await.expect("the drain stops at its limit").unwrap();
+    assert_eq!(response.text().await.unwrap(), "ok");
+    assert_eq!(connections.get(), 2);
+}
+
+#[tokio::test]
+async fn connection_closed_before_response_retries_get() {
+    let (url, connections) = raw_server(vec![Raw::Close, Raw::Reply(OK_CLOSE)]).await;
+    let (client, clock) = client(policy().build().unwrap());
+    let response = client.get(&url).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(connections.get(), 2);
+    assert_eq!(clock.sleeps(), [100 * MS]);
+}
+
+#[tokio::test]
+async fn connection_closed_before_response_does_not_retry_post() {
+    let (url, connections) = raw_server(vec![Raw::Close, Raw::Reply(OK_CLOSE)]).await;
+    let (client, _) = client(policy().build().unwrap());
+    let slot = reqwest_safe_retry::ReportSlot::new();
+    let error = client.post(&url).body("order=1").with_extension(slot.clone()).send().await.unwrap_err();
+    assert!(!error.is_connect());
+    assert_eq!(connections.get(), 1);
+    assert_eq!(slot.get().unwrap().stop, StopReason::NotSafe);
+}
+
+#[tokio::test]
+async fn read_timeout_after_sending_retries_get() {
+    let server = MockServer::start().await;
+    script(&server, "/r", vec![ResponseTemplate::new(200).set_delay(Duration::from_secs(60))]).await;
+    let (client, clock) = client(policy().build().unwrap());
+    let url = format!("{}/r", server.uri());
+    let error = client.get(url).timeout(50 * MS).send().await.unwrap_err();
+    assert!(error.is_timeout());
+    assert_eq!(hits(&server).await, 4);
+    assert_eq!(clock.sleeps(), [100 * MS, 200 * MS, 400 * MS]);
+}
+
+#[tokio::test]
+async fn read_timeout_after_sending_does_not_retry_post() {
+    let server = MockServer::start().await;
+    script(&server, "/r", vec![ResponseTemplate::new(200).set_delay(Duration::from_secs(60))]).await;
+    let (client, clock) = client(policy().build().unwrap());
+    let url = format!("{}/r", server.uri());
+    let error = client.post(url).body("order=1").timeout(50 * MS).send().await.unwrap_err();
+    assert!(error.is_timeout());
+    assert_eq!(hits(&server).await, 1);
+    assert!(clock.sleeps().is_empty());
+}
