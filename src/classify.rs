@@ -117,7 +117,9 @@ pub(crate) fn classify_error(error: &reqwest_middleware::Error) -> Verdict {
     Verdict::FINAL
 }
 
-fn sources<'a>(error: &'a (dyn StdError + 'static)) -> impl Iterator<Item = &'a (dyn StdError + 'static)> {
+fn sources<'a>(
+    error: &'a (dyn StdError + 'static),
+) -> impl Iterator<Item = &'a (dyn StdError + 'static)> {
     std::iter::successors(Some(error), |&e| e.source())
 }
 
@@ -203,7 +205,10 @@ mod tests {
         assert_eq!(verdict(429).retryability, Retryability::AnyMethod);
         for code in [502, 503, 504] {
             assert_eq!(verdict(code).retryability, Retryability::WhenSafe);
-            assert_eq!(verdict(code).reason, RetryReason::Status(StatusCode::from_u16(code).unwrap()));
+            assert_eq!(
+                verdict(code).reason,
+                RetryReason::Status(StatusCode::from_u16(code).unwrap())
+            );
         }
         for code in [200, 201, 301, 400, 404, 408, 500, 501, 505, 599] {
             assert_eq!(verdict(code).retryability, Retryability::Never, "{code}");
@@ -219,7 +224,9 @@ mod tests {
 
     #[test]
     fn errors_from_other_middleware_are_final() {
-        let error = reqwest_middleware::Error::middleware(io::Error::from(io::ErrorKind::ConnectionRefused));
+        let error = reqwest_middleware::Error::middleware(io::Error::from(
+            io::ErrorKind::ConnectionRefused,
+        ));
         assert_eq!(classify_error(&error).retryability, Retryability::Never);
     }
 }

@@ -300,7 +300,10 @@ impl RetryConfigBuilder {
         }
         if let Some(name) = self.header {
             config.idempotency_header = HeaderName::try_from(name.as_str()).map_err(|_| {
-                ConfigError::new("idempotency_header", format!("{name:?} is not a valid header name"))
+                ConfigError::new(
+                    "idempotency_header",
+                    format!("{name:?} is not a valid header name"),
+                )
             })?;
         }
         if config.deadline == Some(Duration::ZERO) {

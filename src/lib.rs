@@ -14,6 +14,105 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! # The rules, and why
+//!
+//! ## Only repeat what is safe to repeat
+//!
+//! The question after a failure is not "did it fail?" but "might it already
+//! have worked?". A timeout after the request was written, a reset, a 502 from
+//! a proxy: the server may have done the work and failed only to answer. So
+//! those outcomes are retried only for requests that are *safe to repeat*: an
+//! idempotent method (GET, HEAD, OPTIONS, TRACE, PUT, DELETE, as
+//! [`http::Method::is_idempotent`] says), or a request with a non-empty
+//! `Idempotency-Key` header, which tells the server to answer a repeat with the
+//! first result. Outcomes where the server provably did nothing — a refused
+//! connection, an HTTP/2 stream the server refused, a 429 — are retried for any
+//! method. See [`Retryability`] for the two halves of the decision.
+//!
+//! ```no_run
+//! # async fn run(client: reqwest_middleware::ClientWithMiddleware) -> reqwest_middleware::Result<()> {
+//! // Retried on a 503: the key lets the server deduplicate.
+//! client.post("http://127.0.0.1:8080/payments")
+//!     .header("Idempotency-Key", "pay-5c1e")
+//!     .send()
+//!     .await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! ## Back off, with jitter
+//!
+//! Waits grow exponentially — the ceiling before retry *n* is
+//! `min(max_backoff, initial_backoff × 2ⁿ)` — so a struggling server gets more
+//! room each time. Growth alone keeps clients that failed together in lock-step;
+//! [`Jitter::Full`], the default, draws each wait uniformly under the ceiling so
+//! they arrive spread out. The arithmetic cannot overflow for any retry number.
+//!
+//! ```
+//! use std::time::Duration;
+//! use reqwest_safe_retry::{Jitter, RetryConfig};
+//!
+//! let config = RetryConfig::builder()
+//!     .with_initial_backoff(Duration::from_millis(100))
+//!     .with_max_backoff(Duration::from_secs(5))
+//!     .with_jitter(Jitter::Equal)
+//!     .build()?;
+//! # Ok::<(), reqwest_safe_retry::ConfigError>(())
+//! ```
+//!
+//! ## Honour Retry-After, within a cap
+//!
+//! A server that says when to come back knows more than our backoff does, so
+//! its `Retry-After` replaces the backoff on a retryable response. But a server
+//! must not be able to park a caller for an hour: above
+//! [`RetryConfig::max_retry_after`] (30 s by default) the response is handed
+//! back at once with [`StopReason::RetryAfterTooLong`], and the caller decides.
+//! A malformed value is ignored and the backoff used.
+//!
+//! ## Respect the caller's time
+//!
+//! An optional deadline bounds all attempts and waits together: a wait that
+//! would end past it is not started. Dropping the request future cancels
+//! everything, including a wait in progress. Per-request
+//! [`RetryDeadline`], [`MaxRetries`], [`NoRetry`] and [`SafeToRetry`]
+//! extensions adjust one request.
+//!
+//! ## Be honest with the caller
+//!
+//! The caller gets the last response as it came, or the last error exactly as
+//! reqwest produced it — `is_timeout()`, `is_connect()` and `status()` answer as
+//! without the middleware. A [`RetryReport`] says how many attempts were made,
+//! how long was spent waiting and why the middleware stopped; see
+//! [`ReportSlot`] for reading it when the outcome is an error.
+//!
+//! # Testing
+//!
+//! Time comes only through a [`Clock`] and randomness only through a
+//! [`JitterSource`]. The default [`TokioClock`] follows tokio's paused time; with
+//! the `test-util` feature, `ManualClock` returns from every wait at once and
+//! records it, and `FixedJitter` pins the draw, so waits are exact:
+//!
+//! ```
+//! # #[cfg(feature = "test-util")] {
+//! use reqwest_safe_retry::{FixedJitter, ManualClock, RetryMiddleware};
+//!
+//! let clock = ManualClock::new();
+//! let middleware = RetryMiddleware::default()
+//!     .with_clock(clock.clone())
+//!     .with_jitter_source(FixedJitter::TOP);
+//! // ... send requests, then assert on `clock.sleeps()`.
+//! # let _ = middleware;
+//! # }
+//! ```
+//!
+//! # Features
+//!
+//! - `tracing` (default): a debug-level event per retry decision with the
+//!   attempt, method, reason and wait. Headers, bodies and URLs are never logged.
+//! - `test-util`: `ManualClock` and `FixedJitter`.
+//! - `http2`: recognise HTTP/2 REFUSED_STREAM and graceful GOAWAY (through the
+//!   `h2` crate) as failures where the server never processed the request.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backoff;
@@ -40,3 +139,7 @@ pub use overrides::{MaxRetries, NoRetry, RetryDeadline, SafeToRetry};
 pub use random::FixedJitter;
 pub use random::{JitterSource, SeededJitter, ThreadRngJitter};
 pub use report::{ReportSlot, RetryReport};
+
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

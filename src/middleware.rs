@@ -199,12 +199,24 @@ impl Inner {
             let (after, next_request) = match (decision, kept) {
                 (Decision::Retry { after, .. }, Some(request)) => (after, request),
                 (Decision::Stop(reason), _) => {
-                    return finish(extensions, outcome, progress.attempts, progress.total_wait, reason);
+                    return finish(
+                        extensions,
+                        outcome,
+                        progress.attempts,
+                        progress.total_wait,
+                        reason,
+                    );
                 }
                 // `decide` never retries without a kept request.
                 (Decision::Retry { .. }, None) => {
                     let reason = StopReason::NotReplayable;
-                    return finish(extensions, outcome, progress.attempts, progress.total_wait, reason);
+                    return finish(
+                        extensions,
+                        outcome,
+                        progress.attempts,
+                        progress.total_wait,
+                        reason,
+                    );
                 }
             };
             if let Ok(response) = outcome {
@@ -224,7 +236,12 @@ impl Inner {
                 .is_some_and(|key| !key.is_empty())
     }
 
-    fn verdict(&self, request: Option<&Request>, outcome: &Result<Response>, number: u32) -> Verdict {
+    fn verdict(
+        &self,
+        request: Option<&Request>,
+        outcome: &Result<Response>,
+        number: u32,
+    ) -> Verdict {
         if let (Some(predicate), Some(request)) = (self.config.predicate(), request) {
             let outcome_view = match outcome {
                 Ok(response) => Outcome::Response(response),

@@ -16,7 +16,8 @@ async fn body_is_identical_on_every_attempt() {
     script_statuses(&server, "/r", &[503, 503, 200]).await;
     let (client, _) = client(policy().build().unwrap());
     let body: Vec<u8> = (0..=255u8).cycle().take(100_000).collect();
-    let response = client.put(format!("{}/r", server.uri())).body(body.clone()).send().await.unwrap();
+    let response =
+        client.put(format!("{}/r", server.uri())).body(body.clone()).send().await.unwrap();
     assert_eq!(response.status(), 200);
     let received = server.received_requests().await.unwrap();
     assert_eq!(received.len(), 3);
@@ -24,7 +25,8 @@ async fn body_is_identical_on_every_attempt() {
 }
 
 fn streaming_body() -> reqwest::Body {
-    let chunks = [Ok::<_, std::io::Error>(Bytes::from_static(b"order=")), Ok(Bytes::from_static(b"1"))];
+    let chunks =
+        [Ok::<_, std::io::Error>(Bytes::from_static(b"order=")), Ok(Bytes::from_static(b"1"))];
     reqwest::Body::wrap_stream(futures_util::stream::iter(chunks))
 }
 
@@ -33,7 +35,8 @@ async fn streaming_body_is_sent_once_and_its_response_returned() {
     let server = MockServer::start().await;
     script_statuses(&server, "/r", &[503, 200]).await;
     let (client, clock) = client(policy().build().unwrap());
-    let response = client.put(format!("{}/r", server.uri())).body(streaming_body()).send().await.unwrap();
+    let response =
+        client.put(format!("{}/r", server.uri())).body(streaming_body()).send().await.unwrap();
     assert_eq!(response.status(), 503);
     let report = response.extensions().get::<RetryReport>().copied().unwrap();
     assert_eq!((report.attempts, report.stop), (1, StopReason::NotReplayable));
@@ -48,7 +51,8 @@ async fn streaming_body_with_a_final_answer_stops_as_final() {
     let server = MockServer::start().await;
     script_statuses(&server, "/r", &[201]).await;
     let (client, _) = client(policy().build().unwrap());
-    let response = client.put(format!("{}/r", server.uri())).body(streaming_body()).send().await.unwrap();
+    let response =
+        client.put(format!("{}/r", server.uri())).body(streaming_body()).send().await.unwrap();
     let report = response.extensions().get::<RetryReport>().copied().unwrap();
     assert_eq!((response.status().as_u16(), report.stop), (201, StopReason::Final));
 }
@@ -58,7 +62,8 @@ async fn large_error_bodies_do_not_stop_the_retry() {
     let server = MockServer::start().await;
     let big = ResponseTemplate::new(503).set_body_bytes(vec![b'x'; 4 << 20]);
     let small = ResponseTemplate::new(503).set_body_bytes(vec![b'y'; 1000]);
-    script(&server, "/r", vec![big, small, ResponseTemplate::new(200).set_body_string("done")]).await;
+    script(&server, "/r", vec![big, small, ResponseTemplate::new(200).set_body_string("done")])
+        .await;
     let (client, _) = client(policy().build().unwrap());
     let response = client.get(format!("{}/r", server.uri())).send().await.unwrap();
     assert_eq!(response.text().await.unwrap(), "done");
@@ -91,7 +96,8 @@ async fn connection_closed_before_response_does_not_retry_post() {
     let (url, connections) = raw_server(vec![Raw::Close, Raw::Reply(OK_CLOSE)]).await;
     let (client, _) = client(policy().build().unwrap());
     let slot = reqwest_safe_retry::ReportSlot::new();
-    let error = client.post(&url).body("order=1").with_extension(slot.clone()).send().await.unwrap_err();
+    let error =
+        client.post(&url).body("order=1").with_extension(slot.clone()).send().await.unwrap_err();
     assert!(!error.is_connect());
     assert_eq!(connections.get(), 1);
     assert_eq!(slot.get().unwrap().stop, StopReason::NotSafe);
@@ -100,7 +106,8 @@ async fn connection_closed_before_response_does_not_retry_post() {
 #[tokio::test]
 async fn read_timeout_after_sending_retries_get() {
     let server = MockServer::start().await;
-    script(&server, "/r", vec![ResponseTemplate::new(200).set_delay(Duration::from_secs(60))]).await;
+    script(&server, "/r", vec![ResponseTemplate::new(200).set_delay(Duration::from_secs(60))])
+        .await;
     let (client, clock) = client(policy().build().unwrap());
     let url = format!("{}/r", server.uri());
     let error = client.get(url).timeout(50 * MS).send().await.unwrap_err();
@@ -112,7 +119,8 @@ async fn read_timeout_after_sending_retries_get() {
 #[tokio::test]
 async fn read_timeout_after_sending_does_not_retry_post() {
     let server = MockServer::start().await;
-    script(&server, "/r", vec![ResponseTemplate::new(200).set_delay(Duration::from_secs(60))]).await;
+    script(&server, "/r", vec![ResponseTemplate::new(200).set_delay(Duration::from_secs(60))])
+        .await;
     let (client, clock) = client(policy().build().unwrap());
     let url = format!("{}/r", server.uri());
     let error = client.post(url).body("order=1").timeout(50 * MS).send().await.unwrap_err();

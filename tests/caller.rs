@@ -38,7 +38,10 @@ async fn report_reaches_execute_with_extensions() {
 
 /// Sends `make` through a client without middleware and through ours, and
 /// returns both errors.
-async fn both_errors(url: &str, timeout: Option<Duration>) -> (reqwest_middleware::Error, reqwest_middleware::Error, RetryReport) {
+async fn both_errors(
+    url: &str,
+    timeout: Option<Duration>,
+) -> (reqwest_middleware::Error, reqwest_middleware::Error, RetryReport) {
     let plain = reqwest_middleware::ClientBuilder::new(bare_reqwest()).build();
     let (ours, _) = client(policy().build().unwrap());
     let slot = ReportSlot::new();
@@ -73,7 +76,8 @@ async fn connect_error_answers_as_without_the_middleware() {
 #[tokio::test]
 async fn timeout_error_answers_as_without_the_middleware() {
     let server = MockServer::start().await;
-    script(&server, "/r", vec![ResponseTemplate::new(200).set_delay(Duration::from_secs(60))]).await;
+    script(&server, "/r", vec![ResponseTemplate::new(200).set_delay(Duration::from_secs(60))])
+        .await;
     let (plain, ours, report) = both_errors(&format!("{}/r", server.uri()), Some(30 * MS)).await;
     assert!(plain.is_timeout() && ours.is_timeout());
     assert_eq!(plain.is_connect(), ours.is_connect());
@@ -86,7 +90,8 @@ async fn no_retry_sends_once() {
     let server = MockServer::start().await;
     script_statuses(&server, "/r", &[503, 200]).await;
     let (client, _) = client(policy().build().unwrap());
-    let response = client.get(format!("{}/r", server.uri())).with_extension(NoRetry).send().await.unwrap();
+    let response =
+        client.get(format!("{}/r", server.uri())).with_extension(NoRetry).send().await.unwrap();
     assert_eq!((response.status().as_u16(), hits(&server).await), (503, 1));
     let report = response.extensions().get::<RetryReport>().copied().unwrap();
     assert_eq!(report.stop, StopReason::Disabled);
@@ -136,6 +141,9 @@ async fn hook_sees_every_decision() {
         .with_jitter_source(reqwest_safe_retry::FixedJitter::TOP)
         .on_decision(move |event| log.lock().unwrap().push((event.attempt, event.decision)));
     wrap(middleware).get(format!("{}/r", server.uri())).send().await.unwrap();
-    let retry = Decision::Retry { after: 100 * MS, reason: RetryReason::Status(http::StatusCode::SERVICE_UNAVAILABLE) };
+    let retry = Decision::Retry {
+        after: 100 * MS,
+        reason: RetryReason::Status(http::StatusCode::SERVICE_UNAVAILABLE),
+    };
     assert_eq!(*seen.lock().unwrap(), [(1, retry), (2, Decision::Stop(StopReason::Final))]);
 }

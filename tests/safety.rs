@@ -23,7 +23,9 @@ async fn send(method: Method, statuses: &[u16], key: Option<&str>) -> (u16, usiz
 
 #[tokio::test]
 async fn idempotent_methods_are_retried_on_503() {
-    for method in [Method::GET, Method::HEAD, Method::OPTIONS, Method::TRACE, Method::PUT, Method::DELETE] {
+    for method in
+        [Method::GET, Method::HEAD, Method::OPTIONS, Method::TRACE, Method::PUT, Method::DELETE]
+    {
         let (status, hits, report) = send(method.clone(), &[503, 200], None).await;
         assert_eq!((status, hits, report.attempts), (200, 2, 2), "{method}");
     }
@@ -170,7 +172,8 @@ async fn redirect_errors_are_not_retried() {
         .respond_with(ResponseTemplate::new(302).insert_header("Location", location.as_str()))
         .mount(&server)
         .await;
-    let inner = reqwest::Client::builder().redirect(reqwest::redirect::Policy::limited(2)).build().unwrap();
+    let inner =
+        reqwest::Client::builder().redirect(reqwest::redirect::Policy::limited(2)).build().unwrap();
     let clock = reqwest_safe_retry::ManualClock::new();
     let middleware = reqwest_safe_retry::RetryMiddleware::default().with_clock(clock.clone());
     let client = reqwest_middleware::ClientBuilder::new(inner).with(middleware).build();

@@ -16,7 +16,10 @@ fn unavailable_with_retry_after(value: &str) -> ResponseTemplate {
     ResponseTemplate::new(503).insert_header("Retry-After", value)
 }
 
-async fn get(client: &reqwest_middleware::ClientWithMiddleware, server: &MockServer) -> reqwest::Response {
+async fn get(
+    client: &reqwest_middleware::ClientWithMiddleware,
+    server: &MockServer,
+) -> reqwest::Response {
     client.get(format!("{}/r", server.uri())).send().await.unwrap()
 }
 
@@ -58,7 +61,8 @@ async fn jitter_kinds_pick_inside_their_range() {
         script_statuses(&server, "/r", &[503]).await;
         let clock = ManualClock::new();
         let config = policy().with_jitter(jitter).build().unwrap();
-        let middleware = RetryMiddleware::new(config).with_clock(clock.clone()).with_jitter_source(source);
+        let middleware =
+            RetryMiddleware::new(config).with_clock(clock.clone()).with_jitter_source(source);
         get(&wrap(middleware), &server).await;
         assert_eq!(clock.sleeps(), want.map(|ms| ms * MS), "{jitter:?} {source:?}");
     }
@@ -67,7 +71,8 @@ async fn jitter_kinds_pick_inside_their_range() {
 #[tokio::test]
 async fn retry_after_seconds_replaces_the_backoff() {
     let server = MockServer::start().await;
-    script(&server, "/r", vec![unavailable_with_retry_after("2"), ResponseTemplate::new(200)]).await;
+    script(&server, "/r", vec![unavailable_with_retry_after("2"), ResponseTemplate::new(200)])
+        .await;
     let (client, clock) = client(policy().build().unwrap());
     assert_eq!(get(&client, &server).await.status(), 200);
     assert_eq!(clock.sleeps(), [Duration::from_secs(2)]);
@@ -77,7 +82,8 @@ async fn retry_after_seconds_replaces_the_backoff() {
 async fn retry_after_date_is_measured_from_the_clock() {
     let server = MockServer::start().await;
     let date = "Sun, 06 Nov 1994 08:49:37 GMT";
-    script(&server, "/r", vec![unavailable_with_retry_after(date), ResponseTemplate::new(200)]).await;
+    script(&server, "/r", vec![unavailable_with_retry_after(date), ResponseTemplate::new(200)])
+        .await;
     let five_before = SystemTime::UNIX_EPOCH + Duration::from_secs(784_111_777 - 5);
     let clock = ManualClock::new().with_wall_time(five_before);
     let middleware = RetryMiddleware::new(policy().build().unwrap()).with_clock(clock.clone());
@@ -89,7 +95,8 @@ async fn retry_after_date_is_measured_from_the_clock() {
 async fn retry_after_date_in_the_past_means_no_wait() {
     let server = MockServer::start().await;
     let date = "Sun, 06 Nov 1994 08:49:37 GMT";
-    script(&server, "/r", vec![unavailable_with_retry_after(date), ResponseTemplate::new(200)]).await;
+    script(&server, "/r", vec![unavailable_with_retry_after(date), ResponseTemplate::new(200)])
+        .await;
     let (client, clock) = client(policy().build().unwrap());
     assert_eq!(get(&client, &server).await.status(), 200);
     assert_eq!(clock.sleeps(), [Duration::ZERO]);
@@ -98,7 +105,8 @@ async fn retry_after_date_in_the_past_means_no_wait() {
 #[tokio::test]
 async fn retry_after_over_the_cap_returns_the_response_at_once() {
     let server = MockServer::start().await;
-    script(&server, "/r", vec![unavailable_with_retry_after("3600"), ResponseTemplate::new(200)]).await;
+    script(&server, "/r", vec![unavailable_with_retry_after("3600"), ResponseTemplate::new(200)])
+        .await;
     let (client, clock) = client(policy().build().unwrap());
     let response = get(&client, &server).await;
     assert_eq!(response.status(), 503);
@@ -111,8 +119,10 @@ async fn retry_after_over_the_cap_returns_the_response_at_once() {
 #[tokio::test]
 async fn retry_after_up_to_a_raised_cap_is_honoured() {
     let server = MockServer::start().await;
-    script(&server, "/r", vec![unavailable_with_retry_after("3600"), ResponseTemplate::new(200)]).await;
-    let (client, clock) = client(policy().with_max_retry_after(Duration::from_secs(3600)).build().unwrap());
+    script(&server, "/r", vec![unavailable_with_retry_after("3600"), ResponseTemplate::new(200)])
+        .await;
+    let (client, clock) =
+        client(policy().with_max_retry_after(Duration::from_secs(3600)).build().unwrap());
     assert_eq!(get(&client, &server).await.status(), 200);
     assert_eq!(clock.sleeps(), [Duration::from_secs(3600)]);
 }
@@ -121,7 +131,12 @@ async fn retry_after_up_to_a_raised_cap_is_honoured() {
 async fn garbage_retry_after_falls_back_to_the_backoff() {
     for value in ["soon", "-3", "1.5", "", "Sun, 99 Nov 1994 08:49:37 GMT"] {
         let server = MockServer::start().await;
-        script(&server, "/r", vec![unavailable_with_retry_after(value), ResponseTemplate::new(200)]).await;
+        script(
+            &server,
+            "/r",
+            vec![unavailable_with_retry_after(value), ResponseTemplate::new(200)],
+        )
+        .await;
         let (client, clock) = client(policy().build().unwrap());
         assert_eq!(get(&client, &server).await.status(), 200, "{value:?}");
         assert_eq!(clock.sleeps(), [100 * MS], "{value:?}");
@@ -154,7 +169,8 @@ async fn deadline_shorter_than_the_first_wait_sends_one_attempt() {
 #[tokio::test]
 async fn deadline_counts_retry_after_waits() {
     let server = MockServer::start().await;
-    script(&server, "/r", vec![unavailable_with_retry_after("2"), ResponseTemplate::new(200)]).await;
+    script(&server, "/r", vec![unavailable_with_retry_after("2"), ResponseTemplate::new(200)])
+        .await;
     let (client, clock) = client(policy().with_deadline(Duration::from_secs(1)).build().unwrap());
     assert_eq!(get(&client, &server).await.status(), 503);
     assert!(clock.sleeps().is_empty());
@@ -194,14 +210,33 @@ async fn dropping_the_request_during_a_wait_sends_nothing_more() {
     assert_eq!(hits(&server).await, 1);
 }
 
+/// A last middleware that answers from a script without touching the network,
+/// so that under paused time nothing but our own waits moves the clock.
+struct Answer(std::sync::Mutex<Vec<u16>>);
+
+#[async_trait::async_trait]
+impl reqwest_middleware::Middleware for Answer {
+    async fn handle(
+        &self,
+        _: reqwest::Request,
+        _: &mut http::Extensions,
+        _: reqwest_middleware::Next<'_>,
+    ) -> reqwest_middleware::Result<reqwest::Response> {
+        let status = self.0.lock().unwrap().remove(0);
+        Ok(http::Response::builder().status(status).body("").unwrap().into())
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn default_clock_waits_in_tokio_time() {
-    let server = MockServer::start().await;
-    script_statuses(&server, "/r", &[503, 503, 200]).await;
     let config = policy().with_jitter(Jitter::None).build().unwrap();
-    let client = wrap(RetryMiddleware::new(config));
+    let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
+        .with(RetryMiddleware::new(config))
+        .with(Answer(std::sync::Mutex::new(vec![503, 503, 200])))
+        .build();
     let start = tokio::time::Instant::now();
-    assert_eq!(get(&client, &server).await.status(), 200);
-    // Paused time only moves for timers, so the elapsed time is the waits exactly.
+    let response = client.get("http://127.0.0.1:9/r").send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    // Paused time moves only for timers, so the elapsed time is the waits exactly.
     assert_eq!(start.elapsed(), 300 * MS);
 }

@@ -8,7 +8,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use reqwest_middleware::ClientWithMiddleware;
-use reqwest_safe_retry::{FixedJitter, ManualClock, RetryConfig, RetryConfigBuilder, RetryMiddleware};
+use reqwest_safe_retry::{
+    FixedJitter, ManualClock, RetryConfig, RetryConfigBuilder, RetryMiddleware,
+};
 use wiremock::matchers::path;
 use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 
@@ -52,9 +54,8 @@ pub fn policy() -> RetryConfigBuilder {
 /// A client with `config`, a manual clock and jitter pinned at the top.
 pub fn client(config: RetryConfig) -> (ClientWithMiddleware, ManualClock) {
     let clock = ManualClock::new();
-    let middleware = RetryMiddleware::new(config)
-        .with_clock(clock.clone())
-        .with_jitter_source(FixedJitter::TOP);
+    let middleware =
+        RetryMiddleware::new(config).with_clock(clock.clone()).with_jitter_source(FixedJitter::TOP);
     (wrap(middleware), clock)
 }
 
