@@ -7,6 +7,7 @@ use std::time::Duration;
 use http::{HeaderName, StatusCode};
 
 use crate::backoff::Jitter;
+use crate::budget::RetryBudget;
 use crate::classify::{Attempt, Retryability};
 
 /// A custom retry predicate; see [`RetryConfigBuilder::with_predicate`].
@@ -32,6 +33,7 @@ pub(crate) type Predicate = Arc<dyn Fn(&Attempt<'_>) -> Option<Retryability> + S
 /// | `max_retry_after` | 30 s | a server may ask us to wait, not to hang; longer asks are returned to the caller |
 /// | `deadline` | none | the caller owns the deadline; set one to bound attempts and waits together |
 /// | `drain_limit` | 64 KiB | enough to finish a typical error body so the connection is reused, small enough to bound memory |
+/// | `budget` | [`RetryBudget::default`]: 10% of traffic plus 10 per second, per host | in an outage, retries add a tenth to the load, not three times it |
 /// | `predicate` | none | the built-in rules above |
 #[derive(Clone)]
 pub struct RetryConfig {
@@ -45,6 +47,7 @@ pub struct RetryConfig {
     max_retry_after: Duration,
     deadline: Option<Duration>,
     drain_limit: usize,
+    budget: Option<RetryBudget>,
     predicate: Option<Predicate>,
 }
 
@@ -61,6 +64,7 @@ impl Default for RetryConfig {
             max_retry_after: Duration::from_secs(30),
             deadline: None,
             drain_limit: 64 * 1024,
+            budget: Some(RetryBudget::default()),
             predicate: None,
         }
     }
@@ -131,6 +135,11 @@ impl RetryConfig {
         self.drain_limit
     }
 
+    /// The retry budget, if one is on.
+    pub fn budget(&self) -> Option<&RetryBudget> {
+        self.budget.as_ref()
+    }
+
     pub(crate) fn predicate(&self) -> Option<&Predicate> {
         self.predicate.as_ref()
     }
@@ -149,6 +158,7 @@ impl fmt::Debug for RetryConfig {
             .field("max_retry_after", &self.max_retry_after)
             .field("deadline", &self.deadline)
             .field("drain_limit", &self.drain_limit)
+            .field("budget", &self.budget)
             .field("predicate", &self.predicate.as_ref().map(|_| "<fn>"))
             .finish()
     }
@@ -234,6 +244,19 @@ impl RetryConfigBuilder {
         self
     }
 
+    /// Replaces the retry budget: the share of recent traffic that retries
+    /// may add. See [`RetryBudget`] for the algorithm and its defaults.
+    pub fn with_budget(mut self, budget: RetryBudget) -> Self {
+        self.config.budget = Some(budget);
+        self
+    }
+
+    /// Turns the retry budget off: only the retry count bounds retries.
+    pub fn without_budget(mut self) -> Self {
+        self.config.budget = None;
+        self
+    }
+
     /// A custom predicate, consulted after every attempt before the built-in
     /// rules. Return `Some` to decide, `None` to fall back to the built-in
     /// rules. Whatever it says, a [`Retryability::WhenSafe`] outcome is still
@@ -266,8 +289,8 @@ impl RetryConfigBuilder {
     ///
     /// A [`ConfigError`] naming the first invalid field: `initial_backoff`
     /// greater than `max_backoff`, a retryable status outside 400–599, an
-    /// idempotency header that is not a valid header name, or a zero
-    /// `deadline`.
+    /// idempotency header that is not a valid header name, a zero `deadline`,
+    /// or a budget ratio outside 0–1 or window outside 100 ms–1 h.
     pub fn build(self) -> Result<RetryConfig, ConfigError> {
         let mut config = self.config;
         if config.initial_backoff > config.max_backoff {
@@ -305,6 +328,9 @@ impl RetryConfigBuilder {
                     format!("{name:?} is not a valid header name"),
                 )
             })?;
+        }
+        if let Some(budget) = &config.budget {
+            budget.validate()?;
         }
         if config.deadline == Some(Duration::ZERO) {
             return Err(ConfigError::new(
@@ -353,6 +379,7 @@ mod tests {
         assert_eq!(config.max_retry_after(), Duration::from_secs(30));
         assert_eq!(config.deadline(), None);
         assert_eq!(config.drain_limit(), 64 * 1024);
+        assert_eq!(config.budget(), Some(&RetryBudget::default()));
         assert!(config.predicate().is_none());
     }
 
@@ -371,6 +398,15 @@ mod tests {
             (RetryConfig::builder().with_idempotency_header("bad header"), "idempotency_header"),
             (RetryConfig::builder().with_idempotency_header(""), "idempotency_header"),
             (RetryConfig::builder().with_deadline(Duration::ZERO), "deadline"),
+            (
+                RetryConfig::builder().with_budget(RetryBudget::default().with_ratio(2.0)),
+                "budget.ratio",
+            ),
+            (
+                RetryConfig::builder()
+                    .with_budget(RetryBudget::default().with_window(Duration::ZERO)),
+                "budget.window",
+            ),
         ];
         for (builder, field) in cases {
             let error = builder.build().expect_err(field);

@@ -61,6 +61,25 @@
 //! # Ok::<(), reqwest_safe_retry::ConfigError>(())
 //! ```
 //!
+//! ## Cap retries as a share of traffic
+//!
+//! Backoff protects a server from one client; a fleet of clients that each
+//! retry three times still quadruples the load of an outage. A
+//! [`RetryBudget`], on by default, lets retries to a host add at most 10% of
+//! the requests recently sent to it (plus a small floor), so an outage costs
+//! the server a tenth more, not three times more. When the budget is spent
+//! the outcome is returned as it is, with [`StopReason::BudgetExhausted`].
+//!
+//! ```
+//! use std::time::Duration;
+//! use reqwest_safe_retry::{RetryBudget, RetryConfig};
+//!
+//! let config = RetryConfig::builder()
+//!     .with_budget(RetryBudget::default().with_ratio(0.2).with_window(Duration::from_secs(30)))
+//!     .build()?;
+//! # Ok::<(), reqwest_safe_retry::ConfigError>(())
+//! ```
+//!
 //! ## Honour Retry-After, within a cap
 //!
 //! A server that says when to come back knows more than our backoff does, so
@@ -116,6 +135,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backoff;
+mod budget;
 mod classify;
 mod clock;
 mod config;
@@ -127,6 +147,7 @@ mod report;
 mod retry_after;
 
 pub use backoff::Jitter;
+pub use budget::{BudgetScope, RetryBudget};
 pub use classify::{Attempt, Outcome, Retryability};
 #[cfg(feature = "test-util")]
 pub use clock::ManualClock;

@@ -9,6 +9,7 @@ use reqwest::{Request, Response};
 use reqwest_middleware::{Middleware, Next, Result};
 
 use crate::backoff;
+use crate::budget::{Account, Budget};
 use crate::classify::{self, Attempt, Outcome, Retryability, Verdict};
 use crate::clock::{Clock, TokioClock};
 use crate::config::RetryConfig;
@@ -22,8 +23,8 @@ type Hook = Arc<dyn Fn(&RetryEvent<'_>) + Send + Sync>;
 
 /// The retry middleware for `reqwest_middleware`.
 ///
-/// Cheap to clone: clones share the configuration, clock, jitter source and
-/// hook.
+/// Cheap to clone: clones share the configuration, clock, jitter source,
+/// hook and retry budget.
 ///
 /// ```
 /// use reqwest_safe_retry::{RetryConfig, RetryMiddleware};
@@ -44,6 +45,7 @@ struct Inner {
     clock: Arc<dyn Clock>,
     jitter: Arc<dyn JitterSource>,
     hook: Option<Hook>,
+    budget: Option<Arc<Budget>>,
 }
 
 /// What the middleware decided after one attempt, as a hook sees it.
@@ -68,11 +70,13 @@ impl RetryMiddleware {
     /// A middleware with this policy, the [`TokioClock`] and thread-local
     /// randomness.
     pub fn new(config: RetryConfig) -> Self {
+        let budget = config.budget().map(|budget| Arc::new(Budget::new(budget)));
         let inner = Inner {
             config,
             clock: Arc::new(TokioClock),
             jitter: Arc::new(ThreadRngJitter),
             hook: None,
+            budget,
         };
         Self { inner: Arc::new(inner) }
     }
@@ -126,6 +130,7 @@ impl fmt::Debug for RetryMiddleware {
             .field("config", &self.inner.config)
             .field("clock", &self.inner.clock)
             .field("hook", &self.inner.hook.as_ref().map(|_| "<fn>"))
+            .field("budget", &self.inner.budget)
             .finish_non_exhaustive()
     }
 }
@@ -147,6 +152,8 @@ struct Plan {
     safe: bool,
     max_retries: u32,
     deadline: Option<(Instant, Duration)>,
+    /// The budget account this request draws its retries from.
+    account: Option<(Arc<Budget>, Arc<Account>)>,
 }
 
 /// Per-request progress.
@@ -169,6 +176,12 @@ impl Inner {
             self.notify(1, &method, Decision::Stop(StopReason::Disabled));
             return finish(extensions, outcome, 1, Duration::ZERO, StopReason::Disabled);
         }
+        let start = self.clock.now();
+        let account = self.budget.as_ref().map(|budget| {
+            let account = budget.account(req.url());
+            budget.deposit(&account, start);
+            (budget.clone(), account)
+        });
         let plan = Plan {
             safe: extensions.get::<SafeToRetry>().is_some() || self.is_safe(&req),
             max_retries: extensions.get::<MaxRetries>().map_or(self.config.max_retries(), |m| m.0),
@@ -176,7 +189,8 @@ impl Inner {
                 .get::<RetryDeadline>()
                 .map(|d| d.0)
                 .or(self.config.deadline())
-                .map(|limit| (self.clock.now(), limit)),
+                .map(|limit| (start, limit)),
+            account,
         };
         let method = req.method().clone();
         let mut progress = Progress {
@@ -302,10 +316,17 @@ impl Inner {
                 wait
             }
         };
+        let now = self.clock.now();
         if let Some((start, limit)) = plan.deadline {
-            let spent = self.clock.now().saturating_duration_since(start);
+            let spent = now.saturating_duration_since(start);
             if spent.saturating_add(after) > limit {
                 return Decision::Stop(StopReason::DeadlineExceeded);
+            }
+        }
+        // Last, so that only a retry that will happen is paid for.
+        if let Some((budget, account)) = &plan.account {
+            if !budget.try_withdraw(account, now) {
+                return Decision::Stop(StopReason::BudgetExhausted);
             }
         }
         Decision::Retry { after, reason: verdict.reason }
