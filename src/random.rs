@@ -8,7 +8,7 @@ use std::fmt;
 use std::sync::Mutex;
 
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use rand::{RngExt, SeedableRng};
 
 /// A source of random numbers in `[0, 1]` for jitter.
 ///
