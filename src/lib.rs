@@ -159,7 +159,7 @@ pub use overrides::{MaxRetries, NoRetry, RetryDeadline, SafeToRetry};
 #[cfg(feature = "test-util")]
 pub use random::FixedJitter;
 pub use random::{JitterSource, SeededJitter, ThreadRngJitter};
-pub use report::{ReportSlot, RetryReport};
+pub use report::{AttemptNumber, ReportSlot, RetryReport};
 
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]

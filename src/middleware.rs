@@ -16,7 +16,7 @@ use crate::config::RetryConfig;
 use crate::decision::{Decision, StopReason};
 use crate::overrides::{MaxRetries, NoRetry, RetryDeadline, SafeToRetry};
 use crate::random::{JitterSource, ThreadRngJitter};
-use crate::report::{ReportSlot, RetryReport};
+use crate::report::{AttemptNumber, ReportSlot, RetryReport};
 use crate::retry_after;
 
 type Hook = Arc<dyn Fn(&RetryEvent<'_>) + Send + Sync>;
@@ -207,6 +207,7 @@ impl Inner {
                 Some(copy) => (copy, Some(template)),
                 None => (template, None),
             };
+            extensions.insert(AttemptNumber(progress.attempts));
             let outcome = next.clone().run(attempt, extensions).await;
             let decision = self.decide(kept.as_ref(), &outcome, &plan, &mut progress);
             self.notify(progress.attempts, &method, decision);

@@ -30,6 +30,13 @@ impl RetryReport {
     }
 }
 
+/// The number of the attempt under way, starting at 1, for middlewares
+/// placed after this one (closer to the network) to read from the request
+/// extensions: one per-attempt span or metric, say, with OpenTelemetry's
+/// `http.request.resend_count` being `number - 1`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttemptNumber(pub u32);
+
 /// A place for the middleware to leave the [`RetryReport`] of one request,
 /// readable by the caller whatever the outcome.
 ///
