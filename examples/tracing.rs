@@ -1,0 +1,85 @@
+//! Retries as `tracing` events, and the attempt count under the name
+//! OpenTelemetry's HTTP conventions give it, `http.request.resend_count`.
+//!
+//! Run with `cargo run --example tracing`; it starts its own flaky server on
+//! loopback. The crate's events are at debug level under the target
+//! `reqwest_safe_retry`; they carry the attempt, method, reason and wait, and
+//! never headers, bodies or URLs.
+
+use std::time::Duration;
+
+use http::Extensions;
+use reqwest::{Request, Response};
+use reqwest_middleware::{ClientBuilder, Middleware, Next};
+use reqwest_safe_retry::{AttemptNumber, RetryConfig, RetryMiddleware, RetryReport};
+use tracing::Instrument;
+use wiremock::matchers::any;
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+/// Placed after the retry middleware, so it runs once per attempt: one span
+/// per attempt, as OpenTelemetry's HTTP client conventions describe.
+struct AttemptSpans;
+
+#[async_trait::async_trait]
+impl Middleware for AttemptSpans {
+    async fn handle(
+        &self,
+        req: Request,
+        extensions: &mut Extensions,
+        next: Next<'_>,
+    ) -> reqwest_middleware::Result<Response> {
+        let resend_count = extensions.get::<AttemptNumber>().map_or(0, |n| n.0 - 1);
+        let span = tracing::info_span!(
+            "HTTP",
+            http.request.method = %req.method(),
+            http.request.resend_count = resend_count,
+            http.response.status_code = tracing::field::Empty,
+        );
+        let result = next.run(req, extensions).instrument(span.clone()).await;
+        if let Ok(response) = &result {
+            span.record("http.response.status_code", response.status().as_u16());
+        }
+        span.in_scope(|| tracing::info!("attempt finished"));
+        result
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_target(true)
+        .with_ansi(false)
+        .init();
+
+    let server = MockServer::start().await;
+    Mock::given(any())
+        .respond_with(ResponseTemplate::new(503))
+        .up_to_n_times(2)
+        .with_priority(1)
+        .mount(&server)
+        .await;
+    Mock::given(any()).respond_with(ResponseTemplate::new(200)).mount(&server).await;
+
+    let config = RetryConfig::builder()
+        .with_initial_backoff(Duration::from_millis(20))
+        .build()
+        .expect("a valid configuration");
+    let client = ClientBuilder::new(reqwest::Client::new())
+        .with(RetryMiddleware::new(config))
+        .with(AttemptSpans)
+        .build();
+
+    let response = client
+        .get(format!("{}/orders?token=never-logged", server.uri()))
+        .send()
+        .await
+        .expect("the server recovers");
+    let report = response.extensions().get::<RetryReport>().copied().expect("always present");
+    tracing::info!(
+        http.response.status_code = response.status().as_u16(),
+        http.request.resend_count = report.resend_count(),
+        total_wait_ms = report.total_wait.as_millis() as u64,
+        "request finished"
+    );
+}
