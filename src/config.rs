@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use http::{HeaderName, StatusCode};
 
-use crate::backoff::Jitter;
+use crate::backoff::{self, Jitter};
 use crate::budget::RetryBudget;
 use crate::classify::{Attempt, Retryability};
 
@@ -133,6 +133,26 @@ impl RetryConfig {
     /// How much of a retried response's body is read before it is dropped.
     pub fn drain_limit(&self) -> usize {
         self.drain_limit
+    }
+
+    /// The wait this policy picks before retry `retry` (0 for the first
+    /// retry), given the previous wait (only [`Jitter::Decorrelated`] reads
+    /// it; pass `initial_backoff` before the first retry) and a random `unit`
+    /// in `[0, 1]` (clamped; NaN counts as 0). Never more than `max_backoff`,
+    /// never panics.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use reqwest_safe_retry::RetryConfig;
+    ///
+    /// let config = RetryConfig::default();
+    /// let top = |retry| config.backoff(retry, config.initial_backoff(), 1.0);
+    /// assert_eq!(top(0), Duration::from_millis(500));
+    /// assert_eq!(top(2), Duration::from_secs(2));
+    /// assert_eq!(top(u32::MAX), Duration::from_secs(30));
+    /// ```
+    pub fn backoff(&self, retry: u32, previous: Duration, unit: f64) -> Duration {
+        backoff::backoff(self.jitter, self.initial_backoff, self.max_backoff, retry, previous, unit)
     }
 
     /// The retry budget, if one is on.

@@ -160,6 +160,7 @@ pub use overrides::{MaxRetries, NoRetry, RetryDeadline, SafeToRetry};
 pub use random::FixedJitter;
 pub use random::{JitterSource, SeededJitter, ThreadRngJitter};
 pub use report::{AttemptNumber, ReportSlot, RetryReport};
+pub use retry_after::parse_retry_after;
 
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]

@@ -8,7 +8,6 @@ use http::{Extensions, Method};
 use reqwest::{Request, Response};
 use reqwest_middleware::{Middleware, Next, Result};
 
-use crate::backoff;
 use crate::budget::{Account, Budget};
 use crate::classify::{self, Attempt, Outcome, Retryability, Verdict};
 use crate::clock::{Clock, TokioClock};
@@ -17,7 +16,7 @@ use crate::decision::{Decision, StopReason};
 use crate::overrides::{MaxRetries, NoRetry, RetryDeadline, SafeToRetry};
 use crate::random::{JitterSource, ThreadRngJitter};
 use crate::report::{AttemptNumber, ReportSlot, RetryReport};
-use crate::retry_after;
+use crate::retry_after::parse_retry_after;
 
 type Hook = Arc<dyn Fn(&RetryEvent<'_>) + Send + Sync>;
 
@@ -296,7 +295,7 @@ impl Inner {
             Ok(response) => response
                 .headers()
                 .get(http::header::RETRY_AFTER)
-                .and_then(|value| retry_after::parse(value, self.clock.wall_time())),
+                .and_then(|value| parse_retry_after(value, self.clock.wall_time())),
             Err(_) => None,
         };
         let after = match asked {
@@ -305,10 +304,7 @@ impl Inner {
             }
             Some(asked) => asked,
             None => {
-                let wait = backoff::backoff(
-                    self.config.jitter(),
-                    self.config.initial_backoff(),
-                    self.config.max_backoff(),
+                let wait = self.config.backoff(
                     progress.attempts - 1,
                     progress.previous_wait,
                     self.jitter.unit(),

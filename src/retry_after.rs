@@ -6,13 +6,28 @@ use http::HeaderValue;
 
 /// The wait a `Retry-After` value asks for, measured from `now`.
 ///
+/// The middleware calls this with its [`Clock`](crate::Clock)'s wall time; it
+/// is public for clients that read the header themselves.
+///
+/// ```
+/// use std::time::{Duration, SystemTime};
+/// use http::HeaderValue;
+/// use reqwest_safe_retry::parse_retry_after;
+///
+/// let now = SystemTime::UNIX_EPOCH + Duration::from_secs(784_111_770);
+/// let date = HeaderValue::from_static("Sun, 06 Nov 1994 08:49:37 GMT");
+/// assert_eq!(parse_retry_after(&date, now), Some(Duration::from_secs(7)));
+/// assert_eq!(parse_retry_after(&HeaderValue::from_static("120"), now), Some(Duration::from_secs(120)));
+/// assert_eq!(parse_retry_after(&HeaderValue::from_static("soon"), now), None);
+/// ```
+///
 /// Accepts delay-seconds (`120`) and an HTTP date in any of the three forms
 /// RFC 9110 allows (IMF-fixdate, RFC 850, asctime). A date in the past asks
 /// for no wait. A number too large for a `u64` saturates, so it reads as
 /// "longer than any cap". Anything else — empty, negative, fractional, a
 /// malformed date, bytes that are not visible ASCII — is `None`: the caller
 /// ignores the header and falls back to its own backoff.
-pub(crate) fn parse(value: &HeaderValue, now: SystemTime) -> Option<Duration> {
+pub fn parse_retry_after(value: &HeaderValue, now: SystemTime) -> Option<Duration> {
     let text = value.to_str().ok()?.trim();
     if text.is_empty() {
         return None;
@@ -35,7 +50,7 @@ mod tests {
     }
 
     fn parse_str(s: &str, now: SystemTime) -> Option<Duration> {
-        parse(&HeaderValue::from_str(s).unwrap(), now)
+        parse_retry_after(&HeaderValue::from_str(s).unwrap(), now)
     }
 
     #[test]
@@ -75,6 +90,6 @@ mod tests {
             assert_eq!(parse_str(bad, rfc_example()), None, "{bad:?}");
         }
         let opaque = HeaderValue::from_bytes(b"\xff\xfe").unwrap();
-        assert_eq!(parse(&opaque, rfc_example()), None);
+        assert_eq!(parse_retry_after(&opaque, rfc_example()), None);
     }
 }
