@@ -1,0 +1,137 @@
+//! No input makes the pure parts panic or break their bounds.
+
+use std::time::{Duration, SystemTime};
+
+use http::{HeaderValue, StatusCode};
+use proptest::prelude::*;
+use reqwest_safe_retry::{Jitter, RetryConfig, parse_retry_after};
+
+fn cases() -> ProptestConfig {
+    let cases = std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(2048);
+    ProptestConfig::with_cases(cases)
+}
+
+fn any_duration() -> impl Strategy<Value = Duration> {
+    prop_oneof![
+        Just(Duration::ZERO),
+        Just(Duration::MAX),
+        (0u64..100_000).prop_map(Duration::from_millis),
+        (any::<u64>(), 0u32..1_000_000_000).prop_map(|(s, n)| Duration::new(s, n)),
+    ]
+}
+
+fn any_jitter() -> impl Strategy<Value = Jitter> {
+    prop_oneof![
+        Just(Jitter::Full),
+        Just(Jitter::Equal),
+        Just(Jitter::Decorrelated),
+        Just(Jitter::None)
+    ]
+}
+
+fn any_time() -> impl Strategy<Value = SystemTime> {
+    (0u64..253_402_300_799).prop_map(|s| SystemTime::UNIX_EPOCH + Duration::from_secs(s))
+}
+
+proptest! {
+    #![proptest_config(cases())]
+
+    #[test]
+    fn retry_after_never_panics_on_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..64), now in any_time()) {
+        if let Ok(value) = HeaderValue::from_bytes(&bytes) {
+            let _ = parse_retry_after(&value, now);
+        }
+    }
+
+    #[test]
+    fn retry_after_reads_every_delay_seconds(secs in any::<u64>(), now in any_time()) {
+        let value = HeaderValue::from_str(&secs.to_string()).unwrap();
+        prop_assert_eq!(parse_retry_after(&value, now), Some(Duration::from_secs(secs)));
+    }
+
+    #[test]
+    fn retry_after_dates_round_trip(at in any_time(), now in any_time()) {
+        let value = HeaderValue::from_str(&httpdate::fmt_http_date(at)).unwrap();
+        let want = at.duration_since(now).unwrap_or(Duration::ZERO);
+        prop_assert_eq!(parse_retry_after(&value, now), Some(want));
+    }
+
+    #[test]
+    fn backoff_stays_under_the_cap_for_any_config(
+        a in any_duration(),
+        b in any_duration(),
+        jitter in any_jitter(),
+        retry in any::<u32>(),
+        previous in any_duration(),
+        unit in any::<f64>(),
+    ) {
+        let (initial, max) = if a <= b { (a, b) } else { (b, a) };
+        let config = RetryConfig::builder()
+            .with_initial_backoff(initial)
+            .with_max_backoff(max)
+            .with_jitter(jitter)
+            .build()
+            .unwrap();
+        let wait = config.backoff(retry, previous, unit);
+        prop_assert!(wait <= max);
+        if jitter == Jitter::None || jitter == Jitter::Equal {
+            // Both keep at least half the ceiling, which grows with the retry.
+            let floor = config.backoff(retry, previous, 0.0);
+            prop_assert!(floor <= wait);
+        }
+    }
+
+    #[test]
+    fn inverted_bounds_are_an_error_not_a_panic(a in any_duration(), b in any_duration()) {
+        let built = RetryConfig::builder().with_initial_backoff(a).with_max_backoff(b).build();
+        prop_assert_eq!(built.is_ok(), a <= b);
+        if let Err(error) = built {
+            prop_assert_eq!(error.field(), "initial_backoff");
+        }
+    }
+
+    #[test]
+    fn any_status_set_is_accepted_or_rejected_cleanly(codes in proptest::collection::vec(any::<u16>(), 0..8)) {
+        let built = RetryConfig::builder().with_retryable_statuses(codes.clone()).build();
+        let valid = codes.iter().all(|c| (400..=599).contains(c));
+        prop_assert_eq!(built.is_ok(), valid);
+        if let Ok(config) = built {
+            for code in codes {
+                prop_assert!(config.retryable_statuses().contains(&StatusCode::from_u16(code).unwrap()));
+            }
+        }
+    }
+}
+
+/// Answers every call with one status, without a network.
+struct Always(u16);
+
+#[async_trait::async_trait]
+impl reqwest_middleware::Middleware for Always {
+    async fn handle(
+        &self,
+        _: reqwest::Request,
+        _: &mut http::Extensions,
+        _: reqwest_middleware::Next<'_>,
+    ) -> reqwest_middleware::Result<reqwest::Response> {
+        Ok(http::Response::builder().status(self.0).body("").unwrap().into())
+    }
+}
+
+#[tokio::test]
+async fn every_status_code_is_classified() {
+    use reqwest_safe_retry::{ManualClock, RetryMiddleware, RetryReport};
+    let retryable = [429, 502, 503, 504];
+    for code in 100..=999u16 {
+        let middleware =
+            RetryMiddleware::new(RetryConfig::default()).with_clock(ManualClock::new());
+        let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
+            .with(middleware)
+            .with(Always(code))
+            .build();
+        let response = client.get("http://status.test/").send().await.unwrap();
+        let report = *response.extensions().get::<RetryReport>().unwrap();
+        let want = if retryable.contains(&code) { 4 } else { 1 };
+        assert_eq!(report.attempts, want, "{code}");
+    }
+}
