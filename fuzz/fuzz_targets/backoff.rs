@@ -1,0 +1,24 @@
+//! Backoff for any configuration, retry number, previous wait and random
+//! draw: never a panic, never above the cap.
+#![no_main]
+
+use std::time::Duration;
+
+use libfuzzer_sys::fuzz_target;
+use reqwest_safe_retry::{Jitter, RetryConfig};
+
+fuzz_target!(|input: (u64, u32, u64, u32, u8, u32, u64, u32, f64)| {
+    let (a_s, a_n, b_s, b_n, kind, retry, p_s, p_n, unit) = input;
+    let a = Duration::new(a_s, a_n % 1_000_000_000);
+    let b = Duration::new(b_s, b_n % 1_000_000_000);
+    let previous = Duration::new(p_s, p_n % 1_000_000_000);
+    let jitter = [Jitter::Full, Jitter::Equal, Jitter::Decorrelated, Jitter::None][usize::from(kind % 4)];
+    let built = RetryConfig::builder().with_initial_backoff(a).with_max_backoff(b).with_jitter(jitter).build();
+    match built {
+        Ok(config) => assert!(config.backoff(retry, previous, unit) <= b),
+        Err(error) => {
+            assert!(a > b);
+            assert_eq!(error.field(), "initial_backoff");
+        }
+    }
+});
