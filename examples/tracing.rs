@@ -28,6 +28,7 @@ impl Middleware for AttemptSpans {
         extensions: &mut Extensions,
         next: Next<'_>,
     ) -> reqwest_middleware::Result<Response> {
+        // Absent on the first attempt.
         let resend_count = extensions.get::<AttemptNumber>().map_or(0, |n| n.0 - 1);
         let span = tracing::info_span!(
             "HTTP",

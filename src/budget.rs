@@ -155,7 +155,9 @@ impl RetryBudget {
 pub(crate) struct Budget {
     deposit: u64,
     floor: u64,
-    slot_width: Duration,
+    /// Width of a slot in milliseconds: at least 10, as the window is at
+    /// least 100 ms.
+    slot_ms: u64,
     origin: OnceLock<Instant>,
     scope: Scope,
 }
@@ -197,7 +199,7 @@ impl Budget {
             deposit: (config.ratio * RETRY_COST as f64).round() as u64,
             // min_per_sec × window, in thousandths: at most about 1.5e16.
             floor: u64::from(config.min_per_sec) * window_ms,
-            slot_width: config.window / SLOTS,
+            slot_ms: window_ms / u64::from(SLOTS),
             origin: OnceLock::new(),
             scope,
         }
@@ -253,7 +255,8 @@ impl Budget {
     fn slot_number(&self, now: Instant) -> u64 {
         let origin = *self.origin.get_or_init(|| now);
         let elapsed = now.saturating_duration_since(origin);
-        (elapsed.as_nanos() / self.slot_width.as_nanos()) as u64
+        let ms = elapsed.as_secs().saturating_mul(1000) + u64::from(elapsed.subsec_millis());
+        ms / self.slot_ms
     }
 }
 
@@ -304,7 +307,7 @@ impl fmt::Debug for Budget {
         f.debug_struct("Budget")
             .field("deposit", &self.deposit)
             .field("floor", &self.floor)
-            .field("slot_width", &self.slot_width)
+            .field("slot_ms", &self.slot_ms)
             .finish_non_exhaustive()
     }
 }

@@ -42,6 +42,10 @@ impl Clock for TokioClock {
     }
 
     fn sleep(&self, duration: Duration) -> Sleep {
+        if duration.is_zero() {
+            // No timer for nothing: a zero-sized future, so not even a box.
+            return Box::pin(std::future::ready(()));
+        }
         Box::pin(tokio::time::sleep(duration))
     }
 }

@@ -1,6 +1,8 @@
 //! The middleware: one loop of attempt, decide, wait.
 
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -162,7 +164,23 @@ struct Progress {
     previous_wait: Duration,
 }
 
+/// One logical request: its settings, its progress, its method for the logs.
+struct Call {
+    plan: Plan,
+    progress: Progress,
+    method: Method,
+}
+
+/// What one attempt came to.
+struct Step {
+    outcome: Result<Response>,
+    /// The wait and the request to send next, or why to stop.
+    retry: std::result::Result<(Duration, Request), StopReason>,
+}
+
 impl Inner {
+    /// Sends the first attempt inline and hands any retries to a boxed loop,
+    /// so the common case (no retry) carries no retry machinery in its future.
     async fn execute(
         &self,
         req: Request,
@@ -173,8 +191,60 @@ impl Inner {
             let method = req.method().clone();
             let outcome = next.run(req, extensions).await;
             self.notify(1, &method, Decision::Stop(StopReason::Disabled));
-            return finish(extensions, outcome, 1, Duration::ZERO, StopReason::Disabled);
+            let report =
+                RetryReport { attempts: 1, total_wait: Duration::ZERO, stop: StopReason::Disabled };
+            return finish(extensions, outcome, report);
         }
+        let mut call = self.call(&req, extensions);
+        let step = self.attempt(&mut call, req, extensions, next.clone()).await;
+        match step.retry {
+            Err(stop) => finish(extensions, step.outcome, call.report(stop)),
+            Ok((after, template)) => {
+                self.boxed_retries(call, step.outcome, after, template, extensions, next).await
+            }
+        }
+    }
+
+    /// [`retries`](Self::retries) on the heap. A plain function, so that the
+    /// caller's future holds only the box, not room for the loop's state.
+    fn boxed_retries<'a>(
+        &'a self,
+        call: Call,
+        outcome: Result<Response>,
+        after: Duration,
+        template: Request,
+        extensions: &'a mut Extensions,
+        next: Next<'a>,
+    ) -> Pin<Box<dyn Future<Output = Result<Response>> + Send + 'a>> {
+        Box::pin(self.retries(call, outcome, after, template, extensions, next))
+    }
+
+    /// Waits and attempts again until an attempt says stop.
+    async fn retries(
+        &self,
+        mut call: Call,
+        mut outcome: Result<Response>,
+        mut after: Duration,
+        mut template: Request,
+        extensions: &mut Extensions,
+        next: Next<'_>,
+    ) -> Result<Response> {
+        loop {
+            if let Ok(response) = outcome {
+                drain(response, self.config.drain_limit()).await;
+            }
+            self.clock.sleep(after).await;
+            call.progress.total_wait = call.progress.total_wait.saturating_add(after);
+            let step = self.attempt(&mut call, template, extensions, next.clone()).await;
+            match step.retry {
+                Err(stop) => return finish(extensions, step.outcome, call.report(stop)),
+                Ok((wait, request)) => (outcome, after, template) = (step.outcome, wait, request),
+            }
+        }
+    }
+
+    /// Reads the per-request overrides and opens the budget account.
+    fn call(&self, req: &Request, extensions: &Extensions) -> Call {
         let start = self.clock.now();
         let account = self.budget.as_ref().map(|budget| {
             let account = budget.account(req.url());
@@ -182,7 +252,7 @@ impl Inner {
             (budget.clone(), account)
         });
         let plan = Plan {
-            safe: extensions.get::<SafeToRetry>().is_some() || self.is_safe(&req),
+            safe: extensions.get::<SafeToRetry>().is_some() || self.is_safe(req),
             max_retries: extensions.get::<MaxRetries>().map_or(self.config.max_retries(), |m| m.0),
             deadline: extensions
                 .get::<RetryDeadline>()
@@ -191,55 +261,42 @@ impl Inner {
                 .map(|limit| (start, limit)),
             account,
         };
-        let method = req.method().clone();
-        let mut progress = Progress {
+        let progress = Progress {
             attempts: 0,
             total_wait: Duration::ZERO,
             previous_wait: self.config.initial_backoff(),
         };
-        let mut template = req;
-        loop {
-            progress.attempts += 1;
-            // Keep the original for the next attempt and send a copy; a body
-            // that cannot be copied is sent as it is, once.
-            let (attempt, kept) = match template.try_clone() {
-                Some(copy) => (copy, Some(template)),
-                None => (template, None),
-            };
-            extensions.insert(AttemptNumber(progress.attempts));
-            let outcome = next.clone().run(attempt, extensions).await;
-            let decision = self.decide(kept.as_ref(), &outcome, &plan, &mut progress);
-            self.notify(progress.attempts, &method, decision);
-            let (after, next_request) = match (decision, kept) {
-                (Decision::Retry { after, .. }, Some(request)) => (after, request),
-                (Decision::Stop(reason), _) => {
-                    return finish(
-                        extensions,
-                        outcome,
-                        progress.attempts,
-                        progress.total_wait,
-                        reason,
-                    );
-                }
-                // `decide` never retries without a kept request.
-                (Decision::Retry { .. }, None) => {
-                    let reason = StopReason::NotReplayable;
-                    return finish(
-                        extensions,
-                        outcome,
-                        progress.attempts,
-                        progress.total_wait,
-                        reason,
-                    );
-                }
-            };
-            if let Ok(response) = outcome {
-                drain(response, self.config.drain_limit()).await;
-            }
-            self.clock.sleep(after).await;
-            progress.total_wait = progress.total_wait.saturating_add(after);
-            template = next_request;
+        Call { plan, progress, method: req.method().clone() }
+    }
+
+    /// Sends one attempt and decides what follows.
+    async fn attempt(
+        &self,
+        call: &mut Call,
+        template: Request,
+        extensions: &mut Extensions,
+        next: Next<'_>,
+    ) -> Step {
+        call.progress.attempts += 1;
+        // Keep the original for the next attempt and send a copy; a body that
+        // cannot be copied is sent as it is, once.
+        let (attempt, kept) = match template.try_clone() {
+            Some(copy) => (copy, Some(template)),
+            None => (template, None),
+        };
+        if call.progress.attempts > 1 {
+            extensions.insert(AttemptNumber(call.progress.attempts));
         }
+        let outcome = next.run(attempt, extensions).await;
+        let decision = self.decide(kept.as_ref(), &outcome, &call.plan, &mut call.progress);
+        self.notify(call.progress.attempts, &call.method, decision);
+        let retry = match (decision, kept) {
+            (Decision::Retry { after, .. }, Some(request)) => Ok((after, request)),
+            (Decision::Stop(stop), _) => Err(stop),
+            // `decide` never retries without a kept request.
+            (Decision::Retry { .. }, None) => Err(StopReason::NotReplayable),
+        };
+        Step { outcome, retry }
     }
 
     fn is_safe(&self, req: &Request) -> bool {
@@ -353,19 +410,21 @@ impl Inner {
     }
 }
 
+impl Call {
+    fn report(&self, stop: StopReason) -> RetryReport {
+        RetryReport { attempts: self.progress.attempts, total_wait: self.progress.total_wait, stop }
+    }
+}
+
 /// Records the report where the caller can find it and returns the outcome.
 fn finish(
     extensions: &mut Extensions,
     mut outcome: Result<Response>,
-    attempts: u32,
-    total_wait: Duration,
-    stop: StopReason,
+    report: RetryReport,
 ) -> Result<Response> {
-    let report = RetryReport { attempts, total_wait, stop };
     if let Some(slot) = extensions.get::<ReportSlot>() {
         slot.set(report);
     }
-    extensions.insert(report);
     if let Ok(response) = &mut outcome {
         response.extensions_mut().insert(report);
     }

@@ -8,10 +8,8 @@ use crate::decision::StopReason;
 /// How a request went: attempts made, time spent waiting, why it stopped.
 ///
 /// Found in the final response's extensions
-/// (`response.extensions().get::<RetryReport>()`), in the request extensions
-/// when the client is called through `execute_with_extensions`, and in a
-/// [`ReportSlot`] the caller attached, which also works when the final
-/// outcome is an error.
+/// (`response.extensions().get::<RetryReport>()`), and in a [`ReportSlot`]
+/// the caller attached, which also works when the final outcome is an error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RetryReport {
@@ -30,10 +28,13 @@ impl RetryReport {
     }
 }
 
-/// The number of the attempt under way, starting at 1, for middlewares
-/// placed after this one (closer to the network) to read from the request
-/// extensions: one per-attempt span or metric, say, with OpenTelemetry's
+/// The number of the attempt under way, for middlewares placed after this
+/// one (closer to the network) to read from the request extensions: one
+/// per-attempt span or metric, say, with OpenTelemetry's
 /// `http.request.resend_count` being `number - 1`.
+///
+/// Set from the second attempt on; absent means the first attempt, which
+/// keeps the common path free of an allocation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AttemptNumber(pub u32);
 

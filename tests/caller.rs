@@ -26,14 +26,16 @@ async fn response_carries_attempts_and_total_wait() {
 }
 
 #[tokio::test]
-async fn report_reaches_execute_with_extensions() {
+async fn report_slot_works_through_execute_with_extensions() {
     let server = MockServer::start().await;
     script_statuses(&server, "/r", &[503, 200]).await;
     let (client, _) = client(policy().build().unwrap());
     let request = client.get(format!("{}/r", server.uri())).build().unwrap();
+    let slot = ReportSlot::new();
     let mut extensions = http::Extensions::new();
+    extensions.insert(slot.clone());
     client.execute_with_extensions(request, &mut extensions).await.unwrap();
-    assert_eq!(extensions.get::<RetryReport>().unwrap().attempts, 2);
+    assert_eq!(slot.get().unwrap().attempts, 2);
 }
 
 /// Sends `make` through a client without middleware and through ours, and

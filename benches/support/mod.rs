@@ -1,0 +1,128 @@
+//! The three stacks compared by the benchmarks, the in-process server they
+//! call when no network is wanted, and a hyper server on loopback when it is.
+
+#![allow(dead_code, unreachable_pub, missing_docs)]
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::Extensions;
+use http_body_util::{BodyExt, Full};
+use reqwest::{Request, Response};
+use reqwest_middleware::{ClientBuilder, ClientWithMiddleware, Middleware, Next};
+use reqwest_retry::RetryTransientMiddleware;
+use reqwest_retry::policies::ExponentialBackoff;
+use reqwest_safe_retry::{RetryConfig, RetryMiddleware};
+
+/// Which retry layer sits in the stack.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stack {
+    None,
+    Peer,
+    Ours,
+}
+
+impl Stack {
+    pub const ALL: [Stack; 3] = [Stack::None, Stack::Peer, Stack::Ours];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Stack::None => "no retry",
+            Stack::Peer => "reqwest-retry",
+            Stack::Ours => "reqwest-safe-retry",
+        }
+    }
+
+    /// The stack over `client`, with zero-length waits, then `last` if given.
+    pub fn build(self, client: reqwest::Client, last: Option<Scripted>) -> ClientWithMiddleware {
+        let builder = ClientBuilder::new(client);
+        let builder = match self {
+            Stack::None => builder,
+            Stack::Peer => builder.with(RetryTransientMiddleware::new_with_policy(
+                ExponentialBackoff::builder()
+                    .retry_bounds(Duration::ZERO, Duration::ZERO)
+                    .build_with_max_retries(3),
+            )),
+            Stack::Ours => {
+                let config = RetryConfig::builder()
+                    .with_initial_backoff(Duration::ZERO)
+                    .with_max_backoff(Duration::ZERO)
+                    .build()
+                    .expect("a valid configuration");
+                builder.with(RetryMiddleware::new(config))
+            }
+        };
+        match last {
+            Some(last) => builder.with(last).build(),
+            None => builder.build(),
+        }
+    }
+}
+
+/// The last middleware: answers at once without a network, cycling through
+/// `statuses` call by call.
+pub struct Scripted {
+    statuses: &'static [u16],
+    calls: AtomicU64,
+}
+
+impl Scripted {
+    pub fn new(statuses: &'static [u16]) -> Self {
+        Self { statuses, calls: AtomicU64::new(0) }
+    }
+}
+
+#[async_trait::async_trait]
+impl Middleware for Scripted {
+    async fn handle(
+        &self,
+        _: Request,
+        _: &mut Extensions,
+        _: Next<'_>,
+    ) -> reqwest_middleware::Result<Response> {
+        let n = self.calls.fetch_add(1, Ordering::Relaxed) as usize;
+        let status = self.statuses[n % self.statuses.len()];
+        Ok(http::Response::builder().status(status).body(Bytes::new()).expect("valid").into())
+    }
+}
+
+/// A hyper server on loopback that reads each request body to the end (and
+/// drops it) and answers `hello` with the next of `statuses`, in a cycle.
+pub async fn loopback_server(statuses: &'static [u16]) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind loopback");
+    let addr = listener.local_addr().expect("bound");
+    let served = std::sync::Arc::new(AtomicU64::new(0));
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let served = served.clone();
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(
+                    move |request: hyper::Request<hyper::body::Incoming>| {
+                        let n = served.fetch_add(1, Ordering::Relaxed) as usize;
+                        async move {
+                            let mut body = request.into_body();
+                            while let Some(frame) = body.frame().await {
+                                if frame.is_err() {
+                                    break;
+                                }
+                            }
+                            let status = http::StatusCode::from_u16(statuses[n % statuses.len()])
+                                .expect("valid statuses");
+                            let mut response =
+                                hyper::Response::new(Full::new(Bytes::from_static(b"hello")));
+                            *response.status_mut() = status;
+                            Ok::<_, Infallible>(response)
+                        }
+                    },
+                );
+                let io = hyper_util::rt::TokioIo::new(stream);
+                let _ =
+                    hyper::server::conn::http1::Builder::new().serve_connection(io, service).await;
+            });
+        }
+    });
+    addr
+}
