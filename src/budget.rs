@@ -31,11 +31,12 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::hash::{BuildHasher, Hash, RandomState};
+use std::hash::{BuildHasher, Hash};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
 use reqwest::Url;
+use rustc_hash::FxBuildHasher;
 
 use crate::config::ConfigError;
 
@@ -164,7 +165,12 @@ pub(crate) struct Budget {
 
 enum Scope {
     Global(Arc<Account>),
-    PerHost { hasher: RandomState, hosts: RwLock<HashMap<u64, Arc<Account>>> },
+    /// Keyed by a hash of scheme, host and port. A collision only makes two
+    /// hosts share a budget, so a fast hash is enough.
+    PerHost {
+        hasher: FxBuildHasher,
+        hosts: RwLock<HashMap<u64, Arc<Account>, FxBuildHasher>>,
+    },
 }
 
 /// One budget's counts.
@@ -192,7 +198,7 @@ impl Budget {
         let scope = match config.scope {
             BudgetScope::Global => Scope::Global(Arc::new(Account::new())),
             BudgetScope::PerHost => {
-                Scope::PerHost { hasher: RandomState::new(), hosts: RwLock::new(HashMap::new()) }
+                Scope::PerHost { hasher: FxBuildHasher, hosts: RwLock::new(HashMap::default()) }
             }
         };
         Self {
@@ -264,7 +270,7 @@ fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
     lock.read().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-fn host_key(hasher: &RandomState, url: &Url) -> u64 {
+fn host_key(hasher: &FxBuildHasher, url: &Url) -> u64 {
     let mut state = hasher.build_hasher();
     url.scheme().hash(&mut state);
     url.host_str().hash(&mut state);

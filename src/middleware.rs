@@ -136,17 +136,26 @@ impl fmt::Debug for RetryMiddleware {
     }
 }
 
-#[async_trait::async_trait]
+/// Written out rather than through `async_trait`, whose extra async block
+/// would hold a second copy of the request in every request's future.
 impl Middleware for RetryMiddleware {
-    async fn handle(
-        &self,
+    fn handle<'life0, 'life1, 'life2, 'async_trait>(
+        &'life0 self,
         req: Request,
-        extensions: &mut Extensions,
-        next: Next<'_>,
-    ) -> Result<Response> {
-        self.inner.execute(req, extensions, next).await
+        extensions: &'life1 mut Extensions,
+        next: Next<'life2>,
+    ) -> Pin<Box<dyn Future<Output = Result<Response>> + Send + 'async_trait>>
+    where
+        'life0: 'async_trait,
+        'life1: 'async_trait,
+        'life2: 'async_trait,
+        Self: 'async_trait,
+    {
+        self.inner.execute(req, extensions, next)
     }
 }
+
+type BoxFuture<'a> = Pin<Box<dyn Future<Output = Result<Response>> + Send + 'a>>;
 
 /// Per-request settings, after the overrides in the extensions.
 struct Plan {
@@ -154,7 +163,7 @@ struct Plan {
     max_retries: u32,
     deadline: Option<(Instant, Duration)>,
     /// The budget account this request draws its retries from.
-    account: Option<(Arc<Budget>, Arc<Account>)>,
+    account: Option<Arc<Account>>,
 }
 
 /// Per-request progress.
@@ -171,52 +180,45 @@ struct Call {
     method: Method,
 }
 
-/// What one attempt came to.
-struct Step {
-    outcome: Result<Response>,
-    /// The wait and the request to send next, or why to stop.
-    retry: std::result::Result<(Duration, Request), StopReason>,
-}
+/// After an attempt: the wait and the request to send next, or why to stop.
+type Following = std::result::Result<(Duration, Request), StopReason>;
 
 impl Inner {
-    /// Sends the first attempt inline and hands any retries to a boxed loop,
-    /// so the common case (no retry) carries no retry machinery in its future.
-    async fn execute(
-        &self,
-        req: Request,
-        extensions: &mut Extensions,
-        next: Next<'_>,
-    ) -> Result<Response> {
-        if extensions.get::<NoRetry>().is_some() {
-            let method = req.method().clone();
-            let outcome = next.run(req, extensions).await;
-            self.notify(1, &method, Decision::Stop(StopReason::Disabled));
-            let report =
-                RetryReport { attempts: 1, total_wait: Duration::ZERO, stop: StopReason::Disabled };
-            return finish(extensions, outcome, report);
-        }
-        let mut call = self.call(&req, extensions);
-        let step = self.attempt(&mut call, req, extensions, next.clone()).await;
-        match step.retry {
-            Err(stop) => finish(extensions, step.outcome, call.report(stop)),
-            Ok((after, template)) => {
-                self.boxed_retries(call, step.outcome, after, template, extensions, next).await
-            }
-        }
-    }
-
-    /// [`retries`](Self::retries) on the heap. A plain function, so that the
-    /// caller's future holds only the box, not room for the loop's state.
-    fn boxed_retries<'a>(
+    /// Reads the overrides and copies the request before anything is
+    /// awaited, then sends the first attempt inline and hands any retries to
+    /// a boxed loop, so the common case (no retry) carries neither the loop's
+    /// state nor a second copy of the request in its future.
+    fn execute<'a>(
         &'a self,
-        call: Call,
-        outcome: Result<Response>,
-        after: Duration,
-        template: Request,
+        req: Request,
         extensions: &'a mut Extensions,
         next: Next<'a>,
-    ) -> Pin<Box<dyn Future<Output = Result<Response>> + Send + 'a>> {
-        Box::pin(self.retries(call, outcome, after, template, extensions, next))
+    ) -> BoxFuture<'a> {
+        if extensions.get::<NoRetry>().is_some() {
+            let method = req.method().clone();
+            return Box::pin(async move {
+                let outcome = next.run(req, extensions).await;
+                self.notify(1, &method, Decision::Stop(StopReason::Disabled));
+                let report = RetryReport {
+                    attempts: 1,
+                    total_wait: Duration::ZERO,
+                    stop: StopReason::Disabled,
+                };
+                finish(extensions, outcome, report)
+            });
+        }
+        let mut call = self.call(&req, extensions);
+        let (attempt, kept) = split(req);
+        call.progress.attempts = 1;
+        Box::pin(async move {
+            let outcome = next.clone().run(attempt, extensions).await;
+            match self.conclude(&mut call, kept, &outcome) {
+                Err(stop) => finish(extensions, outcome, call.report(stop)),
+                Ok((after, template)) => {
+                    Box::pin(self.retries(call, outcome, after, template, extensions, next)).await
+                }
+            }
+        })
     }
 
     /// Waits and attempts again until an attempt says stop.
@@ -235,11 +237,31 @@ impl Inner {
             }
             self.clock.sleep(after).await;
             call.progress.total_wait = call.progress.total_wait.saturating_add(after);
-            let step = self.attempt(&mut call, template, extensions, next.clone()).await;
-            match step.retry {
-                Err(stop) => return finish(extensions, step.outcome, call.report(stop)),
-                Ok((wait, request)) => (outcome, after, template) = (step.outcome, wait, request),
+            call.progress.attempts += 1;
+            extensions.insert(AttemptNumber(call.progress.attempts));
+            let (attempt, kept) = split(template);
+            outcome = next.clone().run(attempt, extensions).await;
+            match self.conclude(&mut call, kept, &outcome) {
+                Err(stop) => return finish(extensions, outcome, call.report(stop)),
+                Ok((wait, request)) => (after, template) = (wait, request),
             }
+        }
+    }
+
+    /// Decides what follows an attempt, and tells the hook and the logs.
+    fn conclude(
+        &self,
+        call: &mut Call,
+        kept: Option<Request>,
+        outcome: &Result<Response>,
+    ) -> Following {
+        let decision = self.decide(kept.as_ref(), outcome, &call.plan, &mut call.progress);
+        self.notify(call.progress.attempts, &call.method, decision);
+        match (decision, kept) {
+            (Decision::Retry { after, .. }, Some(request)) => Ok((after, request)),
+            (Decision::Stop(stop), _) => Err(stop),
+            // `decide` never retries without a kept request.
+            (Decision::Retry { .. }, None) => Err(StopReason::NotReplayable),
         }
     }
 
@@ -249,7 +271,7 @@ impl Inner {
         let account = self.budget.as_ref().map(|budget| {
             let account = budget.account(req.url());
             budget.deposit(&account, start);
-            (budget.clone(), account)
+            account
         });
         let plan = Plan {
             safe: extensions.get::<SafeToRetry>().is_some() || self.is_safe(req),
@@ -267,36 +289,6 @@ impl Inner {
             previous_wait: self.config.initial_backoff(),
         };
         Call { plan, progress, method: req.method().clone() }
-    }
-
-    /// Sends one attempt and decides what follows.
-    async fn attempt(
-        &self,
-        call: &mut Call,
-        template: Request,
-        extensions: &mut Extensions,
-        next: Next<'_>,
-    ) -> Step {
-        call.progress.attempts += 1;
-        // Keep the original for the next attempt and send a copy; a body that
-        // cannot be copied is sent as it is, once.
-        let (attempt, kept) = match template.try_clone() {
-            Some(copy) => (copy, Some(template)),
-            None => (template, None),
-        };
-        if call.progress.attempts > 1 {
-            extensions.insert(AttemptNumber(call.progress.attempts));
-        }
-        let outcome = next.run(attempt, extensions).await;
-        let decision = self.decide(kept.as_ref(), &outcome, &call.plan, &mut call.progress);
-        self.notify(call.progress.attempts, &call.method, decision);
-        let retry = match (decision, kept) {
-            (Decision::Retry { after, .. }, Some(request)) => Ok((after, request)),
-            (Decision::Stop(stop), _) => Err(stop),
-            // `decide` never retries without a kept request.
-            (Decision::Retry { .. }, None) => Err(StopReason::NotReplayable),
-        };
-        Step { outcome, retry }
     }
 
     fn is_safe(&self, req: &Request) -> bool {
@@ -378,7 +370,7 @@ impl Inner {
             }
         }
         // Last, so that only a retry that will happen is paid for.
-        if let Some((budget, account)) = &plan.account {
+        if let (Some(budget), Some(account)) = (&self.budget, &plan.account) {
             if !budget.try_withdraw(account, now) {
                 return Decision::Stop(StopReason::BudgetExhausted);
             }
@@ -413,6 +405,15 @@ impl Inner {
 impl Call {
     fn report(&self, stop: StopReason) -> RetryReport {
         RetryReport { attempts: self.progress.attempts, total_wait: self.progress.total_wait, stop }
+    }
+}
+
+/// The copy to send and the original to keep for the next attempt; a body
+/// that cannot be copied is sent as it is, once.
+fn split(template: Request) -> (Request, Option<Request>) {
+    match template.try_clone() {
+        Some(copy) => (copy, Some(template)),
+        None => (template, None),
     }
 }
 
