@@ -19,7 +19,7 @@ fn current_thread() -> tokio::runtime::Runtime {
 fn in_process(c: &mut Criterion) {
     let runtime = current_thread();
     let mut group = c.benchmark_group("in_process");
-    for stack in Stack::ALL {
+    for stack in Stack::ALL.into_iter().chain([Stack::OursNoBudget]) {
         let client = stack.build(reqwest::Client::new(), Some(Scripted::new(&[200])));
         group.bench_function(BenchmarkId::new("200 first time", stack.name()), |b| {
             b.iter(|| {

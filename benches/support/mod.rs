@@ -23,6 +23,8 @@ pub enum Stack {
     None,
     Peer,
     Ours,
+    /// Ours with the retry budget off, to show what the budget costs.
+    OursNoBudget,
 }
 
 impl Stack {
@@ -33,6 +35,7 @@ impl Stack {
             Stack::None => "no retry",
             Stack::Peer => "reqwest-retry",
             Stack::Ours => "reqwest-safe-retry",
+            Stack::OursNoBudget => "reqwest-safe-retry, no budget",
         }
     }
 
@@ -46,13 +49,14 @@ impl Stack {
                     .retry_bounds(Duration::ZERO, Duration::ZERO)
                     .build_with_max_retries(3),
             )),
-            Stack::Ours => {
-                let config = RetryConfig::builder()
+            Stack::Ours | Stack::OursNoBudget => {
+                let mut config = RetryConfig::builder()
                     .with_initial_backoff(Duration::ZERO)
-                    .with_max_backoff(Duration::ZERO)
-                    .build()
-                    .expect("a valid configuration");
-                builder.with(RetryMiddleware::new(config))
+                    .with_max_backoff(Duration::ZERO);
+                if self == Stack::OursNoBudget {
+                    config = config.without_budget();
+                }
+                builder.with(RetryMiddleware::new(config.build().expect("a valid configuration")))
             }
         };
         match last {
