@@ -142,6 +142,7 @@ mod config;
 mod decision;
 mod middleware;
 mod overrides;
+mod policy;
 mod random;
 mod report;
 mod retry_after;

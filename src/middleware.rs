@@ -4,21 +4,20 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use http::{Extensions, Method};
 use reqwest::{Request, Response};
 use reqwest_middleware::{Middleware, Next, Result};
 
-use crate::budget::{Account, Budget};
-use crate::classify::{self, Attempt, Outcome, Retryability, Verdict};
+use crate::budget::Budget;
 use crate::clock::{Clock, TokioClock};
 use crate::config::RetryConfig;
 use crate::decision::{Decision, StopReason};
-use crate::overrides::{MaxRetries, NoRetry, RetryDeadline, SafeToRetry};
+use crate::overrides::NoRetry;
+use crate::policy::{Plan, Policy, Progress};
 use crate::random::{JitterSource, ThreadRngJitter};
 use crate::report::{AttemptNumber, ReportSlot, RetryReport};
-use crate::retry_after::parse_retry_after;
 
 type Hook = Arc<dyn Fn(&RetryEvent<'_>) + Send + Sync>;
 
@@ -42,11 +41,8 @@ pub struct RetryMiddleware {
 
 #[derive(Clone)]
 struct Inner {
-    config: RetryConfig,
-    clock: Arc<dyn Clock>,
-    jitter: Arc<dyn JitterSource>,
+    policy: Policy,
     hook: Option<Hook>,
-    budget: Option<Arc<Budget>>,
 }
 
 /// What the middleware decided after one attempt, as a hook sees it.
@@ -72,25 +68,25 @@ impl RetryMiddleware {
     /// randomness.
     pub fn new(config: RetryConfig) -> Self {
         let budget = config.budget().map(|budget| Arc::new(Budget::new(budget)));
-        let inner = Inner {
+        let policy = Policy {
             config,
             clock: Arc::new(TokioClock),
             jitter: Arc::new(ThreadRngJitter),
-            hook: None,
             budget,
         };
+        let inner = Inner { policy, hook: None };
         Self { inner: Arc::new(inner) }
     }
 
     /// Uses `clock` for every reading of the time and every wait.
     pub fn with_clock(mut self, clock: impl Clock + 'static) -> Self {
-        Arc::make_mut(&mut self.inner).clock = Arc::new(clock);
+        Arc::make_mut(&mut self.inner).policy.clock = Arc::new(clock);
         self
     }
 
     /// Uses `source` for the randomness behind jitter.
     pub fn with_jitter_source(mut self, source: impl JitterSource + 'static) -> Self {
-        Arc::make_mut(&mut self.inner).jitter = Arc::new(source);
+        Arc::make_mut(&mut self.inner).policy.jitter = Arc::new(source);
         self
     }
 
@@ -121,17 +117,17 @@ impl RetryMiddleware {
 
     /// The policy in force.
     pub fn config(&self) -> &RetryConfig {
-        &self.inner.config
+        &self.inner.policy.config
     }
 }
 
 impl fmt::Debug for RetryMiddleware {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RetryMiddleware")
-            .field("config", &self.inner.config)
-            .field("clock", &self.inner.clock)
+            .field("config", &self.inner.policy.config)
+            .field("clock", &self.inner.policy.clock)
             .field("hook", &self.inner.hook.as_ref().map(|_| "<fn>"))
-            .field("budget", &self.inner.budget)
+            .field("budget", &self.inner.policy.budget)
             .finish_non_exhaustive()
     }
 }
@@ -156,22 +152,6 @@ impl Middleware for RetryMiddleware {
 }
 
 type BoxFuture<'a> = Pin<Box<dyn Future<Output = Result<Response>> + Send + 'a>>;
-
-/// Per-request settings, after the overrides in the extensions.
-struct Plan {
-    safe: bool,
-    max_retries: u32,
-    deadline: Option<(Instant, Duration)>,
-    /// The budget account this request draws its retries from.
-    account: Option<Arc<Account>>,
-}
-
-/// Per-request progress.
-struct Progress {
-    attempts: u32,
-    total_wait: Duration,
-    previous_wait: Duration,
-}
 
 /// One logical request: its settings, its progress, its method for the logs.
 struct Call {
@@ -207,7 +187,8 @@ impl Inner {
                 finish(extensions, outcome, report)
             });
         }
-        let mut call = self.call(&req, extensions);
+        let (plan, progress) = self.policy.plan(&req, extensions);
+        let mut call = Call { plan, progress, method: req.method().clone() };
         let (attempt, kept) = split(req);
         call.progress.attempts = 1;
         Box::pin(async move {
@@ -233,9 +214,9 @@ impl Inner {
     ) -> Result<Response> {
         loop {
             if let Ok(response) = outcome {
-                drain(response, self.config.drain_limit()).await;
+                drain(response, self.policy.config.drain_limit()).await;
             }
-            self.clock.sleep(after).await;
+            self.policy.clock.sleep(after).await;
             call.progress.total_wait = call.progress.total_wait.saturating_add(after);
             call.progress.attempts += 1;
             extensions.insert(AttemptNumber(call.progress.attempts));
@@ -255,7 +236,7 @@ impl Inner {
         kept: Option<Request>,
         outcome: &Result<Response>,
     ) -> Following {
-        let decision = self.decide(kept.as_ref(), outcome, &call.plan, &mut call.progress);
+        let decision = self.policy.decide(kept.as_ref(), outcome, &call.plan, &mut call.progress);
         self.notify(call.progress.attempts, &call.method, decision);
         match (decision, kept) {
             (Decision::Retry { after, .. }, Some(request)) => Ok((after, request)),
@@ -263,119 +244,6 @@ impl Inner {
             // `decide` never retries without a kept request.
             (Decision::Retry { .. }, None) => Err(StopReason::NotReplayable),
         }
-    }
-
-    /// Reads the per-request overrides and opens the budget account.
-    fn call(&self, req: &Request, extensions: &Extensions) -> Call {
-        let start = self.clock.now();
-        let account = self.budget.as_ref().map(|budget| {
-            let account = budget.account(req.url());
-            budget.deposit(&account, start);
-            account
-        });
-        let plan = Plan {
-            safe: extensions.get::<SafeToRetry>().is_some() || self.is_safe(req),
-            max_retries: extensions.get::<MaxRetries>().map_or(self.config.max_retries(), |m| m.0),
-            deadline: extensions
-                .get::<RetryDeadline>()
-                .map(|d| d.0)
-                .or(self.config.deadline())
-                .map(|limit| (start, limit)),
-            account,
-        };
-        let progress = Progress {
-            attempts: 0,
-            total_wait: Duration::ZERO,
-            previous_wait: self.config.initial_backoff(),
-        };
-        Call { plan, progress, method: req.method().clone() }
-    }
-
-    fn is_safe(&self, req: &Request) -> bool {
-        req.method().is_idempotent()
-            || req
-                .headers()
-                .get(self.config.idempotency_header())
-                .is_some_and(|key| !key.is_empty())
-    }
-
-    fn verdict(
-        &self,
-        request: Option<&Request>,
-        outcome: &Result<Response>,
-        number: u32,
-    ) -> Verdict {
-        if let (Some(predicate), Some(request)) = (self.config.predicate(), request) {
-            let outcome_view = match outcome {
-                Ok(response) => Outcome::Response(response),
-                Err(error) => Outcome::Error(error),
-            };
-            let attempt = Attempt { request, number, outcome: outcome_view };
-            if let Some(retryability) = predicate(&attempt) {
-                return Verdict { retryability, reason: crate::decision::RetryReason::Custom };
-            }
-        }
-        match outcome {
-            Ok(response) => classify::classify_status(&self.config, response.status()),
-            Err(error) => classify::classify_error(error),
-        }
-    }
-
-    fn decide(
-        &self,
-        request: Option<&Request>,
-        outcome: &Result<Response>,
-        plan: &Plan,
-        progress: &mut Progress,
-    ) -> Decision {
-        let verdict = self.verdict(request, outcome, progress.attempts);
-        match verdict.retryability {
-            Retryability::Never => return Decision::Stop(StopReason::Final),
-            Retryability::WhenSafe if !plan.safe => return Decision::Stop(StopReason::NotSafe),
-            Retryability::WhenSafe | Retryability::AnyMethod => {}
-        }
-        if progress.attempts > plan.max_retries {
-            return Decision::Stop(StopReason::RetriesExhausted);
-        }
-        if request.is_none() {
-            return Decision::Stop(StopReason::NotReplayable);
-        }
-        let asked = match outcome {
-            Ok(response) => response
-                .headers()
-                .get(http::header::RETRY_AFTER)
-                .and_then(|value| parse_retry_after(value, self.clock.wall_time())),
-            Err(_) => None,
-        };
-        let after = match asked {
-            Some(asked) if asked > self.config.max_retry_after() => {
-                return Decision::Stop(StopReason::RetryAfterTooLong(asked));
-            }
-            Some(asked) => asked,
-            None => {
-                let wait = self.config.backoff(
-                    progress.attempts - 1,
-                    progress.previous_wait,
-                    self.jitter.unit(),
-                );
-                progress.previous_wait = wait;
-                wait
-            }
-        };
-        let now = self.clock.now();
-        if let Some((start, limit)) = plan.deadline {
-            let spent = now.saturating_duration_since(start);
-            if spent.saturating_add(after) > limit {
-                return Decision::Stop(StopReason::DeadlineExceeded);
-            }
-        }
-        // Last, so that only a retry that will happen is paid for.
-        if let (Some(budget), Some(account)) = (&self.budget, &plan.account) {
-            if !budget.try_withdraw(account, now) {
-                return Decision::Stop(StopReason::BudgetExhausted);
-            }
-        }
-        Decision::Retry { after, reason: verdict.reason }
     }
 
     fn notify(&self, attempt: u32, method: &Method, decision: Decision) {
