@@ -82,6 +82,24 @@ async fn endless_error_body_is_not_read_to_the_end() {
 }
 
 #[tokio::test]
+async fn a_drained_error_body_frees_its_connection_for_the_retry() {
+    let (url, connections) = raw_server(vec![keep_alive(503, 10_000), keep_alive(200, 2)]).await;
+    let (client, _) = client(policy().build().unwrap());
+    let response = client.get(&url).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(connections.get(), 1, "the retry reused the drained connection");
+}
+
+#[tokio::test]
+async fn an_error_body_over_the_drain_limit_is_dropped_unread() {
+    let (url, connections) = raw_server(vec![keep_alive(503, 100_000), keep_alive(200, 2)]).await;
+    let (client, _) = client(policy().with_drain_limit(64 * 1024).build().unwrap());
+    let response = client.get(&url).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(connections.get(), 2, "the oversized body's connection was closed, not read");
+}
+
+#[tokio::test]
 async fn connection_closed_before_response_retries_get() {
     let (url, connections) = raw_server(vec![Raw::Close, Raw::Reply(OK_CLOSE)]).await;
     let (client, clock) = client(policy().build().unwrap());

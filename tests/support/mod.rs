@@ -92,45 +92,59 @@ impl Counter {
     }
 }
 
-/// What a raw TCP test server does with one connection.
-#[derive(Debug, Clone, Copy)]
+/// What a raw TCP test server does with one request.
+#[derive(Debug, Clone)]
 pub enum Raw {
-    /// Read the request, then close without a byte of response.
+    /// Close the connection without a byte of response.
     Close,
-    /// Read the request, then answer with these bytes and close.
+    /// Answer with these bytes and close.
     Reply(&'static str),
-    /// Read the request, answer 503 and stream a body that never ends.
+    /// Answer with these bytes and wait for the next request on the same
+    /// connection.
+    KeepAlive(String),
+    /// Answer 503 and stream a body that never ends.
     EndlessBody,
 }
 
-/// A server for what wiremock cannot play: each connection gets the next
-/// behaviour (the last repeats). Returns its base URL and a connection count.
+/// A server for what wiremock cannot play: each request gets the next
+/// behaviour (the last repeats). Returns its base URL and a count of the
+/// connections it accepted.
 pub async fn raw_server(script: Vec<Raw>) -> (String, Counter) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::io::AsyncWriteExt;
 
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let connections = Counter::default();
     let count = connections.clone();
+    let requests = Counter::default();
+    let script = Arc::new(script);
     tokio::spawn(async move {
-        let mut n = 0;
         while let Ok((mut socket, _)) = listener.accept().await {
-            let behaviour = script[n.min(script.len() - 1)];
-            n += 1;
             count.bump();
+            let (script, requests) = (script.clone(), requests.clone());
             tokio::spawn(async move {
-                read_request(&mut socket).await;
-                match behaviour {
-                    Raw::Close => {}
-                    Raw::Reply(bytes) => {
-                        let _ = socket.write_all(bytes.as_bytes()).await;
-                    }
-                    Raw::EndlessBody => {
-                        let head = "HTTP/1.1 503 Service Unavailable\r\nTransfer-Encoding: chunked\r\n\r\n";
-                        let _ = socket.write_all(head.as_bytes()).await;
-                        let chunk = format!("{:x}\r\n{}\r\n", 8192, "x".repeat(8192));
-                        // Stops when the client goes away.
-                        while socket.write_all(chunk.as_bytes()).await.is_ok() {}
+                while read_request(&mut socket).await {
+                    let behaviour = script[requests.get().min(script.len() - 1)].clone();
+                    requests.bump();
+                    match behaviour {
+                        Raw::Close => break,
+                        Raw::Reply(bytes) => {
+                            let _ = socket.write_all(bytes.as_bytes()).await;
+                            break;
+                        }
+                        Raw::KeepAlive(bytes) => {
+                            if socket.write_all(bytes.as_bytes()).await.is_err() {
+                                break;
+                            }
+                        }
+                        Raw::EndlessBody => {
+                            let head = "HTTP/1.1 503 Service Unavailable\r\nTransfer-Encoding: chunked\r\n\r\n";
+                            let _ = socket.write_all(head.as_bytes()).await;
+                            let chunk = format!("{:x}\r\n{}\r\n", 8192, "x".repeat(8192));
+                            // Stops when the client goes away.
+                            while socket.write_all(chunk.as_bytes()).await.is_ok() {}
+                            break;
+                        }
                     }
                 }
                 let _ = socket.shutdown().await;
@@ -138,12 +152,15 @@ pub async fn raw_server(script: Vec<Raw>) -> (String, Counter) {
         }
     });
 
-    async fn read_request(socket: &mut tokio::net::TcpStream) {
+    /// Reads one request; false when the connection closed first.
+    async fn read_request(socket: &mut tokio::net::TcpStream) -> bool {
+        use tokio::io::AsyncReadExt;
+
         let mut seen = Vec::new();
         let mut buf = [0u8; 4096];
         loop {
             match socket.read(&mut buf).await {
-                Ok(0) | Err(_) => return,
+                Ok(0) | Err(_) => return false,
                 Ok(n) => seen.extend_from_slice(&buf[..n]),
             }
             if let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
@@ -155,16 +172,24 @@ pub async fn raw_server(script: Vec<Raw>) -> (String, Counter) {
                     .unwrap_or(0);
                 while seen.len() < end + 4 + length {
                     match socket.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
+                        Ok(0) | Err(_) => return false,
                         Ok(n) => seen.extend_from_slice(&buf[..n]),
                     }
                 }
-                return;
+                return true;
             }
         }
     }
 
     (url, connections)
+}
+
+/// A keep-alive response with `status` and a body of `length` bytes.
+pub fn keep_alive(status: u16, length: usize) -> Raw {
+    Raw::KeepAlive(format!(
+        "HTTP/1.1 {status} X\r\nContent-Length: {length}\r\n\r\n{}",
+        "x".repeat(length)
+    ))
 }
 
 pub const OK_CLOSE: &str = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok";
