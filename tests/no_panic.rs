@@ -1,5 +1,7 @@
 //! No input makes the pure parts panic or break their bounds.
 
+mod support;
+
 use std::time::{Duration, SystemTime};
 
 use http::{HeaderValue, StatusCode};
@@ -103,21 +105,6 @@ proptest! {
     }
 }
 
-/// Answers every call with one status, without a network.
-struct Always(u16);
-
-#[async_trait::async_trait]
-impl reqwest_middleware::Middleware for Always {
-    async fn handle(
-        &self,
-        _: reqwest::Request,
-        _: &mut http::Extensions,
-        _: reqwest_middleware::Next<'_>,
-    ) -> reqwest_middleware::Result<reqwest::Response> {
-        Ok(http::Response::builder().status(self.0).body("").unwrap().into())
-    }
-}
-
 #[tokio::test]
 async fn every_status_code_is_classified() {
     use reqwest_safe_retry::{ManualClock, RetryMiddleware, RetryReport};
@@ -127,7 +114,7 @@ async fn every_status_code_is_classified() {
             RetryMiddleware::new(RetryConfig::default()).with_clock(ManualClock::new());
         let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
             .with(middleware)
-            .with(Always(code))
+            .with(support::Answers::new(&[code]))
             .build();
         let response = client.get("http://status.test/").send().await.unwrap();
         let report = *response.extensions().get::<RetryReport>().unwrap();

@@ -210,33 +210,17 @@ async fn dropping_the_request_during_a_wait_sends_nothing_more() {
     assert_eq!(hits(&server).await, 1);
 }
 
-/// A last middleware that answers from a script without touching the network,
-/// so that under paused time nothing but our own waits moves the clock.
-struct Answer(std::sync::Mutex<Vec<u16>>);
-
-#[async_trait::async_trait]
-impl reqwest_middleware::Middleware for Answer {
-    async fn handle(
-        &self,
-        _: reqwest::Request,
-        _: &mut http::Extensions,
-        _: reqwest_middleware::Next<'_>,
-    ) -> reqwest_middleware::Result<reqwest::Response> {
-        let status = self.0.lock().unwrap().remove(0);
-        Ok(http::Response::builder().status(status).body("").unwrap().into())
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn default_clock_waits_in_tokio_time() {
     let config = policy().with_jitter(Jitter::None).build().unwrap();
     let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
         .with(RetryMiddleware::new(config))
-        .with(Answer(std::sync::Mutex::new(vec![503, 503, 200])))
+        .with(Answers::new(&[503, 503, 200]))
         .build();
     let start = tokio::time::Instant::now();
     let response = client.get("http://127.0.0.1:9/r").send().await.unwrap();
     assert_eq!(response.status(), 200);
-    // Paused time moves only for timers, so the elapsed time is the waits exactly.
+    // No network, and paused time moves only for timers: the elapsed time is
+    // the waits exactly.
     assert_eq!(start.elapsed(), 300 * MS);
 }

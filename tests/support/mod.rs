@@ -193,3 +193,31 @@ pub fn keep_alive(status: u16, length: usize) -> Raw {
 }
 
 pub const OK_CLOSE: &str = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok";
+
+/// A last middleware that answers at once from a script of statuses (the
+/// last repeats), without a network: for paused time, and for speed.
+pub struct Answers {
+    statuses: Vec<u16>,
+    next: AtomicUsize,
+}
+
+impl Answers {
+    pub fn new(statuses: &[u16]) -> Self {
+        assert!(!statuses.is_empty());
+        Self { statuses: statuses.to_vec(), next: AtomicUsize::new(0) }
+    }
+}
+
+#[async_trait::async_trait]
+impl reqwest_middleware::Middleware for Answers {
+    async fn handle(
+        &self,
+        _: reqwest::Request,
+        _: &mut http::Extensions,
+        _: reqwest_middleware::Next<'_>,
+    ) -> reqwest_middleware::Result<reqwest::Response> {
+        let n = self.next.fetch_add(1, Ordering::SeqCst);
+        let status = self.statuses[n.min(self.statuses.len() - 1)];
+        Ok(http::Response::builder().status(status).body("").unwrap().into())
+    }
+}
