@@ -180,7 +180,9 @@ async fn connection(mut socket: TcpStream, script: Vec<Play>, log: Arc<Mutex<Vec
                 }
             }
             Play::Slow => {
-                tokio::time::sleep(CLIENT_TIMEOUT * 6).await;
+                // Hold the request until the client gives up and hangs up.
+                let mut rest = [0u8; 1024];
+                while matches!(socket.read(&mut rest).await, Ok(n) if n > 0) {}
                 return;
             }
             Play::Drop => return,
