@@ -280,7 +280,8 @@ impl RetryConfigBuilder {
     /// A custom predicate, consulted after every attempt before the built-in
     /// rules. Return `Some` to decide, `None` to fall back to the built-in
     /// rules. Whatever it says, a [`Retryability::WhenSafe`] outcome is still
-    /// retried only for requests that are safe to repeat.
+    /// retried only for requests that are safe to repeat. It is not consulted
+    /// for a request whose body cannot be copied, which is never retried.
     ///
     /// ```
     /// use reqwest_safe_retry::{Outcome, RetryConfig, Retryability};
