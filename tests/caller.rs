@@ -38,7 +38,7 @@ async fn report_slot_works_through_execute_with_extensions() {
     assert_eq!(slot.get().unwrap().attempts, 2);
 }
 
-/// Sends `make` through a client without middleware and through ours, and
+/// Sends a GET to `url` through a client without middleware and through ours, and
 /// returns both errors.
 async fn both_errors(
     url: &str,

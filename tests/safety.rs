@@ -208,3 +208,32 @@ async fn connect_failures_that_will_repeat_are_not_retried() {
     assert_eq!(slot.get().unwrap().attempts, 1);
     assert_eq!(slot.get().unwrap().stop, StopReason::Final);
 }
+
+#[tokio::test]
+async fn predicate_any_method_retries_a_post_without_a_key() {
+    let server = MockServer::start().await;
+    script_statuses(&server, "/r", &[409, 201]).await;
+    let config = policy()
+        .with_predicate(|attempt| match attempt.outcome {
+            Outcome::Response(r) if r.status() == 409 => Some(Retryability::AnyMethod),
+            _ => None,
+        })
+        .build()
+        .unwrap();
+    let (client, clock) = client(config);
+    let response = client.post(format!("{}/r", server.uri())).body("x").send().await.unwrap();
+    assert_eq!((response.status().as_u16(), hits(&server).await), (201, 2));
+    assert_eq!(clock.sleeps(), [100 * MS]);
+}
+
+#[tokio::test]
+async fn zero_max_retries_turns_retrying_off_for_the_client() {
+    let server = MockServer::start().await;
+    script_statuses(&server, "/r", &[503, 200]).await;
+    let (client, clock) = client(policy().with_max_retries(0).build().unwrap());
+    let response = client.get(format!("{}/r", server.uri())).send().await.unwrap();
+    let report = *response.extensions().get::<RetryReport>().unwrap();
+    assert_eq!((response.status().as_u16(), report.attempts), (503, 1));
+    assert_eq!(report.stop, StopReason::RetriesExhausted);
+    assert!(clock.sleeps().is_empty());
+}
