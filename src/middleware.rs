@@ -189,8 +189,8 @@ impl Inner {
         }
         let (plan, progress) = self.policy.plan(&req, extensions);
         let mut call = Call { plan, progress, method: req.method().clone() };
-        let (attempt, kept) = split(req);
         call.progress.attempts = 1;
+        let (attempt, kept) = self.split(&call, req);
         Box::pin(async move {
             let outcome = next.clone().run(attempt, extensions).await;
             match self.conclude(&mut call, kept, &outcome) {
@@ -220,12 +220,26 @@ impl Inner {
             call.progress.total_wait = call.progress.total_wait.saturating_add(after);
             call.progress.attempts += 1;
             extensions.insert(AttemptNumber(call.progress.attempts));
-            let (attempt, kept) = split(template);
+            let (attempt, kept) = self.split(&call, template);
             outcome = next.clone().run(attempt, extensions).await;
             match self.conclude(&mut call, kept, &outcome) {
                 Err(stop) => return finish(extensions, outcome, call.report(stop)),
                 Ok((wait, request)) => (after, template) = (wait, request),
             }
+        }
+    }
+
+    /// The request to send and the original to keep for the next attempt. No
+    /// copy is made when no retry can follow and no predicate needs to see
+    /// the request; a body that cannot be copied is sent as it is, once.
+    fn split(&self, call: &Call, template: Request) -> (Request, Option<Request>) {
+        let last = call.progress.attempts > call.plan.max_retries;
+        if last && self.policy.config.predicate().is_none() {
+            return (template, None);
+        }
+        match template.try_clone() {
+            Some(copy) => (copy, Some(template)),
+            None => (template, None),
         }
     }
 
@@ -273,15 +287,6 @@ impl Inner {
 impl Call {
     fn report(&self, stop: StopReason) -> RetryReport {
         RetryReport { attempts: self.progress.attempts, total_wait: self.progress.total_wait, stop }
-    }
-}
-
-/// The copy to send and the original to keep for the next attempt; a body
-/// that cannot be copied is sent as it is, once.
-fn split(template: Request) -> (Request, Option<Request>) {
-    match template.try_clone() {
-        Some(copy) => (copy, Some(template)),
-        None => (template, None),
     }
 }
 

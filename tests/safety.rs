@@ -237,3 +237,25 @@ async fn zero_max_retries_turns_retrying_off_for_the_client() {
     assert_eq!(report.stop, StopReason::RetriesExhausted);
     assert!(clock.sleeps().is_empty());
 }
+
+#[tokio::test]
+async fn predicate_is_consulted_on_the_last_attempt_too() {
+    let server = MockServer::start().await;
+    script_statuses(&server, "/r", &[418]).await;
+    let seen = Counter::default();
+    let count = seen.clone();
+    let config = policy()
+        .with_max_retries(1)
+        .with_predicate(move |attempt| {
+            count.bump();
+            assert_eq!(attempt.request.url().path(), "/r");
+            Some(Retryability::WhenSafe)
+        })
+        .build()
+        .unwrap();
+    let (client, _) = client(config);
+    let response = client.get(format!("{}/r", server.uri())).send().await.unwrap();
+    let report = *response.extensions().get::<RetryReport>().unwrap();
+    assert_eq!((report.attempts, report.stop), (2, StopReason::RetriesExhausted));
+    assert_eq!(seen.get(), 2);
+}
