@@ -58,6 +58,7 @@ pub(crate) struct Verdict {
 }
 
 impl Verdict {
+    /// Final; its reason is never read, as nothing is retried.
     const FINAL: Self = Self { retryability: Retryability::Never, reason: RetryReason::Custom };
 
     fn new(retryability: Retryability, reason: RetryReason) -> Self {

@@ -58,7 +58,12 @@ impl Default for RetryConfig {
             initial_backoff: Duration::from_millis(500),
             max_backoff: Duration::from_secs(30),
             jitter: Jitter::Full,
-            retryable_statuses: [429, 502, 503, 504].map(status).to_vec(),
+            retryable_statuses: vec![
+                StatusCode::TOO_MANY_REQUESTS,
+                StatusCode::BAD_GATEWAY,
+                StatusCode::SERVICE_UNAVAILABLE,
+                StatusCode::GATEWAY_TIMEOUT,
+            ],
             retry_429_any_method: true,
             idempotency_header: HeaderName::from_static("idempotency-key"),
             max_retry_after: Duration::from_secs(30),
@@ -68,10 +73,6 @@ impl Default for RetryConfig {
             predicate: None,
         }
     }
-}
-
-fn status(code: u16) -> StatusCode {
-    StatusCode::from_u16(code).unwrap_or(StatusCode::SERVICE_UNAVAILABLE)
 }
 
 impl RetryConfig {

@@ -161,7 +161,7 @@ struct Call {
 }
 
 /// After an attempt: the wait and the request to send next, or why to stop.
-type Following = std::result::Result<(Duration, Request), StopReason>;
+type AfterAttempt = std::result::Result<(Duration, Request), StopReason>;
 
 impl Inner {
     /// Reads the overrides and copies the request before anything is
@@ -249,7 +249,7 @@ impl Inner {
         call: &mut Call,
         kept: Option<Request>,
         outcome: &Result<Response>,
-    ) -> Following {
+    ) -> AfterAttempt {
         let decision = self.policy.decide(kept.as_ref(), outcome, &call.plan, &mut call.progress);
         self.notify(call.progress.attempts, &call.method, decision);
         match (decision, kept) {
