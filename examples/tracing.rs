@@ -76,7 +76,7 @@ async fn main() {
         .send()
         .await
         .expect("the server recovers");
-    let report = response.extensions().get::<RetryReport>().copied().expect("always present");
+    let report = RetryReport::from_response(&response);
     tracing::info!(
         http.response.status_code = response.status().as_u16(),
         http.request.resend_count = report.resend_count(),

@@ -179,4 +179,36 @@ mod tests {
             }
         }
     }
+
+    fn any_duration() -> impl proptest::strategy::Strategy<Value = Duration> {
+        use proptest::prelude::*;
+        prop_oneof![
+            Just(Duration::ZERO),
+            Just(Duration::MAX),
+            (0u64..100_000).prop_map(Duration::from_millis),
+            (any::<u64>(), 0u32..1_000_000_000).prop_map(|(s, n)| Duration::new(s, n)),
+        ]
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn backoff_stays_under_the_cap_for_any_input(
+            a in any_duration(),
+            b in any_duration(),
+            kind in 0usize..4,
+            retry in proptest::prelude::any::<u32>(),
+            previous in any_duration(),
+            unit in proptest::prelude::any::<f64>(),
+        ) {
+            let jitter = [Jitter::Full, Jitter::Equal, Jitter::Decorrelated, Jitter::None][kind];
+            let (initial, max) = if a <= b { (a, b) } else { (b, a) };
+            let wait = backoff(jitter, initial, max, retry, previous, unit);
+            proptest::prop_assert!(wait <= max);
+            if jitter == Jitter::None || jitter == Jitter::Equal {
+                // Both keep at least half the ceiling, which grows with the retry.
+                let floor = backoff(jitter, initial, max, retry, previous, 0.0);
+                proptest::prop_assert!(floor <= wait);
+            }
+        }
+    }
 }

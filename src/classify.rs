@@ -2,120 +2,84 @@
 //!
 //! Two questions decide a retry, and they are kept apart: *may the outcome be
 //! retried at all*, and *is this request safe to repeat*. This module answers
-//! the first; the method and the idempotency key answer the second.
+//! the first, as pure functions of the outcome: `None` means final, and
+//! `Some` carries how far the outcome may be retried and why. The method, the
+//! idempotency key and the redirect rule answer the second, in the policy.
+//!
+//! Errors are read by walking their `source()` chain for the types the HTTP
+//! stack really produces (`std::io::Error` kinds, `hyper::Error`, and with the
+//! `http2` feature `h2::Error`), never by matching message text.
 
 use std::error::Error as StdError;
-use std::fmt;
 use std::io;
 
 use http::StatusCode;
-use reqwest::{Request, Response};
 
-use crate::config::RetryConfig;
-use crate::decision::RetryReason;
+use crate::reason::{RetryReason, Retryability};
 
-/// How far an outcome may be retried, before the request's safety is weighed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Retryability {
-    /// Final: return it to the caller.
-    Never,
-    /// Retry only if the request is safe to repeat (idempotent method or an
-    /// idempotency key): the server may already have done the work.
-    WhenSafe,
-    /// Retry whatever the method: the server provably did not act on the
-    /// request (it was never delivered, or the server refused it up front).
-    AnyMethod,
-}
-
-/// The result of one attempt, as a custom predicate sees it.
-#[derive(Debug, Clone, Copy)]
-#[non_exhaustive]
-pub enum Outcome<'a> {
-    /// The server answered; the body has not been read.
-    Response(&'a Response),
-    /// The attempt failed without a response.
-    Error(&'a reqwest_middleware::Error),
-}
-
-/// One finished attempt, handed to a custom predicate.
-#[derive(Debug, Clone, Copy)]
-#[non_exhaustive]
-pub struct Attempt<'a> {
-    /// The request as the caller built it.
-    pub request: &'a Request,
-    /// Which attempt this was, starting at 1.
-    pub number: u32,
-    /// What came back.
-    pub outcome: Outcome<'a>,
-}
-
-/// A verdict: whether and why an outcome may be retried.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Verdict {
-    pub(crate) retryability: Retryability,
-    pub(crate) reason: RetryReason,
-}
-
-impl Verdict {
-    /// Final; its reason is never read, as nothing is retried.
-    const FINAL: Self = Self { retryability: Retryability::Never, reason: RetryReason::Custom };
-
-    fn new(retryability: Retryability, reason: RetryReason) -> Self {
-        Self { retryability, reason }
-    }
-}
+/// How far an outcome may be retried and why; `None` when it is final.
+pub(crate) type Verdict = Option<(Retryability, RetryReason)>;
 
 /// The built-in rules for a response status.
-pub(crate) fn classify_status(config: &RetryConfig, status: StatusCode) -> Verdict {
-    if !config.retryable_statuses().contains(&status) {
-        return Verdict::FINAL;
+pub(crate) fn classify_status(
+    status: StatusCode,
+    retryable: &[StatusCode],
+    any_method_429: bool,
+) -> Verdict {
+    if !retryable.contains(&status) {
+        return None;
     }
-    let retryability = if status == StatusCode::TOO_MANY_REQUESTS && config.retry_429_any_method() {
+    let retryability = if status == StatusCode::TOO_MANY_REQUESTS && any_method_429 {
         Retryability::AnyMethod
     } else {
         Retryability::WhenSafe
     };
-    Verdict::new(retryability, RetryReason::Status(status))
+    Some((retryability, RetryReason::Status(status)))
 }
 
 /// The built-in rules for a failed attempt.
 pub(crate) fn classify_error(error: &reqwest_middleware::Error) -> Verdict {
-    let reqwest_middleware::Error::Reqwest(error) = error else {
-        // Another middleware's error: we cannot know what it means.
-        return Verdict::FINAL;
-    };
-    if error.is_builder()
-        || error.is_redirect()
-        || error.is_status()
-        || error.is_decode()
-        || error.is_upgrade()
-    {
-        return Verdict::FINAL;
-    }
+    let error = reqwest_error(error)?;
     if error.is_connect() {
         // The request was never written. Retrying is safe for any method, but
         // only useful when the failure can pass: a refused or unreachable
-        // peer, or a connect timeout. TLS, certificate and name-resolution
-        // failures will fail the same way again.
-        return if error.is_timeout() || chain_has_unreachable_peer(error) {
-            Verdict::new(Retryability::AnyMethod, RetryReason::NotConnected)
-        } else {
-            Verdict::FINAL
-        };
+        // peer, a connect timeout, a TLS handshake the peer cut off (an
+        // overloaded load balancer does that). A certificate or protocol
+        // error, or a name that does not resolve, fails the same way again.
+        let passing = error.is_timeout() || any_io(error, is_passing_connect_failure);
+        return passing.then_some((Retryability::AnyMethod, RetryReason::NotConnected));
     }
     if chain_has_refused_stream(error) {
-        return Verdict::new(Retryability::AnyMethod, RetryReason::RefusedStream);
+        return Some((Retryability::AnyMethod, RetryReason::RefusedStream));
+    }
+    if any_hyper(error, hyper::Error::is_canceled) {
+        // hyper hands a request back unsent when its new connection closed
+        // before the request was written (on a reused one it retries itself).
+        return Some((Retryability::AnyMethod, RetryReason::NotSent));
     }
     if error.is_timeout() {
-        return Verdict::new(Retryability::WhenSafe, RetryReason::Timeout);
+        return Some((Retryability::WhenSafe, RetryReason::Timeout));
     }
-    if error.is_request() {
-        // Reset, closed before the response, incomplete message: the request
-        // may have been processed.
-        return Verdict::new(Retryability::WhenSafe, RetryReason::ConnectionLost);
+    // A malformed response, oversized headers or an unsupported version
+    // will be the same next time; so will an error in the request itself.
+    if error.is_request() && !any_hyper(error, |e| e.is_parse() || e.is_user()) {
+        // Reset, closed before the response, incomplete message: the
+        // request may have been processed.
+        return Some((Retryability::WhenSafe, RetryReason::ConnectionLost));
     }
-    Verdict::FINAL
+    None
+}
+
+/// The `reqwest::Error` behind an outcome, also when an inner middleware
+/// wrapped it in [`reqwest_middleware::Error::Middleware`].
+fn reqwest_error(error: &reqwest_middleware::Error) -> Option<&reqwest::Error> {
+    match error {
+        reqwest_middleware::Error::Reqwest(error) => Some(error),
+        reqwest_middleware::Error::Middleware(error) => {
+            let error: &(dyn StdError + 'static) = &**error;
+            sources(error).find_map(|e| e.downcast_ref::<reqwest::Error>())
+        }
+    }
 }
 
 fn sources<'a>(
@@ -124,16 +88,28 @@ fn sources<'a>(
     std::iter::successors(Some(error), |&e| e.source())
 }
 
-fn chain_has_unreachable_peer(error: &(dyn StdError + 'static)) -> bool {
-    sources(error).filter_map(|e| e.downcast_ref::<io::Error>()).any(|io| {
-        matches!(
-            io.kind(),
-            io::ErrorKind::ConnectionRefused
-                | io::ErrorKind::HostUnreachable
-                | io::ErrorKind::NetworkUnreachable
-                | io::ErrorKind::AddrNotAvailable
-        )
-    })
+fn any_io(error: &(dyn StdError + 'static), test: fn(io::ErrorKind) -> bool) -> bool {
+    sources(error).filter_map(|e| e.downcast_ref::<io::Error>()).any(|io| test(io.kind()))
+}
+
+fn any_hyper(error: &(dyn StdError + 'static), test: impl Fn(&hyper::Error) -> bool) -> bool {
+    sources(error).filter_map(|e| e.downcast_ref::<hyper::Error>()).any(test)
+}
+
+/// Connect failures that may pass: nobody listening or no route yet, or a
+/// TLS handshake the peer closed or reset before it completed.
+fn is_passing_connect_failure(kind: io::ErrorKind) -> bool {
+    matches!(
+        kind,
+        io::ErrorKind::ConnectionRefused
+            | io::ErrorKind::HostUnreachable
+            | io::ErrorKind::NetworkUnreachable
+            | io::ErrorKind::AddrNotAvailable
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::UnexpectedEof
+            | io::ErrorKind::BrokenPipe
+    )
 }
 
 /// HTTP/2 REFUSED_STREAM, or a GOAWAY without error: the server says it did
@@ -151,18 +127,10 @@ fn chain_has_refused_stream(_: &(dyn StdError + 'static)) -> bool {
     false
 }
 
-impl fmt::Display for Retryability {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Retryability::Never => "final",
-            Retryability::WhenSafe => "retryable when safe to repeat",
-            Retryability::AnyMethod => "retryable for any method",
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use std::fmt;
+
     use super::*;
 
     #[derive(Debug)]
@@ -180,14 +148,27 @@ mod tests {
         }
     }
 
+    fn wrapped(kind: io::ErrorKind) -> Wrapper {
+        Wrapper(Box::new(Wrapper(Box::new(io::Error::from(kind)))))
+    }
+
     #[test]
-    fn unreachable_peers_are_found_deep_in_the_chain() {
-        for kind in [io::ErrorKind::ConnectionRefused, io::ErrorKind::NetworkUnreachable] {
-            let e = Wrapper(Box::new(Wrapper(Box::new(io::Error::from(kind)))));
-            assert!(chain_has_unreachable_peer(&e), "{kind:?}");
+    fn passing_connect_failures_are_found_deep_in_the_chain() {
+        for kind in [
+            io::ErrorKind::ConnectionRefused,
+            io::ErrorKind::HostUnreachable,
+            io::ErrorKind::NetworkUnreachable,
+            io::ErrorKind::AddrNotAvailable,
+            io::ErrorKind::ConnectionReset,
+            io::ErrorKind::ConnectionAborted,
+            io::ErrorKind::UnexpectedEof,
+            io::ErrorKind::BrokenPipe,
+        ] {
+            assert!(any_io(&wrapped(kind), is_passing_connect_failure), "{kind:?}");
         }
-        let reset = Wrapper(Box::new(io::Error::from(io::ErrorKind::ConnectionReset)));
-        assert!(!chain_has_unreachable_peer(&reset));
+        for kind in [io::ErrorKind::InvalidData, io::ErrorKind::Other, io::ErrorKind::TimedOut] {
+            assert!(!any_io(&wrapped(kind), is_passing_connect_failure), "{kind:?}");
+        }
     }
 
     #[cfg(feature = "http2")]
@@ -199,28 +180,27 @@ mod tests {
         assert!(!chain_has_refused_stream(&cancel));
     }
 
+    #[cfg(not(feature = "http2"))]
     #[test]
-    fn statuses_follow_the_configured_set() {
-        let config = RetryConfig::default();
-        let verdict = |code: u16| classify_status(&config, StatusCode::from_u16(code).unwrap());
-        assert_eq!(verdict(429).retryability, Retryability::AnyMethod);
-        for code in [502, 503, 504] {
-            assert_eq!(verdict(code).retryability, Retryability::WhenSafe);
-            assert_eq!(
-                verdict(code).reason,
-                RetryReason::Status(StatusCode::from_u16(code).unwrap())
-            );
-        }
-        for code in [200, 201, 301, 400, 404, 408, 500, 501, 505, 599] {
-            assert_eq!(verdict(code).retryability, Retryability::Never, "{code}");
-        }
+    fn without_http2_no_stream_is_taken_for_refused() {
+        assert!(!chain_has_refused_stream(&wrapped(io::ErrorKind::ConnectionRefused)));
     }
 
     #[test]
-    fn status_429_can_require_safety() {
-        let config = RetryConfig::builder().with_429_for_any_method(false).build().unwrap();
-        let verdict = classify_status(&config, StatusCode::TOO_MANY_REQUESTS);
-        assert_eq!(verdict.retryability, Retryability::WhenSafe);
+    fn statuses_follow_the_given_set() {
+        let set = [429, 502, 503, 504].map(|c| StatusCode::from_u16(c).unwrap());
+        let verdict =
+            |code: u16, any: bool| classify_status(StatusCode::from_u16(code).unwrap(), &set, any);
+        assert_eq!(verdict(429, true).unwrap().0, Retryability::AnyMethod);
+        assert_eq!(verdict(429, false).unwrap().0, Retryability::WhenSafe);
+        for code in [502, 503, 504] {
+            let (retryability, reason) = verdict(code, true).unwrap();
+            assert_eq!(retryability, Retryability::WhenSafe);
+            assert_eq!(reason, RetryReason::Status(StatusCode::from_u16(code).unwrap()));
+        }
+        for code in [200, 201, 301, 400, 404, 408, 500, 501, 505, 599] {
+            assert_eq!(verdict(code, true), None, "{code}");
+        }
     }
 
     #[test]
@@ -228,6 +208,6 @@ mod tests {
         let error = reqwest_middleware::Error::middleware(io::Error::from(
             io::ErrorKind::ConnectionRefused,
         ));
-        assert_eq!(classify_error(&error).retryability, Retryability::Never);
+        assert_eq!(classify_error(&error), None);
     }
 }

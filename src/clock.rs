@@ -30,6 +30,14 @@ pub trait Clock: Send + Sync + fmt::Debug {
 
     /// A future that completes after `duration`.
     fn sleep(&self, duration: Duration) -> Sleep;
+
+    /// A future that completes once [`now`](Self::now) reaches `deadline`.
+    /// The middleware races an attempt in flight against it when the call's
+    /// deadline can bound the attempt no other way. Defaults to
+    /// [`sleep`](Self::sleep) for the time left.
+    fn sleep_until(&self, deadline: Instant) -> Sleep {
+        self.sleep(deadline.saturating_duration_since(self.now()))
+    }
 }
 
 /// The default clock: `tokio::time`, so paused-time tests work.
@@ -48,6 +56,10 @@ impl Clock for TokioClock {
         }
         Box::pin(tokio::time::sleep(duration))
     }
+
+    fn sleep_until(&self, deadline: Instant) -> Sleep {
+        Box::pin(tokio::time::sleep_until(deadline.into()))
+    }
 }
 
 #[cfg(feature = "test-util")]
@@ -56,12 +68,18 @@ pub use manual::ManualClock;
 #[cfg(feature = "test-util")]
 mod manual {
     use std::sync::{Arc, Mutex, MutexGuard};
+    use std::task::{Poll, Waker};
     use std::time::{Duration, Instant, SystemTime};
 
     use super::{Clock, Sleep};
 
     /// A clock for tests: `sleep` returns at once, moves `now` forward by the
     /// requested duration, and records it.
+    ///
+    /// Virtual time passes only through `sleep` and
+    /// [`advance`](Self::advance), so an attempt in flight takes no virtual
+    /// time: a deadline cuts one short only when a test advances the clock
+    /// past it while the attempt is pending.
     ///
     /// Clones share one timeline, so a test keeps a clone and reads
     /// [`sleeps`](Self::sleeps) after the request:
@@ -96,6 +114,8 @@ mod manual {
         wall_start: SystemTime,
         elapsed: Duration,
         sleeps: Vec<Duration>,
+        /// Tasks waiting in `sleep_until`, woken whenever time moves.
+        waiting: Vec<Waker>,
     }
 
     /// 2026-01-01T00:00:00Z.
@@ -115,6 +135,7 @@ mod manual {
                 wall_start: SystemTime::UNIX_EPOCH + DEFAULT_WALL_START,
                 elapsed: Duration::ZERO,
                 sleeps: Vec::new(),
+                waiting: Vec::new(),
             };
             Self { state: Arc::new(Mutex::new(state)) }
         }
@@ -129,6 +150,7 @@ mod manual {
         pub fn advance(&self, by: Duration) {
             let mut state = self.lock();
             state.elapsed = state.elapsed.saturating_add(by);
+            state.waiting.drain(..).for_each(Waker::wake);
         }
 
         /// Virtual time since the clock was made.
@@ -181,7 +203,19 @@ mod manual {
             let mut state = self.lock();
             state.sleeps.push(duration);
             state.elapsed = state.elapsed.saturating_add(duration);
+            state.waiting.drain(..).for_each(Waker::wake);
             Box::pin(std::future::ready(()))
+        }
+
+        fn sleep_until(&self, deadline: Instant) -> Sleep {
+            let clock = self.clone();
+            Box::pin(std::future::poll_fn(move |cx| {
+                if clock.now() >= deadline {
+                    return Poll::Ready(());
+                }
+                clock.lock().waiting.push(cx.waker().clone());
+                Poll::Pending
+            }))
         }
     }
 }
@@ -214,6 +248,30 @@ mod tests {
         assert!(clock.now() >= start);
         assert_eq!(clock.total_slept(), Duration::MAX);
         let _ = clock.wall_time();
+    }
+
+    #[tokio::test]
+    async fn manual_sleep_until_waits_for_virtual_time() {
+        let clock = ManualClock::new();
+        let deadline = clock.now() + Duration::from_secs(5);
+        let mut until = clock.sleep_until(deadline);
+        let poll = |until: &mut Sleep| {
+            let waker = std::task::Waker::noop();
+            until.as_mut().poll(&mut std::task::Context::from_waker(waker)).is_ready()
+        };
+        assert!(!poll(&mut until), "no virtual time has passed");
+        clock.advance(Duration::from_secs(4));
+        assert!(!poll(&mut until), "a second short");
+        clock.sleep(Duration::from_secs(1)).await;
+        assert!(poll(&mut until), "the deadline is reached");
+        assert_eq!(clock.sleeps(), [Duration::from_secs(1)], "waiting is not a sleep");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn tokio_clock_sleeps_until_an_instant() {
+        let start = TokioClock.now();
+        TokioClock.sleep_until(start + Duration::from_secs(90)).await;
+        assert_eq!(TokioClock.now() - start, Duration::from_secs(90));
     }
 
     #[tokio::test(start_paused = true)]

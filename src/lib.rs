@@ -136,30 +136,35 @@
 
 mod backoff;
 mod budget;
+mod builder;
 mod classify;
 mod clock;
 mod config;
-mod decision;
+mod error;
+mod extensions;
+mod jitter;
 mod middleware;
-mod overrides;
 mod policy;
-mod random;
+mod predicate;
+mod reason;
 mod report;
 mod retry_after;
 
 pub use backoff::Jitter;
 pub use budget::{BudgetScope, RetryBudget};
-pub use classify::{Attempt, Outcome, Retryability};
+pub use builder::RetryConfigBuilder;
 #[cfg(feature = "test-util")]
 pub use clock::ManualClock;
 pub use clock::{Clock, Sleep, TokioClock};
-pub use config::{ConfigError, RetryConfig, RetryConfigBuilder};
-pub use decision::{Decision, RetryReason, StopReason};
-pub use middleware::{RetryEvent, RetryMiddleware};
-pub use overrides::{MaxRetries, NoRetry, RetryDeadline, SafeToRetry};
+pub use config::{Redirects, RetryConfig};
+pub use error::{ConfigError, DeadlineExceeded};
+pub use extensions::{MaxRetries, NoRetry, RetryDeadline, SafeToRetry};
 #[cfg(feature = "test-util")]
-pub use random::FixedJitter;
-pub use random::{JitterSource, SeededJitter, ThreadRngJitter};
+pub use jitter::FixedJitter;
+pub use jitter::{JitterSource, SeededJitter, ThreadRngJitter};
+pub use middleware::{RetryEvent, RetryMiddleware};
+pub use predicate::{Attempt, Outcome};
+pub use reason::{Decision, RetryReason, Retryability, StopReason};
 pub use report::{AttemptNumber, ReportSlot, RetryReport};
 pub use retry_after::parse_retry_after;
 

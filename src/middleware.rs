@@ -1,25 +1,25 @@
-//! The middleware: one loop of attempt, decide, wait.
+//! The middleware: one loop of copy, send, decide, wait while discarding the
+//! old body, repeat.
 
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
+use std::future::{Future, poll_fn};
+use std::pin::{Pin, pin};
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use http::{Extensions, Method};
 use reqwest::{Request, Response};
-use reqwest_middleware::{Middleware, Next, Result};
+use reqwest_middleware::{Error, Middleware, Next, Result};
 
 use crate::budget::Budget;
-use crate::clock::{Clock, TokioClock};
+use crate::clock::{Clock, Sleep, TokioClock};
 use crate::config::RetryConfig;
-use crate::decision::{Decision, StopReason};
-use crate::overrides::NoRetry;
-use crate::policy::{Plan, Policy, Progress};
-use crate::random::{JitterSource, ThreadRngJitter};
+use crate::extensions::NoRetry;
+use crate::jitter::{JitterSource, ThreadRngJitter};
+use crate::policy::{Policy, Shared};
+use crate::reason::{Decision, StopReason};
 use crate::report::{AttemptNumber, ReportSlot, RetryReport};
-
-type Hook = Arc<dyn Fn(&RetryEvent<'_>) + Send + Sync>;
 
 /// The retry middleware for `reqwest_middleware`.
 ///
@@ -36,13 +36,7 @@ type Hook = Arc<dyn Fn(&RetryEvent<'_>) + Send + Sync>;
 /// ```
 #[derive(Clone)]
 pub struct RetryMiddleware {
-    inner: Arc<Inner>,
-}
-
-#[derive(Clone)]
-struct Inner {
-    policy: Policy,
-    hook: Option<Hook>,
+    shared: Arc<Shared>,
 }
 
 /// What the middleware decided after one attempt, as a hook sees it.
@@ -68,25 +62,25 @@ impl RetryMiddleware {
     /// randomness.
     pub fn new(config: RetryConfig) -> Self {
         let budget = config.budget().map(|budget| Arc::new(Budget::new(budget)));
-        let policy = Policy {
+        let shared = Shared {
             config,
             clock: Arc::new(TokioClock),
             jitter: Arc::new(ThreadRngJitter),
             budget,
+            hook: None,
         };
-        let inner = Inner { policy, hook: None };
-        Self { inner: Arc::new(inner) }
+        Self { shared: Arc::new(shared) }
     }
 
     /// Uses `clock` for every reading of the time and every wait.
     pub fn with_clock(mut self, clock: impl Clock + 'static) -> Self {
-        Arc::make_mut(&mut self.inner).policy.clock = Arc::new(clock);
+        Arc::make_mut(&mut self.shared).clock = Arc::new(clock);
         self
     }
 
     /// Uses `source` for the randomness behind jitter.
     pub fn with_jitter_source(mut self, source: impl JitterSource + 'static) -> Self {
-        Arc::make_mut(&mut self.inner).policy.jitter = Arc::new(source);
+        Arc::make_mut(&mut self.shared).jitter = Arc::new(source);
         self
     }
 
@@ -111,29 +105,29 @@ impl RetryMiddleware {
     where
         F: Fn(&RetryEvent<'_>) + Send + Sync + 'static,
     {
-        Arc::make_mut(&mut self.inner).hook = Some(Arc::new(hook));
+        Arc::make_mut(&mut self.shared).hook = Some(Arc::new(hook));
         self
     }
 
     /// The policy in force.
     pub fn config(&self) -> &RetryConfig {
-        &self.inner.policy.config
+        &self.shared.config
     }
 }
 
 impl fmt::Debug for RetryMiddleware {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RetryMiddleware")
-            .field("config", &self.inner.policy.config)
-            .field("clock", &self.inner.policy.clock)
-            .field("hook", &self.inner.hook.as_ref().map(|_| "<fn>"))
-            .field("budget", &self.inner.policy.budget)
+            .field("config", &self.shared.config)
+            .field("clock", &self.shared.clock)
+            .field("hook", &self.shared.hook.as_ref().map(|_| "<fn>"))
+            .field("budget", &self.shared.budget)
             .finish_non_exhaustive()
     }
 }
 
-/// Written out rather than through `async_trait`, whose extra async block
-/// would hold a second copy of the request in every request's future.
+/// The trait's signature as `async_trait` would write it, around one
+/// `async fn`.
 impl Middleware for RetryMiddleware {
     fn handle<'life0, 'life1, 'life2, 'async_trait>(
         &'life0 self,
@@ -147,117 +141,80 @@ impl Middleware for RetryMiddleware {
         'life2: 'async_trait,
         Self: 'async_trait,
     {
-        self.inner.execute(req, extensions, next)
+        Box::pin(self.shared.send(req, extensions, next))
     }
 }
 
-type BoxFuture<'a> = Pin<Box<dyn Future<Output = Result<Response>> + Send + 'a>>;
-
-/// One logical request: its settings, its progress, its method for the logs.
-struct Call {
-    plan: Plan,
-    progress: Progress,
-    method: Method,
-}
-
-/// After an attempt: the wait and the request to send next, or why to stop.
-type AfterAttempt = std::result::Result<(Duration, Request), StopReason>;
-
-impl Inner {
-    /// Reads the overrides and copies the request before anything is
-    /// awaited, then sends the first attempt inline and hands any retries to
-    /// a boxed loop, so the common case (no retry) carries neither the loop's
-    /// state nor a second copy of the request in its future.
-    fn execute<'a>(
-        &'a self,
-        req: Request,
-        extensions: &'a mut Extensions,
-        next: Next<'a>,
-    ) -> BoxFuture<'a> {
-        if extensions.get::<NoRetry>().is_some() {
-            let method = req.method().clone();
-            return Box::pin(async move {
-                let outcome = next.run(req, extensions).await;
-                self.notify(1, &method, Decision::Stop(StopReason::Disabled));
-                let report = RetryReport {
-                    attempts: 1,
-                    total_wait: Duration::ZERO,
-                    stop: StopReason::Disabled,
-                };
-                finish(extensions, outcome, report)
-            });
-        }
-        let (plan, progress) = self.policy.plan(&req, extensions);
-        let mut call = Call { plan, progress, method: req.method().clone() };
-        call.progress.attempts = 1;
-        let (attempt, kept) = self.split(&call, req);
-        Box::pin(async move {
-            let outcome = next.clone().run(attempt, extensions).await;
-            match self.conclude(&mut call, kept, &outcome) {
-                Err(stop) => finish(extensions, outcome, call.report(stop)),
-                Ok((after, template)) => {
-                    Box::pin(self.retries(call, outcome, after, template, extensions, next)).await
-                }
-            }
-        })
-    }
-
-    /// Waits and attempts again until an attempt says stop.
-    async fn retries(
+impl Shared {
+    async fn send(
         &self,
-        mut call: Call,
-        mut outcome: Result<Response>,
-        mut after: Duration,
-        mut template: Request,
+        mut request: Request,
         extensions: &mut Extensions,
         next: Next<'_>,
     ) -> Result<Response> {
+        let method = request.method().clone();
+        if extensions.get::<NoRetry>().is_some() {
+            let outcome = next.run(request, extensions).await;
+            self.notify(1, &method, Decision::Stop(StopReason::Disabled));
+            let report =
+                RetryReport { attempts: 1, total_wait: Duration::ZERO, stop: StopReason::Disabled };
+            return finish(extensions, None, outcome, report);
+        }
+        let mut policy = Policy::new(self, &request, extensions);
+        // What the caller attached: every attempt starts from it, so nothing
+        // an attempt added below this middleware leaks into the next one.
+        let mut caller: Option<Extensions> = None;
         loop {
-            if let Ok(response) = outcome {
-                drain(response, self.policy.config.drain_limit()).await;
+            let Ok((attempt, kept, cut_at)) = policy.start(request) else {
+                return self.expired(&policy, &method, extensions, caller.as_ref());
+            };
+            if kept.is_some() && caller.is_none() {
+                caller = Some(extensions.clone());
             }
-            self.policy.clock.sleep(after).await;
-            call.progress.total_wait = call.progress.total_wait.saturating_add(after);
-            call.progress.attempts += 1;
-            extensions.insert(AttemptNumber(call.progress.attempts));
-            let (attempt, kept) = self.split(&call, template);
-            outcome = next.clone().run(attempt, extensions).await;
-            match self.conclude(&mut call, kept, &outcome) {
-                Err(stop) => return finish(extensions, outcome, call.report(stop)),
-                Ok((wait, request)) => (after, template) = (wait, request),
+            let sent = next.clone().run(attempt, extensions);
+            let outcome = match cut_at {
+                None => sent.await,
+                Some(at) => match first(sent, self.clock.sleep_until(at)).await {
+                    Some(outcome) => outcome,
+                    None => return self.expired(&policy, &method, extensions, caller.as_ref()),
+                },
+            };
+            let decision = policy.decide(kept.as_ref(), &outcome);
+            self.notify(policy.attempts(), &method, decision);
+            match (decision, kept) {
+                (Decision::Retry { after, .. }, Some(kept)) => {
+                    discard(outcome, self.clock.sleep(after), self.config.drain_limit).await;
+                    request = kept;
+                    if let Some(caller) = &caller {
+                        extensions.clone_from(caller);
+                    }
+                    extensions.insert(AttemptNumber(policy.attempts() + 1));
+                }
+                (Decision::Stop(stop), _) => {
+                    return finish(extensions, caller.as_ref(), outcome, policy.report(stop));
+                }
+                // `decide` retries only with a kept request.
+                (Decision::Retry { .. }, None) => {
+                    let report = policy.report(StopReason::NotReplayable);
+                    return finish(extensions, caller.as_ref(), outcome, report);
+                }
             }
         }
     }
 
-    /// The request to send and the original to keep for the next attempt. No
-    /// copy is made when no retry can follow and no predicate needs to see
-    /// the request; a body that cannot be copied is sent as it is, once.
-    fn split(&self, call: &Call, template: Request) -> (Request, Option<Request>) {
-        let last = call.progress.attempts > call.plan.max_retries;
-        if last && self.policy.config.predicate().is_none() {
-            return (template, None);
-        }
-        match template.try_clone() {
-            Some(copy) => (copy, Some(template)),
-            None => (template, None),
-        }
-    }
-
-    /// Decides what follows an attempt, and tells the hook and the logs.
-    fn conclude(
+    /// Stops because the deadline passed with no outcome to return: before
+    /// an attempt could be sent, or while one was in flight.
+    fn expired(
         &self,
-        call: &mut Call,
-        kept: Option<Request>,
-        outcome: &Result<Response>,
-    ) -> AfterAttempt {
-        let decision = self.policy.decide(kept.as_ref(), outcome, &call.plan, &mut call.progress);
-        self.notify(call.progress.attempts, &call.method, decision);
-        match (decision, kept) {
-            (Decision::Retry { after, .. }, Some(request)) => Ok((after, request)),
-            (Decision::Stop(stop), _) => Err(stop),
-            // `decide` never retries without a kept request.
-            (Decision::Retry { .. }, None) => Err(StopReason::NotReplayable),
-        }
+        policy: &Policy<'_>,
+        method: &Method,
+        extensions: &mut Extensions,
+        caller: Option<&Extensions>,
+    ) -> Result<Response> {
+        let stop = StopReason::DeadlineExceeded;
+        self.notify(policy.attempts(), method, Decision::Stop(stop));
+        let error = Error::middleware(policy.deadline_exceeded());
+        finish(extensions, caller, Err(error), policy.report(stop))
     }
 
     fn notify(&self, attempt: u32, method: &Method, decision: Decision) {
@@ -270,6 +227,7 @@ impl Inner {
                 wait_ms = after.as_millis() as u64,
                 "retrying request"
             ),
+            // A first answer that is final is the common case, not news.
             Decision::Stop(StopReason::Final) if attempt == 1 => {}
             Decision::Stop(reason) => tracing::debug!(
                 attempt,
@@ -284,30 +242,61 @@ impl Inner {
     }
 }
 
-impl Call {
-    fn report(&self, stop: StopReason) -> RetryReport {
-        RetryReport { attempts: self.progress.attempts, total_wait: self.progress.total_wait, stop }
-    }
-}
-
-/// Records the report where the caller can find it and returns the outcome.
+/// Leaves the report where the caller can find it, puts back the caller's
+/// own [`AttemptNumber`] (or none), and returns the outcome.
 fn finish(
     extensions: &mut Extensions,
+    caller: Option<&Extensions>,
     mut outcome: Result<Response>,
     report: RetryReport,
 ) -> Result<Response> {
+    if report.attempts > 1 {
+        match caller.and_then(|caller| caller.get::<AttemptNumber>()) {
+            Some(theirs) => extensions.insert(*theirs),
+            None => extensions.remove::<AttemptNumber>(),
+        };
+    }
     if let Some(slot) = extensions.get::<ReportSlot>() {
         slot.set(report);
     }
-    if let Ok(response) = &mut outcome {
-        response.extensions_mut().insert(report);
+    // Absence reads as this report (`RetryReport::from_response`), so the
+    // common case allocates nothing.
+    if report != RetryReport::FIRST_AND_FINAL {
+        if let Ok(response) = &mut outcome {
+            response.extensions_mut().insert(report);
+        }
     }
     outcome
 }
 
-/// Reads and discards up to `limit` bytes of a response that is being
-/// retried, so its connection can go back to the pool; a longer body is
-/// dropped, which closes the connection instead of reading it all.
+/// Runs `work` until `cut` completes first: `None` when it was cut.
+async fn first<T>(work: impl Future<Output = T>, cut: impl Future<Output = ()>) -> Option<T> {
+    let (mut work, mut cut) = (pin!(work), pin!(cut));
+    poll_fn(|cx| {
+        if let Poll::Ready(done) = work.as_mut().poll(cx) {
+            return Poll::Ready(Some(done));
+        }
+        cut.as_mut().poll(cx).map(|()| None)
+    })
+    .await
+}
+
+/// Waits `wait` while reading and discarding the body of a response being
+/// retried, so its connection can go back to the pool. What has not arrived
+/// when the wait ends is dropped with the response (closing an HTTP/1
+/// connection, resetting only the stream on HTTP/2): a body that stalls never
+/// delays the next attempt.
+async fn discard(outcome: Result<Response>, mut wait: Sleep, limit: usize) {
+    if let Ok(response) = outcome {
+        if first(drain(response, limit), wait.as_mut()).await.is_none() {
+            return;
+        }
+    }
+    wait.await;
+}
+
+/// Reads and discards up to `limit` bytes; a body declared longer is dropped
+/// at once rather than read.
 async fn drain(mut response: Response, limit: usize) {
     if response.content_length().is_some_and(|len| len > limit as u64) {
         return;

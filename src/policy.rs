@@ -1,8 +1,9 @@
-//! The policy applied to one attempt's outcome: safe to repeat? retryable?
-//! how long to wait? within the count, the deadline and the budget?
+//! The policy of one request: after each attempt, retry after a wait, or
+//! stop, and why.
 //!
 //! Everything here is synchronous; the middleware does the sending and the
-//! waiting.
+//! waiting. A [`Policy`] is made per request from the [`Shared`] parts every
+//! request uses, and it alone answers "what happens after this attempt?".
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -11,152 +12,242 @@ use http::Extensions;
 use reqwest::{Request, Response};
 use reqwest_middleware::Result;
 
+use crate::backoff::backoff;
 use crate::budget::{Account, Budget};
-use crate::classify::{self, Attempt, Outcome, Retryability, Verdict};
+use crate::classify::{self, Verdict};
 use crate::clock::Clock;
-use crate::config::RetryConfig;
-use crate::decision::{Decision, RetryReason, StopReason};
-use crate::overrides::{MaxRetries, RetryDeadline, SafeToRetry};
-use crate::random::JitterSource;
+use crate::config::{Redirects, RetryConfig};
+use crate::error::DeadlineExceeded;
+use crate::extensions::{MaxRetries, RetryDeadline, SafeToRetry};
+use crate::jitter::JitterSource;
+use crate::predicate::{Attempt, Outcome};
+use crate::reason::{Decision, RetryReason, Retryability, StopReason};
+use crate::report::RetryReport;
 use crate::retry_after::parse_retry_after;
 
-/// The configuration with the clock, randomness and budget it runs on.
+/// The hook the middleware calls after every attempt.
+pub(crate) type Hook = Arc<dyn Fn(&crate::RetryEvent<'_>) + Send + Sync>;
+
+/// What every request of one middleware shares: the configuration, the
+/// clock, the randomness, the budget and the hook.
 #[derive(Clone)]
-pub(crate) struct Policy {
+pub(crate) struct Shared {
     pub(crate) config: RetryConfig,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) jitter: Arc<dyn JitterSource>,
     pub(crate) budget: Option<Arc<Budget>>,
+    pub(crate) hook: Option<Hook>,
 }
 
-/// Per-request settings, after the overrides in the extensions.
-pub(crate) struct Plan {
-    pub(crate) safe: bool,
-    pub(crate) max_retries: u32,
-    pub(crate) deadline: Option<(Instant, Duration)>,
-    /// The budget account this request draws its retries from.
-    pub(crate) account: Option<Arc<Account>>,
+/// One request's policy and progress.
+pub(crate) struct Policy<'a> {
+    shared: &'a Shared,
+    /// Idempotent method, idempotency key, or [`SafeToRetry`].
+    safe: bool,
+    max_retries: u32,
+    /// When the call started, and how long it may take.
+    deadline: Option<(Instant, Duration)>,
+    /// The budget account retries are drawn from.
+    account: Option<Arc<Account>>,
+    /// Attempts started so far.
+    attempts: u32,
+    /// The last backoff picked, which decorrelated jitter grows from.
+    previous_wait: Duration,
+    total_wait: Duration,
 }
 
-/// Per-request progress.
-pub(crate) struct Progress {
-    pub(crate) attempts: u32,
-    pub(crate) total_wait: Duration,
-    pub(crate) previous_wait: Duration,
-}
-
-impl Policy {
-    /// Reads the per-request overrides and opens the budget account.
-    pub(crate) fn plan(&self, req: &Request, extensions: &Extensions) -> (Plan, Progress) {
-        let start = self.clock.now();
-        let account = self.budget.as_ref().map(|budget| {
-            let account = budget.account(req.url());
+impl<'a> Policy<'a> {
+    /// Reads the per-request overrides, and records the request in the
+    /// budget.
+    pub(crate) fn new(shared: &'a Shared, request: &Request, extensions: &Extensions) -> Self {
+        let config = &shared.config;
+        let start = shared.clock.now();
+        let account = shared.budget.as_ref().map(|budget| {
+            let account = budget.account(request.url());
             budget.deposit(&account, start);
             account
         });
-        let plan = Plan {
-            safe: extensions.get::<SafeToRetry>().is_some() || self.is_safe(req),
-            max_retries: extensions.get::<MaxRetries>().map_or(self.config.max_retries(), |m| m.0),
+        Self {
+            shared,
+            safe: extensions.get::<SafeToRetry>().is_some() || is_safe(config, request),
+            max_retries: extensions.get::<MaxRetries>().map_or(config.max_retries, |m| m.0),
             deadline: extensions
                 .get::<RetryDeadline>()
                 .map(|d| d.0)
-                .or(self.config.deadline())
+                .or(config.deadline)
                 .map(|limit| (start, limit)),
             account,
-        };
-        let progress = Progress {
             attempts: 0,
+            previous_wait: config.initial_backoff,
             total_wait: Duration::ZERO,
-            previous_wait: self.config.initial_backoff(),
-        };
-        (plan, progress)
+        }
     }
 
-    fn is_safe(&self, req: &Request) -> bool {
-        req.method().is_idempotent()
-            || req
-                .headers()
-                .get(self.config.idempotency_header())
-                .is_some_and(|key| !key.is_empty())
-    }
-
-    fn verdict(
-        &self,
-        request: Option<&Request>,
-        outcome: &Result<Response>,
-        number: u32,
-    ) -> Verdict {
-        if let (Some(predicate), Some(request)) = (self.config.predicate(), request) {
-            let outcome_view = match outcome {
-                Ok(response) => Outcome::Response(response),
-                Err(error) => Outcome::Error(error),
-            };
-            let attempt = Attempt { request, number, outcome: outcome_view };
-            if let Some(retryability) = predicate(&attempt) {
-                return Verdict { retryability, reason: RetryReason::Custom };
+    /// Starts an attempt: returns the request to send, the original to keep
+    /// for the next attempt, and the instant to cut the attempt at, if it
+    /// must be cut other than by its own timeout.
+    ///
+    /// No copy is made when no retry can follow and no predicate needs to
+    /// see the request; a body that cannot be copied is sent as it is, once.
+    ///
+    /// The attempt is bounded by the attempt timeout and the deadline. Where
+    /// it has a timeout the middleware can see (its own, or the configured
+    /// attempt timeout), the shortest of them goes on the request, so reqwest
+    /// reports it as a timeout. Otherwise setting one would replace the
+    /// client's own default, which may be shorter, so the instant to cut the
+    /// attempt at is returned instead.
+    ///
+    /// # Errors
+    ///
+    /// When the deadline has already passed: nothing is sent.
+    pub(crate) fn start(
+        &mut self,
+        request: Request,
+    ) -> std::result::Result<(Request, Option<Request>, Option<Instant>), DeadlineExceeded> {
+        let left = match self.deadline {
+            Some((start, limit)) => {
+                let now = self.shared.clock.now();
+                let left = limit.saturating_sub(now.saturating_duration_since(start));
+                if left.is_zero() {
+                    return Err(self.deadline_exceeded());
+                }
+                Some((now, left))
             }
-        }
-        match outcome {
-            Ok(response) => classify::classify_status(&self.config, response.status()),
-            Err(error) => classify::classify_error(error),
-        }
+            None => None,
+        };
+        self.attempts += 1;
+        let keep = self.attempts <= self.max_retries || self.shared.config.predicate().is_some();
+        let (mut attempt, kept) = match keep.then(|| request.try_clone()).flatten() {
+            Some(copy) => (copy, Some(request)),
+            None => (request, None),
+        };
+        let visible = match (attempt.timeout().copied(), self.shared.config.attempt_timeout) {
+            (Some(own), Some(configured)) => Some(own.min(configured)),
+            (own, configured) => own.or(configured),
+        };
+        let cut_at = match (visible, left) {
+            (visible, None) => {
+                *attempt.timeout_mut() = visible;
+                None
+            }
+            (Some(visible), Some((_, left))) => {
+                *attempt.timeout_mut() = Some(visible.min(left));
+                None
+            }
+            (None, Some((now, left))) => Some(now + left),
+        };
+        Ok((attempt, kept, cut_at))
+    }
+
+    /// The error for a deadline that passed where reqwest could not say so.
+    pub(crate) fn deadline_exceeded(&self) -> DeadlineExceeded {
+        let limit = self.deadline.map_or(Duration::ZERO, |(_, limit)| limit);
+        DeadlineExceeded::new(limit, self.attempts)
     }
 
     /// What follows an attempt: retry after a wait, or stop, and why.
+    /// `request` is the copy kept for another attempt, if one was made.
     pub(crate) fn decide(
-        &self,
+        &mut self,
         request: Option<&Request>,
         outcome: &Result<Response>,
-        plan: &Plan,
-        progress: &mut Progress,
     ) -> Decision {
-        let verdict = self.verdict(request, outcome, progress.attempts);
-        match verdict.retryability {
+        let Some((retryability, reason)) = self.verdict(request, outcome) else {
+            return Decision::Stop(StopReason::Final);
+        };
+        let first_hop = || match (self.shared.config.redirects, outcome, request) {
+            (Redirects::Followed, ..) => false,
+            (Redirects::NotFollowed, Ok(response), Some(request)) => {
+                response.url() == request.url()
+            }
+            (Redirects::NotFollowed, ..) => true,
+        };
+        let safe_to_repeat = match retryability {
             Retryability::Never => return Decision::Stop(StopReason::Final),
-            Retryability::WhenSafe if !plan.safe => return Decision::Stop(StopReason::NotSafe),
-            Retryability::WhenSafe | Retryability::AnyMethod => {}
+            Retryability::WhenSafe => self.safe,
+            // A predicate's word is explicit: it sees the response's URL too.
+            Retryability::AnyMethod if reason == RetryReason::Custom => true,
+            // The server did not act on *this hop*; that proves the request
+            // unprocessed only if no earlier hop answered with a redirect.
+            Retryability::AnyMethod => self.safe || first_hop(),
+        };
+        if !safe_to_repeat {
+            return Decision::Stop(StopReason::NotSafe);
         }
-        if progress.attempts > plan.max_retries {
+        if self.attempts > self.max_retries {
             return Decision::Stop(StopReason::RetriesExhausted);
         }
         if request.is_none() {
             return Decision::Stop(StopReason::NotReplayable);
         }
-        let asked = match outcome {
-            Ok(response) => response
-                .headers()
-                .get(http::header::RETRY_AFTER)
-                .and_then(|value| parse_retry_after(value, self.clock.wall_time())),
-            Err(_) => None,
-        };
+        let config = &self.shared.config;
+        let asked = outcome.as_ref().ok().and_then(|response| {
+            let value = response.headers().get(http::header::RETRY_AFTER)?;
+            parse_retry_after(value, self.shared.clock.wall_time())
+        });
         let after = match asked {
-            Some(asked) if asked > self.config.max_retry_after() => {
+            Some(asked) if asked > config.max_retry_after => {
                 return Decision::Stop(StopReason::RetryAfterTooLong(asked));
             }
             Some(asked) => asked,
             None => {
-                let wait = self.config.backoff(
-                    progress.attempts - 1,
-                    progress.previous_wait,
-                    self.jitter.unit(),
-                );
-                progress.previous_wait = wait;
-                wait
+                let unit = self.shared.jitter.unit();
+                let retry = self.attempts - 1;
+                let (initial, max) = (config.initial_backoff, config.max_backoff);
+                self.previous_wait =
+                    backoff(config.jitter, initial, max, retry, self.previous_wait, unit);
+                self.previous_wait
             }
         };
-        let now = self.clock.now();
-        if let Some((start, limit)) = plan.deadline {
-            let spent = now.saturating_duration_since(start);
-            if spent.saturating_add(after) > limit {
+        let now = self.shared.clock.now();
+        if let Some((start, limit)) = self.deadline {
+            // A wait that ends at the deadline leaves no time to send.
+            if now.saturating_duration_since(start).saturating_add(after) >= limit {
                 return Decision::Stop(StopReason::DeadlineExceeded);
             }
         }
         // Last, so that only a retry that will happen is paid for.
-        if let (Some(budget), Some(account)) = (&self.budget, &plan.account) {
+        if let (Some(budget), Some(account)) = (&self.shared.budget, &self.account) {
             if !budget.try_withdraw(account, now) {
                 return Decision::Stop(StopReason::BudgetExhausted);
             }
         }
-        Decision::Retry { after, reason: verdict.reason }
+        self.total_wait = self.total_wait.saturating_add(after);
+        Decision::Retry { after, reason }
     }
+
+    /// The predicate's verdict if it gives one, else the built-in rules'.
+    fn verdict(&self, request: Option<&Request>, outcome: &Result<Response>) -> Verdict {
+        if let (Some(predicate), Some(request)) = (self.shared.config.predicate(), request) {
+            let attempt = Attempt { request, number: self.attempts, outcome: Outcome::of(outcome) };
+            if let Some(retryability) = predicate(&attempt) {
+                return Some((retryability, RetryReason::Custom));
+            }
+        }
+        let config = &self.shared.config;
+        match outcome {
+            Ok(response) => classify::classify_status(
+                response.status(),
+                &config.retryable_statuses,
+                config.retry_429_any_method,
+            ),
+            Err(error) => classify::classify_error(error),
+        }
+    }
+
+    /// Attempts started so far.
+    pub(crate) fn attempts(&self) -> u32 {
+        self.attempts
+    }
+
+    /// The report of the call, stopping because of `stop`.
+    pub(crate) fn report(&self, stop: StopReason) -> RetryReport {
+        RetryReport { attempts: self.attempts, total_wait: self.total_wait, stop }
+    }
+}
+
+/// An idempotent method, or a non-empty idempotency key.
+fn is_safe(config: &RetryConfig, request: &Request) -> bool {
+    request.method().is_idempotent()
+        || request.headers().get(&config.idempotency_header).is_some_and(|key| !key.is_empty())
 }

@@ -3,13 +3,15 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::decision::StopReason;
+use reqwest::Response;
+
+use crate::reason::StopReason;
 
 /// How a request went: attempts made, time spent waiting, why it stopped.
 ///
-/// Found in the final response's extensions
-/// (`response.extensions().get::<RetryReport>()`), and in a [`ReportSlot`]
-/// the caller attached, which also works when the final outcome is an error.
+/// Read it from the final response with [`RetryReport::from_response`], or
+/// from a [`ReportSlot`] the caller attached, which also works when the final
+/// outcome is an error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RetryReport {
@@ -22,6 +24,28 @@ pub struct RetryReport {
 }
 
 impl RetryReport {
+    /// The report of the call that produced `response`.
+    ///
+    /// The middleware stores a report in the response's extensions only when
+    /// there is something to say: the common case — one attempt, no wait,
+    /// a final outcome — costs no allocation and reads as that report here.
+    ///
+    /// ```
+    /// use reqwest_safe_retry::{RetryReport, StopReason};
+    ///
+    /// let response: reqwest::Response = http::Response::new("").into();
+    /// let report = RetryReport::from_response(&response);
+    /// assert_eq!((report.attempts, report.stop), (1, StopReason::Final));
+    /// ```
+    pub fn from_response(response: &Response) -> Self {
+        response.extensions().get::<Self>().copied().unwrap_or(Self::FIRST_AND_FINAL)
+    }
+
+    /// One attempt, no wait, a final outcome: the report a response without
+    /// one in its extensions stands for.
+    pub(crate) const FIRST_AND_FINAL: Self =
+        Self { attempts: 1, total_wait: Duration::ZERO, stop: StopReason::Final };
+
     /// Attempts after the first: OpenTelemetry's `http.request.resend_count`.
     pub fn resend_count(&self) -> u32 {
         self.attempts.saturating_sub(1)

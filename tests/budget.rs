@@ -31,7 +31,7 @@ fn middleware(config: RetryConfig) -> (RetryMiddleware, ManualClock) {
 
 async fn report(client: &ClientWithMiddleware, url: &str) -> RetryReport {
     let response = client.get(url).send().await.unwrap();
-    *response.extensions().get::<RetryReport>().unwrap()
+    RetryReport::from_response(&response)
 }
 
 async fn down(server: &MockServer) -> String {

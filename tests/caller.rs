@@ -18,7 +18,7 @@ async fn response_carries_attempts_and_total_wait() {
     script_statuses(&server, "/r", &[503, 502, 200]).await;
     let (client, _) = client(policy().build().unwrap());
     let response = client.get(format!("{}/r", server.uri())).send().await.unwrap();
-    let report = response.extensions().get::<RetryReport>().copied().unwrap();
+    let report = RetryReport::from_response(&response);
     assert_eq!(report.attempts, 3);
     assert_eq!(report.resend_count(), 2);
     assert_eq!(report.total_wait, 300 * MS);
@@ -95,7 +95,7 @@ async fn no_retry_sends_once() {
     let response =
         client.get(format!("{}/r", server.uri())).with_extension(NoRetry).send().await.unwrap();
     assert_eq!((response.status().as_u16(), hits(&server).await), (503, 1));
-    let report = response.extensions().get::<RetryReport>().copied().unwrap();
+    let report = RetryReport::from_response(&response);
     assert_eq!(report.stop, StopReason::Disabled);
 }
 

@@ -5,8 +5,8 @@ mod support;
 use std::time::Duration;
 
 use reqwest_safe_retry::{
-    Decision, FixedJitter, ManualClock, RetryBudget, RetryConfig, RetryMiddleware, RetryReport,
-    StopReason,
+    DeadlineExceeded, Decision, FixedJitter, ManualClock, ReportSlot, RetryBudget, RetryConfig,
+    RetryMiddleware, RetryReport, StopReason,
 };
 use support::*;
 use wiremock::matchers::{any, header};
@@ -51,11 +51,7 @@ async fn two_thousand_concurrent_requests_all_complete_within_the_budget() {
             let fail = if n % 4 == 0 { "1" } else { "0" };
             tokio::spawn(async move {
                 let response = client.get(url).header("x-fail", fail).send().await.unwrap();
-                (
-                    fail == "1",
-                    response.status().as_u16(),
-                    *response.extensions().get::<RetryReport>().unwrap(),
-                )
+                (fail == "1", response.status().as_u16(), RetryReport::from_response(&response))
             })
         })
         .collect();
@@ -86,7 +82,7 @@ async fn zero_retry_after_forever_stops_at_the_retry_count() {
     let config = policy().with_max_retries(50).without_budget().build().unwrap();
     let (client, clock) = client(config);
     let response = client.get(format!("{}/r", server.uri())).send().await.unwrap();
-    let report = *response.extensions().get::<RetryReport>().unwrap();
+    let report = RetryReport::from_response(&response);
     assert_eq!((report.attempts, report.stop), (51, StopReason::RetriesExhausted));
     assert_eq!(clock.sleeps(), vec![Duration::ZERO; 50]);
     assert_eq!(hits(&server).await, 51);
@@ -105,9 +101,18 @@ async fn slow_attempts_count_against_the_deadline() {
     let middleware = RetryMiddleware::new(config)
         .with_clock(clock.clone())
         .on_decision(move |_| ticking.advance(Duration::from_millis(100)));
-    let response = wrap(middleware).get(format!("{}/r", server.uri())).send().await.unwrap();
-    let report = *response.extensions().get::<RetryReport>().unwrap();
+    let slot = ReportSlot::new();
+    let url = format!("{}/r", server.uri());
+    let error = wrap(middleware).get(url).with_extension(slot.clone()).send().await.unwrap_err();
     // The deadline is checked when deciding, before the hook moves the clock:
-    // decisions at 0, 100, 200, 300, 400 ms retry; the one at 500 ms stops.
-    assert_eq!((report.attempts, report.stop), (6, StopReason::DeadlineExceeded));
+    // decisions at 0, 100, 200, 300 and 400 ms retry, and the hook then moves
+    // the clock to 500 ms, past the deadline, before the sixth attempt. The
+    // fifth 503 was discarded during the wait, so the caller learns of the
+    // deadline from the crate's error.
+    let reqwest_middleware::Error::Middleware(error) = error else { panic!("{error:?}") };
+    let error = error.downcast_ref::<DeadlineExceeded>().expect("the deadline's error");
+    assert_eq!((error.deadline(), error.attempts()), (Duration::from_millis(450), 5));
+    let report = slot.get().unwrap();
+    assert_eq!((report.attempts, report.stop), (5, StopReason::DeadlineExceeded));
+    assert_eq!(hits(&server).await, 5);
 }

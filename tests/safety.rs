@@ -1,4 +1,6 @@
-//! Which outcomes are retried, and for which requests.
+//! Which outcomes are retried, and for which requests, with both clients
+//! users build: reqwest's default, which follows redirects, and one that does
+//! not, with the middleware told so.
 
 mod support;
 
@@ -8,16 +10,21 @@ use support::*;
 use wiremock::matchers::any;
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
-async fn send(method: Method, statuses: &[u16], key: Option<&str>) -> (u16, usize, RetryReport) {
+async fn send(
+    kind: Kind,
+    method: Method,
+    statuses: &[u16],
+    key: Option<&str>,
+) -> (u16, usize, RetryReport) {
     let server = MockServer::start().await;
     script_statuses(&server, "/r", statuses).await;
-    let (client, _) = client(policy().build().unwrap());
+    let (client, _) = kind.client(policy());
     let mut request = client.request(method, format!("{}/r", server.uri()));
     if let Some(key) = key {
         request = request.header("Idempotency-Key", key);
     }
     let response = request.send().await.unwrap();
-    let report = *response.extensions().get::<RetryReport>().unwrap();
+    let report = RetryReport::from_response(&response);
     (response.status().as_u16(), hits(&server).await, report)
 }
 
@@ -26,40 +33,52 @@ async fn idempotent_methods_are_retried_on_503() {
     for method in
         [Method::GET, Method::HEAD, Method::OPTIONS, Method::TRACE, Method::PUT, Method::DELETE]
     {
-        let (status, hits, report) = send(method.clone(), &[503, 200], None).await;
-        assert_eq!((status, hits, report.attempts), (200, 2, 2), "{method}");
+        for kind in Kind::BOTH {
+            let (status, hits, report) = send(kind, method.clone(), &[503, 200], None).await;
+            assert_eq!((status, hits, report.attempts), (200, 2, 2), "{method} {kind:?}");
+        }
     }
 }
 
 #[tokio::test]
 async fn post_without_key_is_not_retried() {
-    let (status, hits, report) = send(Method::POST, &[503, 200], None).await;
-    assert_eq!((status, hits), (503, 1));
-    assert_eq!(report.stop, StopReason::NotSafe);
+    for kind in Kind::BOTH {
+        let (status, hits, report) = send(kind, Method::POST, &[503, 200], None).await;
+        assert_eq!((status, hits), (503, 1), "{kind:?}");
+        assert_eq!(report.stop, StopReason::NotSafe, "{kind:?}");
+    }
 }
 
 #[tokio::test]
 async fn patch_without_key_is_not_retried() {
-    let (status, hits, _) = send(Method::PATCH, &[502, 200], None).await;
-    assert_eq!((status, hits), (502, 1));
+    for kind in Kind::BOTH {
+        let (status, hits, _) = send(kind, Method::PATCH, &[502, 200], None).await;
+        assert_eq!((status, hits), (502, 1), "{kind:?}");
+    }
 }
 
 #[tokio::test]
 async fn post_with_idempotency_key_is_retried() {
-    let (status, hits, _) = send(Method::POST, &[503, 200], Some("k-1")).await;
-    assert_eq!((status, hits), (200, 2));
+    for kind in Kind::BOTH {
+        let (status, hits, _) = send(kind, Method::POST, &[503, 200], Some("k-1")).await;
+        assert_eq!((status, hits), (200, 2), "{kind:?}");
+    }
 }
 
 #[tokio::test]
 async fn patch_with_idempotency_key_is_retried() {
-    let (status, hits, _) = send(Method::PATCH, &[504, 200], Some("k-2")).await;
-    assert_eq!((status, hits), (200, 2));
+    for kind in Kind::BOTH {
+        let (status, hits, _) = send(kind, Method::PATCH, &[504, 200], Some("k-2")).await;
+        assert_eq!((status, hits), (200, 2), "{kind:?}");
+    }
 }
 
 #[tokio::test]
 async fn empty_idempotency_key_does_not_make_a_post_safe() {
-    let (status, hits, _) = send(Method::POST, &[503, 200], Some("")).await;
-    assert_eq!((status, hits), (503, 1));
+    for kind in Kind::BOTH {
+        let (status, hits, _) = send(kind, Method::POST, &[503, 200], Some("")).await;
+        assert_eq!((status, hits), (503, 1), "{kind:?}");
+    }
 }
 
 #[tokio::test]
@@ -76,9 +95,47 @@ async fn idempotency_header_name_is_configurable() {
 }
 
 #[tokio::test]
-async fn post_429_is_retried_without_a_key() {
-    let (status, hits, _) = send(Method::POST, &[429, 201], None).await;
+async fn post_429_is_retried_without_a_key_when_redirects_are_not_followed() {
+    let (status, hits, _) = send(Kind::NotFollowing, Method::POST, &[429, 201], None).await;
     assert_eq!((status, hits), (201, 2));
+}
+
+#[tokio::test]
+async fn post_429_is_not_retried_without_a_key_when_redirects_may_be_followed() {
+    // The 429 may have come from a later hop, after the POST was processed.
+    let (status, hits, report) = send(Kind::Following, Method::POST, &[429, 201], None).await;
+    assert_eq!((status, hits, report.stop), (429, 1, StopReason::NotSafe));
+}
+
+#[tokio::test]
+async fn get_429_is_retried_by_both_clients() {
+    for kind in Kind::BOTH {
+        let (status, hits, _) = send(kind, Method::GET, &[429, 200], None).await;
+        assert_eq!((status, hits), (200, 2), "{kind:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_redirected_429_is_not_taken_for_the_first_hop() {
+    // A client that does follow redirects, although the middleware was told
+    // it does not: the response's URL gives the redirect away.
+    let server = MockServer::start().await;
+    let target = format!("{}/elsewhere", server.uri());
+    Mock::given(wiremock::matchers::path("/r"))
+        .respond_with(ResponseTemplate::new(303).insert_header("Location", target.as_str()))
+        .mount(&server)
+        .await;
+    script_statuses(&server, "/elsewhere", &[429, 200]).await;
+    let config = Kind::NotFollowing.config(policy());
+    let clock = reqwest_safe_retry::ManualClock::new();
+    let middleware = reqwest_safe_retry::RetryMiddleware::new(config).with_clock(clock.clone());
+    let client =
+        reqwest_middleware::ClientBuilder::new(reqwest::Client::new()).with(middleware).build();
+    let response = client.post(format!("{}/r", server.uri())).body("order").send().await.unwrap();
+    let report = RetryReport::from_response(&response);
+    assert_eq!((response.status().as_u16(), report.stop), (429, StopReason::NotSafe));
+    let posts = server.received_requests().await.unwrap();
+    assert_eq!(posts.iter().filter(|r| r.url.path() == "/r").count(), 1);
 }
 
 #[tokio::test]
@@ -93,7 +150,8 @@ async fn post_429_can_be_made_to_require_a_key() {
 #[tokio::test]
 async fn final_statuses_are_returned_at_once() {
     for code in [200, 201, 204, 301, 304, 400, 401, 403, 404, 408, 409, 422, 500, 501, 505] {
-        let (status, hits, report) = send(Method::GET, &[code, 200], None).await;
+        let (status, hits, report) =
+            send(Kind::NotFollowing, Method::GET, &[code, 200], None).await;
         assert_eq!((status, hits), (code, 1), "{code}");
         assert_eq!(report.stop, StopReason::Final, "{code}");
     }
@@ -156,12 +214,36 @@ async fn predicate_can_veto_a_default_retry() {
 }
 
 #[tokio::test]
-async fn connection_refused_is_retried_even_for_post() {
+async fn connection_refused_is_retried_even_for_post_when_redirects_are_not_followed() {
     let url = refused_address().await;
-    let (client, clock) = client(policy().build().unwrap());
+    let (client, clock) = Kind::NotFollowing.client(policy());
     let error = client.post(&url).body("order=1").send().await.unwrap_err();
     assert!(error.is_connect());
     assert_eq!(clock.sleeps(), [100 * MS, 200 * MS, 400 * MS]);
+}
+
+#[tokio::test]
+async fn connection_refused_is_not_retried_for_post_when_redirects_may_be_followed() {
+    // The refusal may have met a later hop, after the POST was processed.
+    let url = refused_address().await;
+    let (client, clock) = Kind::Following.client(policy());
+    let slot = reqwest_safe_retry::ReportSlot::new();
+    let error =
+        client.post(&url).body("order=1").with_extension(slot.clone()).send().await.unwrap_err();
+    assert!(error.is_connect());
+    assert!(clock.sleeps().is_empty());
+    assert_eq!(slot.get().unwrap().stop, StopReason::NotSafe);
+}
+
+#[tokio::test]
+async fn connection_refused_is_retried_for_get_by_both_clients() {
+    for kind in Kind::BOTH {
+        let url = refused_address().await;
+        let (client, clock) = kind.client(policy());
+        let error = client.get(&url).send().await.unwrap_err();
+        assert!(error.is_connect(), "{kind:?}");
+        assert_eq!(clock.sleeps(), [100 * MS, 200 * MS, 400 * MS], "{kind:?}");
+    }
 }
 
 #[tokio::test]
@@ -232,7 +314,7 @@ async fn zero_max_retries_turns_retrying_off_for_the_client() {
     script_statuses(&server, "/r", &[503, 200]).await;
     let (client, clock) = client(policy().with_max_retries(0).build().unwrap());
     let response = client.get(format!("{}/r", server.uri())).send().await.unwrap();
-    let report = *response.extensions().get::<RetryReport>().unwrap();
+    let report = RetryReport::from_response(&response);
     assert_eq!((response.status().as_u16(), report.attempts), (503, 1));
     assert_eq!(report.stop, StopReason::RetriesExhausted);
     assert!(clock.sleeps().is_empty());
@@ -255,7 +337,7 @@ async fn predicate_is_consulted_on_the_last_attempt_too() {
         .unwrap();
     let (client, _) = client(config);
     let response = client.get(format!("{}/r", server.uri())).send().await.unwrap();
-    let report = *response.extensions().get::<RetryReport>().unwrap();
+    let report = RetryReport::from_response(&response);
     assert_eq!((report.attempts, report.stop), (2, StopReason::RetriesExhausted));
     assert_eq!(seen.get(), 2);
 }

@@ -40,7 +40,7 @@ async fn no_sleep_after_the_last_attempt() {
     script_statuses(&server, "/r", &[503]).await;
     let (client, clock) = client(policy().build().unwrap());
     let response = get(&client, &server).await;
-    let report = response.extensions().get::<RetryReport>().copied().unwrap();
+    let report = RetryReport::from_response(&response);
     assert_eq!(hits(&server).await, 4);
     assert_eq!(clock.sleeps().len(), 3);
     assert_eq!(report.stop, StopReason::RetriesExhausted);
@@ -110,7 +110,7 @@ async fn retry_after_over_the_cap_returns_the_response_at_once() {
     let (client, clock) = client(policy().build().unwrap());
     let response = get(&client, &server).await;
     assert_eq!(response.status(), 503);
-    let report = response.extensions().get::<RetryReport>().copied().unwrap();
+    let report = RetryReport::from_response(&response);
     assert_eq!(report.stop, StopReason::RetryAfterTooLong(Duration::from_secs(3600)));
     assert_eq!(hits(&server).await, 1);
     assert!(clock.sleeps().is_empty());
@@ -152,7 +152,7 @@ async fn deadline_cuts_the_retries_short() {
     // 100 ms and 200 ms fit in 350 ms; the next 400 ms would not.
     assert_eq!(clock.sleeps(), [100 * MS, 200 * MS]);
     assert_eq!(hits(&server).await, 3);
-    let report = response.extensions().get::<RetryReport>().copied().unwrap();
+    let report = RetryReport::from_response(&response);
     assert_eq!(report.stop, StopReason::DeadlineExceeded);
 }
 

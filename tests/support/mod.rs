@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use reqwest_middleware::ClientWithMiddleware;
 use reqwest_safe_retry::{
-    FixedJitter, ManualClock, RetryConfig, RetryConfigBuilder, RetryMiddleware,
+    FixedJitter, ManualClock, Redirects, RetryConfig, RetryConfigBuilder, RetryMiddleware,
 };
 use wiremock::matchers::path;
 use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
@@ -46,9 +46,10 @@ pub async fn hits(server: &MockServer) -> usize {
     server.received_requests().await.expect("request recording is on").len()
 }
 
-/// The default policy with 100 ms initial backoff, so waits read 100, 200, 400...
+/// The default policy with 100 ms initial backoff, so waits read 100, 200,
+/// 400..., for a client that does not follow redirects (see [`wrap`]).
 pub fn policy() -> RetryConfigBuilder {
-    RetryConfig::builder().with_initial_backoff(100 * MS)
+    RetryConfig::builder().with_initial_backoff(100 * MS).with_redirects(Redirects::NotFollowed)
 }
 
 /// A client with `config`, a manual clock and jitter pinned at the top.
@@ -62,6 +63,41 @@ pub fn client(config: RetryConfig) -> (ClientWithMiddleware, ManualClock) {
 /// A `reqwest` client that does not follow redirects, wrapped with `middleware`.
 pub fn wrap(middleware: RetryMiddleware) -> ClientWithMiddleware {
     reqwest_middleware::ClientBuilder::new(bare_reqwest()).with(middleware).build()
+}
+
+/// The two clients users build: reqwest's default, which follows redirects,
+/// told nothing; and one that does not, with the middleware told so.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Following,
+    NotFollowing,
+}
+
+impl Kind {
+    pub const BOTH: [Kind; 2] = [Kind::Following, Kind::NotFollowing];
+
+    /// `config` as this kind of client needs it.
+    pub fn config(self, config: RetryConfigBuilder) -> RetryConfig {
+        let redirects = match self {
+            Kind::Following => Redirects::Followed,
+            Kind::NotFollowing => Redirects::NotFollowed,
+        };
+        config.with_redirects(redirects).build().expect("a valid test policy")
+    }
+
+    /// A client of this kind with `config`, a manual clock and jitter pinned
+    /// at the top.
+    pub fn client(self, config: RetryConfigBuilder) -> (ClientWithMiddleware, ManualClock) {
+        let clock = ManualClock::new();
+        let middleware = RetryMiddleware::new(self.config(config))
+            .with_clock(clock.clone())
+            .with_jitter_source(FixedJitter::TOP);
+        let inner = match self {
+            Kind::Following => reqwest::Client::new(),
+            Kind::NotFollowing => bare_reqwest(),
+        };
+        (reqwest_middleware::ClientBuilder::new(inner).with(middleware).build(), clock)
+    }
 }
 
 pub fn bare_reqwest() -> reqwest::Client {

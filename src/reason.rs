@@ -1,9 +1,24 @@
-//! Decisions as values: what the middleware did after an attempt, and why.
+//! Decisions as values: what may be retried, what the middleware did after an
+//! attempt, and why.
 
 use std::fmt;
 use std::time::Duration;
 
 use http::StatusCode;
+
+/// How far an outcome may be retried, before the request's safety is weighed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Retryability {
+    /// Final: return it to the caller.
+    Never,
+    /// Retry only if the request is safe to repeat (idempotent method or an
+    /// idempotency key): the server may already have done the work.
+    WhenSafe,
+    /// Retry whatever the method: the server provably did not act on the
+    /// request (it was never delivered, or the server refused it up front).
+    AnyMethod,
+}
 
 /// Why an outcome was considered worth retrying.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -12,8 +27,12 @@ pub enum RetryReason {
     /// The server answered with a status in the retryable set.
     Status(StatusCode),
     /// The connection could not be established (refused, unreachable, connect
-    /// timeout): the server never saw the request.
+    /// timeout, a TLS handshake the peer cut off): the server never saw the
+    /// request.
     NotConnected,
+    /// The connection closed before the request was written, and the HTTP
+    /// stack handed the request back unsent.
+    NotSent,
     /// HTTP/2 REFUSED_STREAM or a graceful GOAWAY: the server did not process
     /// the request.
     RefusedStream,
@@ -42,7 +61,8 @@ pub enum StopReason {
     NotReplayable,
     /// The server's `Retry-After` asked for longer than `max_retry_after`.
     RetryAfterTooLong(Duration),
-    /// The next wait would have ended past the deadline.
+    /// The deadline left no time for another wait and attempt, or passed
+    /// while an attempt was in flight.
     DeadlineExceeded,
     /// The retry budget for this host is spent.
     BudgetExhausted,
@@ -70,6 +90,7 @@ impl fmt::Display for RetryReason {
         match self {
             RetryReason::Status(status) => write!(f, "status {}", status.as_u16()),
             RetryReason::NotConnected => f.write_str("connection not established"),
+            RetryReason::NotSent => f.write_str("request not sent"),
             RetryReason::RefusedStream => f.write_str("stream refused by the server"),
             RetryReason::Timeout => f.write_str("timed out"),
             RetryReason::ConnectionLost => f.write_str("connection lost"),
@@ -86,10 +107,20 @@ impl fmt::Display for StopReason {
             StopReason::RetriesExhausted => f.write_str("retries exhausted"),
             StopReason::NotReplayable => f.write_str("body cannot be replayed"),
             StopReason::RetryAfterTooLong(d) => write!(f, "retry-after of {d:?} is over the cap"),
-            StopReason::DeadlineExceeded => f.write_str("next wait would pass the deadline"),
+            StopReason::DeadlineExceeded => f.write_str("deadline reached"),
             StopReason::BudgetExhausted => f.write_str("retry budget exhausted"),
             StopReason::Disabled => f.write_str("retries disabled for this request"),
         }
+    }
+}
+
+impl fmt::Display for Retryability {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Retryability::Never => "final",
+            Retryability::WhenSafe => "retryable when safe to repeat",
+            Retryability::AnyMethod => "retryable for any method",
+        })
     }
 }
 
@@ -115,5 +146,35 @@ mod tests {
         assert_eq!(retry.to_string(), "retry after 250ms (status 503)");
         let stop = Decision::Stop(StopReason::NotSafe);
         assert_eq!(stop.to_string(), "stop (request not safe to repeat)");
+    }
+
+    #[test]
+    fn every_label_is_distinct() {
+        let labels: Vec<String> =
+            [Retryability::Never, Retryability::WhenSafe, Retryability::AnyMethod]
+                .iter()
+                .map(ToString::to_string)
+                .chain(
+                    [
+                        RetryReason::Status(StatusCode::BAD_GATEWAY),
+                        RetryReason::NotConnected,
+                        RetryReason::NotSent,
+                        RetryReason::RefusedStream,
+                        RetryReason::Timeout,
+                        RetryReason::ConnectionLost,
+                        RetryReason::Custom,
+                    ]
+                    .iter()
+                    .map(ToString::to_string),
+                )
+                .collect();
+        assert_eq!(
+            labels[..3],
+            ["final", "retryable when safe to repeat", "retryable for any method"]
+        );
+        let mut unique = labels.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), labels.len(), "{labels:?}");
     }
 }

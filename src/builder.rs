@@ -1,0 +1,331 @@
+//! Building a [`RetryConfig`]: `with_*` setters, checked once by `build`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{HeaderName, StatusCode};
+
+use crate::backoff::Jitter;
+use crate::budget::RetryBudget;
+use crate::config::{Redirects, RetryConfig};
+use crate::error::ConfigError;
+use crate::predicate::Attempt;
+use crate::reason::Retryability;
+
+/// Builds a [`RetryConfig`]; nothing is checked until [`build`](Self::build).
+#[derive(Debug, Clone)]
+pub struct RetryConfigBuilder {
+    config: RetryConfig,
+    statuses: Option<Vec<u16>>,
+    header: Option<String>,
+}
+
+impl From<RetryConfig> for RetryConfigBuilder {
+    fn from(config: RetryConfig) -> Self {
+        Self { config, statuses: None, header: None }
+    }
+}
+
+impl RetryConfigBuilder {
+    /// Retries after the first attempt; `0` turns retrying off.
+    pub fn with_max_retries(mut self, retries: u32) -> Self {
+        self.config.max_retries = retries;
+        self
+    }
+
+    /// The ceiling of the first wait; each retry doubles it up to `max_backoff`.
+    pub fn with_initial_backoff(mut self, initial: Duration) -> Self {
+        self.config.initial_backoff = initial;
+        self
+    }
+
+    /// The longest wait the backoff picks.
+    pub fn with_max_backoff(mut self, max: Duration) -> Self {
+        self.config.max_backoff = max;
+        self
+    }
+
+    /// How waits are spread under the ceiling.
+    pub fn with_jitter(mut self, jitter: Jitter) -> Self {
+        self.config.jitter = jitter;
+        self
+    }
+
+    /// Replaces the set of retryable statuses. Each must be from 400 to 599.
+    pub fn with_retryable_statuses(mut self, statuses: impl IntoIterator<Item = u16>) -> Self {
+        self.statuses = Some(statuses.into_iter().collect());
+        self
+    }
+
+    /// Whether 429 (if in the status set) is retried for any method. With
+    /// `false`, a 429 is retried only when the request is safe to repeat.
+    pub fn with_429_for_any_method(mut self, any_method: bool) -> Self {
+        self.config.retry_429_any_method = any_method;
+        self
+    }
+
+    /// The header whose presence (with a non-empty value) makes a request
+    /// safe to repeat.
+    pub fn with_idempotency_header(mut self, name: impl Into<String>) -> Self {
+        self.header = Some(name.into());
+        self
+    }
+
+    /// The longest `Retry-After` honoured. A server asking for more gets its
+    /// response handed to the caller at once, rather than retried early.
+    pub fn with_max_retry_after(mut self, cap: Duration) -> Self {
+        self.config.max_retry_after = cap;
+        self
+    }
+
+    /// A total time for the whole call: every attempt, the one in flight
+    /// included, and every wait. A wait that would leave no time for another
+    /// attempt is not started, and the last outcome is returned instead; an
+    /// attempt still in flight when it passes is cut short with a timeout
+    /// error (see [`DeadlineExceeded`](crate::DeadlineExceeded)).
+    pub fn with_deadline(mut self, deadline: Duration) -> Self {
+        self.config.deadline = Some(deadline);
+        self
+    }
+
+    /// The longest one attempt may take, from sending the request to the
+    /// end of its response's body, as reqwest's request timeout does. An
+    /// attempt that times out is retried like any timeout: when the request
+    /// is safe to repeat. A timeout set on the request itself that is shorter
+    /// still wins.
+    ///
+    /// It is applied as the request's timeout, so the caller sees a
+    /// `reqwest::Error` whose `is_timeout()` is true. reqwest lets a request's
+    /// timeout replace the client's default (`ClientBuilder::timeout`), which
+    /// the middleware cannot see: keep this no longer than the client's.
+    pub fn with_attempt_timeout(mut self, timeout: Duration) -> Self {
+        self.config.attempt_timeout = Some(timeout);
+        self
+    }
+
+    /// Removes the attempt timeout.
+    pub fn without_attempt_timeout(mut self) -> Self {
+        self.config.attempt_timeout = None;
+        self
+    }
+
+    /// What the middleware may assume about redirects; see [`Redirects`].
+    pub fn with_redirects(mut self, redirects: Redirects) -> Self {
+        self.config.redirects = redirects;
+        self
+    }
+
+    /// Removes the deadline.
+    pub fn without_deadline(mut self) -> Self {
+        self.config.deadline = None;
+        self
+    }
+
+    /// How much of a retried response's body to read (and discard) so that
+    /// its connection can be reused. `0` drops it unread.
+    pub fn with_drain_limit(mut self, bytes: usize) -> Self {
+        self.config.drain_limit = bytes;
+        self
+    }
+
+    /// Replaces the retry budget: the share of recent traffic that retries
+    /// may add. See [`RetryBudget`] for the algorithm and its defaults.
+    pub fn with_budget(mut self, budget: RetryBudget) -> Self {
+        self.config.budget = Some(budget);
+        self
+    }
+
+    /// Turns the retry budget off: only the retry count bounds retries.
+    pub fn without_budget(mut self) -> Self {
+        self.config.budget = None;
+        self
+    }
+
+    /// A custom predicate, consulted after every attempt before the built-in
+    /// rules. Return `Some` to decide, `None` to fall back to the built-in
+    /// rules. Whatever it says, a [`Retryability::WhenSafe`] outcome is still
+    /// retried only for requests that are safe to repeat. It is not consulted
+    /// for a request whose body cannot be copied, which is never retried.
+    ///
+    /// ```
+    /// use reqwest_safe_retry::{Outcome, RetryConfig, Retryability};
+    ///
+    /// // Also retry a 500, but only for requests that are safe to repeat.
+    /// let config = RetryConfig::builder()
+    ///     .with_predicate(|attempt| match attempt.outcome {
+    ///         Outcome::Response(r) if r.status() == 500 => Some(Retryability::WhenSafe),
+    ///         _ => None,
+    ///     })
+    ///     .build()
+    ///     .unwrap();
+    /// # let _ = config;
+    /// ```
+    pub fn with_predicate<F>(mut self, predicate: F) -> Self
+    where
+        F: Fn(&Attempt<'_>) -> Option<Retryability> + Send + Sync + 'static,
+    {
+        self.config.predicate = Some(Arc::new(predicate));
+        self
+    }
+
+    /// Checks the settings and returns the configuration.
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] naming the first invalid field: `initial_backoff`
+    /// greater than `max_backoff`, a retryable status outside 400–599, an
+    /// idempotency header that is not a valid header name, a zero `deadline`
+    /// or `attempt_timeout`, or a budget ratio outside 0–1 or window outside
+    /// 100 ms–1 h.
+    pub fn build(self) -> Result<RetryConfig, ConfigError> {
+        let mut config = self.config;
+        if config.initial_backoff > config.max_backoff {
+            return Err(ConfigError::new(
+                "initial_backoff",
+                format!(
+                    "{:?} is greater than max_backoff ({:?})",
+                    config.initial_backoff, config.max_backoff
+                ),
+            ));
+        }
+        if let Some(codes) = self.statuses {
+            let mut statuses = Vec::with_capacity(codes.len());
+            for code in codes {
+                match StatusCode::from_u16(code) {
+                    Ok(status) if status.is_client_error() || status.is_server_error() => {
+                        statuses.push(status)
+                    }
+                    _ => {
+                        return Err(ConfigError::new(
+                            "retryable_statuses",
+                            format!("{code} is not an error status (400 to 599)"),
+                        ));
+                    }
+                }
+            }
+            statuses.sort_unstable();
+            statuses.dedup();
+            config.retryable_statuses = statuses;
+        }
+        if let Some(name) = self.header {
+            config.idempotency_header = HeaderName::try_from(name.as_str()).map_err(|_| {
+                ConfigError::new(
+                    "idempotency_header",
+                    format!("{name:?} is not a valid header name"),
+                )
+            })?;
+        }
+        if let Some(budget) = &config.budget {
+            budget.validate()?;
+        }
+        if config.deadline == Some(Duration::ZERO) {
+            return Err(ConfigError::new(
+                "deadline",
+                "must be greater than zero; use `without_deadline` for none".to_owned(),
+            ));
+        }
+        if config.attempt_timeout == Some(Duration::ZERO) {
+            return Err(ConfigError::new(
+                "attempt_timeout",
+                "must be greater than zero; use `without_attempt_timeout` for none".to_owned(),
+            ));
+        }
+        Ok(config)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_matches_the_documented_table() {
+        let config = RetryConfig::default();
+        assert_eq!(config.max_retries(), 3);
+        assert_eq!(config.initial_backoff(), Duration::from_millis(500));
+        assert_eq!(config.max_backoff(), Duration::from_secs(30));
+        assert_eq!(config.jitter(), Jitter::Full);
+        let codes: Vec<u16> = config.retryable_statuses().iter().map(|s| s.as_u16()).collect();
+        assert_eq!(codes, [429, 502, 503, 504]);
+        assert!(config.retry_429_any_method());
+        assert_eq!(config.idempotency_header(), "idempotency-key");
+        assert_eq!(config.max_retry_after(), Duration::from_secs(30));
+        assert_eq!(config.deadline(), None);
+        assert_eq!(config.attempt_timeout(), None);
+        assert_eq!(config.redirects(), Redirects::Followed);
+        assert_eq!(config.drain_limit(), 64 * 1024);
+        assert_eq!(config.budget(), Some(&RetryBudget::default()));
+        assert!(config.predicate().is_none());
+    }
+
+    #[test]
+    fn invalid_settings_name_their_field() {
+        let cases: Vec<(RetryConfigBuilder, &str)> = vec![
+            (
+                RetryConfig::builder()
+                    .with_initial_backoff(Duration::from_secs(2))
+                    .with_max_backoff(Duration::from_secs(1)),
+                "initial_backoff",
+            ),
+            (RetryConfig::builder().with_retryable_statuses([503, 200]), "retryable_statuses"),
+            (RetryConfig::builder().with_retryable_statuses([1000]), "retryable_statuses"),
+            (RetryConfig::builder().with_retryable_statuses([99]), "retryable_statuses"),
+            (RetryConfig::builder().with_idempotency_header("bad header"), "idempotency_header"),
+            (RetryConfig::builder().with_idempotency_header(""), "idempotency_header"),
+            (RetryConfig::builder().with_deadline(Duration::ZERO), "deadline"),
+            (RetryConfig::builder().with_attempt_timeout(Duration::ZERO), "attempt_timeout"),
+            (
+                RetryConfig::builder().with_budget(RetryBudget::default().with_ratio(2.0)),
+                "budget.ratio",
+            ),
+            (
+                RetryConfig::builder()
+                    .with_budget(RetryBudget::default().with_window(Duration::ZERO)),
+                "budget.window",
+            ),
+        ];
+        for (builder, field) in cases {
+            let error = builder.build().expect_err(field);
+            assert_eq!(error.field(), field);
+            assert!(error.to_string().contains(field), "{error}");
+        }
+    }
+
+    #[test]
+    fn extremes_that_are_valid_build() {
+        let config = RetryConfig::builder()
+            .with_max_retries(u32::MAX)
+            .with_initial_backoff(Duration::ZERO)
+            .with_max_backoff(Duration::MAX)
+            .with_max_retry_after(Duration::ZERO)
+            .with_deadline(Duration::MAX)
+            .with_drain_limit(0)
+            .with_retryable_statuses([500, 503, 503, 429])
+            .with_idempotency_header("X-Request-Key")
+            .build()
+            .unwrap();
+        let codes: Vec<u16> = config.retryable_statuses().iter().map(|s| s.as_u16()).collect();
+        assert_eq!(codes, [429, 500, 503]);
+        assert_eq!(config.idempotency_header(), "x-request-key");
+    }
+
+    #[test]
+    fn to_builder_keeps_settings() {
+        let config = RetryConfig::builder().with_max_retries(7).build().unwrap();
+        let again = config.to_builder().with_jitter(Jitter::Equal).build().unwrap();
+        assert_eq!(again.max_retries(), 7);
+        assert_eq!(again.jitter(), Jitter::Equal);
+        let timed = again
+            .to_builder()
+            .with_attempt_timeout(Duration::from_secs(2))
+            .with_redirects(Redirects::NotFollowed)
+            .build()
+            .unwrap();
+        assert_eq!(timed.attempt_timeout(), Some(Duration::from_secs(2)));
+        assert_eq!(timed.redirects(), Redirects::NotFollowed);
+        assert_eq!(
+            timed.to_builder().without_attempt_timeout().build().unwrap().attempt_timeout(),
+            None
+        );
+    }
+}

@@ -1,0 +1,66 @@
+//! The crate's own errors: invalid configuration, and a deadline that ran out
+//! where reqwest could not report it as a timeout.
+
+use std::time::Duration;
+
+/// An invalid setting, rejected when the configuration is built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid retry configuration: `{field}` {message}")]
+pub struct ConfigError {
+    field: &'static str,
+    message: String,
+}
+
+impl ConfigError {
+    pub(crate) fn new(field: &'static str, message: String) -> Self {
+        Self { field, message }
+    }
+
+    /// The name of the offending setting.
+    pub fn field(&self) -> &'static str {
+        self.field
+    }
+}
+
+/// The call's deadline passed, and reqwest could not say so itself.
+///
+/// Where it can, the middleware lets reqwest report a deadline: it cuts the
+/// attempt's own timeout to the time left, so the error is a `reqwest::Error`
+/// whose `is_timeout()` is true. It cannot when the attempt has no timeout
+/// the middleware can see (setting one would replace the client's own
+/// default, which may be shorter), nor when the time ran out during a wait,
+/// after the previous outcome was discarded. Then the caller gets this error,
+/// inside [`reqwest_middleware::Error::Middleware`]:
+///
+/// ```
+/// # fn check(error: &reqwest_middleware::Error) -> bool {
+/// use reqwest_safe_retry::DeadlineExceeded;
+///
+/// let timed_out = error.is_timeout()
+///     || matches!(error, reqwest_middleware::Error::Middleware(e) if e.is::<DeadlineExceeded>());
+/// # timed_out
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("retry deadline of {deadline:?} exceeded after {attempts} attempt(s)")]
+pub struct DeadlineExceeded {
+    deadline: Duration,
+    attempts: u32,
+}
+
+impl DeadlineExceeded {
+    pub(crate) fn new(deadline: Duration, attempts: u32) -> Self {
+        Self { deadline, attempts }
+    }
+
+    /// The deadline that passed, measured from when the middleware first saw
+    /// the request.
+    pub fn deadline(&self) -> Duration {
+        self.deadline
+    }
+
+    /// Attempts sent before it passed, counting one cut short.
+    pub fn attempts(&self) -> u32 {
+        self.attempts
+    }
+}
