@@ -171,6 +171,21 @@ mod tests {
         }
     }
 
+    #[tokio::test]
+    async fn a_request_handed_back_unsent_is_recognised() {
+        // A connection that is gone before the request is written: hyper
+        // hands the request back as canceled.
+        let (io, _peer) = tokio::io::duplex(64);
+        let io = hyper_util::rt::TokioIo::new(io);
+        let (mut sender, connection) =
+            hyper::client::conn::http1::handshake::<_, String>(io).await.unwrap();
+        drop(connection);
+        let error = sender.send_request(http::Request::new(String::new())).await.unwrap_err();
+        let chain = Wrapper(Box::new(error));
+        assert!(any_hyper(&chain, hyper::Error::is_canceled));
+        assert!(!any_hyper(&chain, |e| e.is_parse() || e.is_user()));
+    }
+
     #[cfg(feature = "http2")]
     #[test]
     fn refused_streams_and_graceful_goaway_are_recognised() {

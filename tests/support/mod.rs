@@ -140,6 +140,11 @@ pub enum Raw {
     KeepAlive(String),
     /// Answer 503 and stream a body that never ends.
     EndlessBody,
+    /// Answer 503 with a chunked body: one chunk, then nothing, the
+    /// connection held open until the client goes away.
+    StalledBody,
+    /// Read the request and never answer, holding the connection open.
+    Stall,
 }
 
 /// A server for what wiremock cannot play: each request gets the next
@@ -181,12 +186,30 @@ pub async fn raw_server(script: Vec<Raw>) -> (String, Counter) {
                             while socket.write_all(chunk.as_bytes()).await.is_ok() {}
                             break;
                         }
+                        Raw::StalledBody => {
+                            let head = "HTTP/1.1 503 Service Unavailable\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nbusy.\r\n";
+                            let _ = socket.write_all(head.as_bytes()).await;
+                            hold(&mut socket).await;
+                            break;
+                        }
+                        Raw::Stall => {
+                            hold(&mut socket).await;
+                            break;
+                        }
                     }
                 }
                 let _ = socket.shutdown().await;
             });
         }
     });
+
+    /// Holds a connection open, unanswered, until the client goes away.
+    async fn hold(socket: &mut tokio::net::TcpStream) {
+        use tokio::io::AsyncReadExt;
+
+        let mut buf = [0u8; 1024];
+        while matches!(socket.read(&mut buf).await, Ok(n) if n > 0) {}
+    }
 
     /// Reads one request; false when the connection closed first.
     async fn read_request(socket: &mut tokio::net::TcpStream) -> bool {

@@ -1,0 +1,332 @@
+//! What real servers and real stacks do that a scripted server does not:
+//! bodies that stall, answers that never come, deadlines that pass with an
+//! attempt in flight, middlewares that wrap errors or leave extensions behind.
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use http::Extensions;
+use reqwest::{Request, Response};
+use reqwest_middleware::{ClientBuilder, Middleware, Next};
+use reqwest_safe_retry::{
+    AttemptNumber, DeadlineExceeded, FixedJitter, ManualClock, ReportSlot, RetryDeadline,
+    RetryMiddleware, RetryReason, RetryReport, StopReason, TokioClock,
+};
+use support::*;
+use wiremock::MockServer;
+
+/// Long enough for anything on loopback; a hang fails the test with a message.
+const BOUND: Duration = Duration::from_secs(20);
+
+async fn bounded<F: std::future::Future>(what: &str, future: F) -> F::Output {
+    tokio::time::timeout(BOUND, future).await.unwrap_or_else(|_| panic!("{what} hung"))
+}
+
+fn deadline_error(error: &reqwest_middleware::Error) -> Option<&DeadlineExceeded> {
+    match error {
+        reqwest_middleware::Error::Middleware(e) => e.downcast_ref::<DeadlineExceeded>(),
+        reqwest_middleware::Error::Reqwest(_) => None,
+    }
+}
+
+// ---- Bodies that stall ----
+
+#[tokio::test]
+async fn a_stalled_error_body_does_not_hold_up_the_retry() {
+    let (url, connections) = raw_server(vec![Raw::StalledBody, Raw::Reply(OK_CLOSE)]).await;
+    let (client, clock) = client(policy().build().unwrap());
+    let response = bounded("the retry after a stalled body", client.get(&url).send()).await;
+    assert_eq!(response.unwrap().status(), 200);
+    assert_eq!(connections.get(), 2);
+    assert_eq!(clock.sleeps(), [100 * MS]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stalled_error_body_is_dropped_when_the_wait_ends() {
+    // On tokio's clock: the drain runs for the whole 100 ms wait, then the
+    // body is dropped and the retry goes out on a new connection.
+    let (url, connections) = raw_server(vec![Raw::StalledBody, Raw::Reply(OK_CLOSE)]).await;
+    let middleware = RetryMiddleware::new(policy().build().unwrap())
+        .with_clock(TokioClock)
+        .with_jitter_source(FixedJitter::TOP);
+    let start = tokio::time::Instant::now();
+    let response = bounded("the retry", wrap(middleware).get(&url).send()).await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(start.elapsed(), 100 * MS, "no longer than the planned wait");
+    assert_eq!(connections.get(), 2);
+}
+
+#[tokio::test]
+async fn a_stalled_body_that_is_not_retried_reaches_the_caller_at_once() {
+    let (url, _) = raw_server(vec![Raw::StalledBody]).await;
+    let (client, _) = client(policy().build().unwrap());
+    let response = bounded("a POST's 503", client.post(&url).body("x").send()).await.unwrap();
+    assert_eq!(response.status(), 503);
+    assert_eq!(RetryReport::from_response(&response).stop, StopReason::NotSafe);
+}
+
+// ---- The deadline bounds the attempt in flight ----
+
+#[tokio::test(start_paused = true)]
+async fn the_deadline_cuts_an_attempt_that_has_no_timeout() {
+    let (url, connections) = raw_server(vec![Raw::Stall]).await;
+    let config = policy().with_deadline(Duration::from_secs(2)).build().unwrap();
+    let middleware = RetryMiddleware::new(config).with_clock(TokioClock);
+    let slot = ReportSlot::new();
+    let start = tokio::time::Instant::now();
+    let call = wrap(middleware).get(&url).with_extension(slot.clone()).send();
+    let error = bounded("the call", call).await.unwrap_err();
+    assert_eq!(start.elapsed(), Duration::from_secs(2));
+    let deadline = deadline_error(&error).expect("the deadline's own error");
+    assert_eq!((deadline.deadline(), deadline.attempts()), (Duration::from_secs(2), 1));
+    assert_eq!(slot.get().unwrap().stop, StopReason::DeadlineExceeded);
+    assert_eq!(connections.get(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_deadline_shortens_a_longer_request_timeout_and_reqwest_reports_it() {
+    let (url, _) = raw_server(vec![Raw::Stall]).await;
+    let config = policy().build().unwrap();
+    let middleware = RetryMiddleware::new(config).with_clock(TokioClock);
+    let slot = ReportSlot::new();
+    let start = tokio::time::Instant::now();
+    let call = wrap(middleware)
+        .get(&url)
+        .timeout(Duration::from_secs(60))
+        .with_extension(RetryDeadline(Duration::from_secs(3)))
+        .with_extension(slot.clone())
+        .send();
+    let error = bounded("the call", call).await.unwrap_err();
+    assert!(error.is_timeout(), "{error:?}");
+    assert_eq!(start.elapsed(), Duration::from_secs(3));
+    let report = slot.get().unwrap();
+    assert_eq!((report.attempts, report.stop), (1, StopReason::DeadlineExceeded));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_shorter_request_timeout_is_never_raised() {
+    let (url, connections) = raw_server(vec![Raw::Stall]).await;
+    let config = policy()
+        .with_max_retries(1)
+        .with_attempt_timeout(Duration::from_secs(10))
+        .with_deadline(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let middleware =
+        RetryMiddleware::new(config).with_clock(TokioClock).with_jitter_source(FixedJitter::TOP);
+    let start = tokio::time::Instant::now();
+    let call = wrap(middleware).get(&url).timeout(Duration::from_secs(1)).send();
+    let error = bounded("the call", call).await.unwrap_err();
+    assert!(error.is_timeout());
+    // Two attempts of 1 s each and one wait of 100 ms.
+    assert_eq!(start.elapsed(), Duration::from_millis(2100));
+    assert_eq!(connections.get(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_attempt_timeout_bounds_each_attempt_and_is_retried_when_safe() {
+    let (url, connections) = raw_server(vec![Raw::Stall, Raw::Stall, Raw::Reply(OK_CLOSE)]).await;
+    let config = policy().with_attempt_timeout(Duration::from_secs(5)).build().unwrap();
+    let middleware =
+        RetryMiddleware::new(config).with_clock(TokioClock).with_jitter_source(FixedJitter::TOP);
+    let start = tokio::time::Instant::now();
+    let response = bounded("the call", wrap(middleware).get(&url).send()).await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(RetryReport::from_response(&response).attempts, 3);
+    // 5 s, a 100 ms wait, 5 s, a 200 ms wait, then the answer.
+    assert_eq!(start.elapsed(), Duration::from_millis(10_300));
+    assert_eq!(connections.get(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_attempt_timeout_is_not_retried_for_a_post_without_a_key() {
+    let (url, connections) = raw_server(vec![Raw::Stall, Raw::Reply(OK_CLOSE)]).await;
+    let config = policy().with_attempt_timeout(Duration::from_secs(5)).build().unwrap();
+    let middleware = RetryMiddleware::new(config).with_clock(TokioClock);
+    let slot = ReportSlot::new();
+    let call = wrap(middleware).post(&url).body("order").with_extension(slot.clone()).send();
+    let error = bounded("the call", call).await.unwrap_err();
+    assert!(error.is_timeout());
+    assert_eq!(slot.get().unwrap().stop, StopReason::NotSafe);
+    assert_eq!(connections.get(), 1);
+}
+
+#[tokio::test]
+async fn a_wait_that_would_end_at_the_deadline_is_not_started() {
+    let server = MockServer::start().await;
+    script_statuses(&server, "/r", &[503, 200]).await;
+    // The first wait is 100 ms: exactly the deadline, leaving no time to send.
+    let (first, clock) = client(policy().with_deadline(100 * MS).build().unwrap());
+    let response = first.get(format!("{}/r", server.uri())).send().await.unwrap();
+    let report = RetryReport::from_response(&response);
+    assert_eq!((response.status().as_u16(), report.stop), (503, StopReason::DeadlineExceeded));
+    assert!(clock.sleeps().is_empty());
+    // A nanosecond more and it is.
+    let server = MockServer::start().await;
+    script_statuses(&server, "/r", &[503, 200]).await;
+    let longer = policy().with_deadline(100 * MS + Duration::from_nanos(1)).build().unwrap();
+    let (again, clock) = client(longer);
+    let response = again.get(format!("{}/r", server.uri())).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(clock.sleeps(), [100 * MS]);
+}
+
+#[tokio::test]
+async fn on_the_manual_clock_the_deadline_cuts_an_attempt_when_the_test_moves_time() {
+    let (url, _) = raw_server(vec![Raw::Stall]).await;
+    let clock = ManualClock::new();
+    let config = policy().with_deadline(Duration::from_secs(2)).build().unwrap();
+    let client = wrap(RetryMiddleware::new(config).with_clock(clock.clone()));
+    let call = tokio::spawn(async move { client.get(&url).send().await });
+    // Virtual time stands still while the attempt is pending; move it.
+    let mover = clock.clone();
+    let error = bounded("the call", async move {
+        loop {
+            tokio::task::yield_now().await;
+            mover.advance(Duration::from_millis(500));
+            if call.is_finished() {
+                return call.await.unwrap().unwrap_err();
+            }
+        }
+    })
+    .await;
+    assert!(deadline_error(&error).is_some(), "{error:?}");
+    assert!(clock.elapsed() >= Duration::from_secs(2));
+}
+
+// ---- Extensions belong to one attempt ----
+
+/// Notes what each attempt's extensions held, then leaves a mark of its own
+/// and an attempt number of its own, as a careless inner middleware might.
+#[derive(Clone, Default)]
+struct Litterer {
+    seen: Arc<Mutex<Vec<(Option<u32>, bool)>>>,
+}
+
+#[derive(Clone)]
+struct Mark;
+
+#[async_trait::async_trait]
+impl Middleware for Litterer {
+    async fn handle(
+        &self,
+        req: Request,
+        extensions: &mut Extensions,
+        next: Next<'_>,
+    ) -> reqwest_middleware::Result<Response> {
+        let number = extensions.get::<AttemptNumber>().map(|n| n.0);
+        self.seen.lock().unwrap().push((number, extensions.get::<Mark>().is_some()));
+        extensions.insert(Mark);
+        next.run(req, extensions).await
+    }
+}
+
+#[tokio::test]
+async fn each_attempt_starts_from_the_callers_extensions() {
+    let server = MockServer::start().await;
+    script_statuses(&server, "/r", &[503, 503, 200]).await;
+    let inner = Litterer::default();
+    let retry = RetryMiddleware::new(policy().build().unwrap()).with_clock(ManualClock::new());
+    let client = ClientBuilder::new(bare_reqwest()).with(retry).with(inner.clone()).build();
+    let request = client.get(format!("{}/r", server.uri())).build().unwrap();
+    let mut extensions = Extensions::new();
+    client.execute_with_extensions(request, &mut extensions).await.unwrap();
+    assert_eq!(*inner.seen.lock().unwrap(), [(None, false), (Some(2), false), (Some(3), false)]);
+    assert!(extensions.get::<AttemptNumber>().is_none(), "the attempt number does not leak out");
+
+    // The same extensions, reused for the next request: its first attempt is
+    // not mistaken for a later one.
+    inner.seen.lock().unwrap().clear();
+    let request = client.get(format!("{}/r", server.uri())).build().unwrap();
+    client.execute_with_extensions(request, &mut extensions).await.unwrap();
+    assert_eq!(inner.seen.lock().unwrap()[0].0, None);
+}
+
+// ---- Errors that inner middlewares wrap ----
+
+/// Wraps every reqwest error in `Error::Middleware`, as middlewares that add
+/// context do.
+struct Wrapping;
+
+#[derive(Debug, thiserror::Error)]
+#[error("while calling the orders service")]
+struct Context(#[source] reqwest::Error);
+
+#[async_trait::async_trait]
+impl Middleware for Wrapping {
+    async fn handle(
+        &self,
+        req: Request,
+        extensions: &mut Extensions,
+        next: Next<'_>,
+    ) -> reqwest_middleware::Result<Response> {
+        match next.run(req, extensions).await {
+            Err(reqwest_middleware::Error::Reqwest(e)) => {
+                Err(reqwest_middleware::Error::middleware(Context(e)))
+            }
+            other => other,
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_wrapped_reqwest_error_is_classified_by_what_it_wraps() {
+    let url = refused_address().await;
+    let clock = ManualClock::new();
+    let retry = RetryMiddleware::new(policy().build().unwrap())
+        .with_clock(clock.clone())
+        .with_jitter_source(FixedJitter::TOP);
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let log = events.clone();
+    let retry = retry.on_decision(move |event| log.lock().unwrap().push(event.decision));
+    let client = ClientBuilder::new(bare_reqwest()).with(retry).with(Wrapping).build();
+    let error = client.get(&url).send().await.unwrap_err();
+    assert!(matches!(error, reqwest_middleware::Error::Middleware(_)), "returned as it came");
+    assert_eq!(clock.sleeps(), [100 * MS, 200 * MS, 400 * MS]);
+    let first = events.lock().unwrap()[0];
+    assert_eq!(
+        first,
+        reqwest_safe_retry::Decision::Retry { after: 100 * MS, reason: RetryReason::NotConnected }
+    );
+}
+
+// ---- Failures that repeat themselves are final ----
+
+#[tokio::test]
+async fn a_malformed_response_is_final() {
+    let (url, connections) = raw_server(vec![Raw::Reply("HTTP/1.1 2000 Nope\r\n\r\n")]).await;
+    let (client, clock) = client(policy().build().unwrap());
+    let slot = ReportSlot::new();
+    let error = client.get(&url).with_extension(slot.clone()).send().await.unwrap_err();
+    assert!(!error.is_timeout() && !error.is_connect(), "{error:?}");
+    assert_eq!(slot.get().unwrap().stop, StopReason::Final);
+    assert!(clock.sleeps().is_empty());
+    assert_eq!(connections.get(), 1);
+}
+
+#[tokio::test]
+async fn oversized_response_headers_are_final() {
+    let huge = format!("HTTP/1.1 200 OK\r\nX-Big: {}\r\n\r\n", "a".repeat(1 << 20));
+    let huge: &'static str = Box::leak(huge.into_boxed_str());
+    let (url, connections) = raw_server(vec![Raw::Reply(huge)]).await;
+    let (client, clock) = client(policy().build().unwrap());
+    let slot = ReportSlot::new();
+    let error = client.get(&url).with_extension(slot.clone()).send().await.unwrap_err();
+    assert!(!error.is_timeout() && !error.is_connect(), "{error:?}");
+    assert_eq!(slot.get().unwrap().stop, StopReason::Final);
+    assert!(clock.sleeps().is_empty());
+    assert_eq!(connections.get(), 1);
+}
+
+#[tokio::test]
+async fn an_unsupported_version_is_final() {
+    let (url, connections) = raw_server(vec![Raw::Reply("HTTP/3.0 200 OK\r\n\r\n")]).await;
+    let (client, _) = client(policy().build().unwrap());
+    let slot = ReportSlot::new();
+    let error = client.get(&url).with_extension(slot.clone()).send().await.unwrap_err();
+    assert!(!error.is_connect(), "{error:?}");
+    assert_eq!(slot.get().unwrap().stop, StopReason::Final);
+    assert_eq!(connections.get(), 1);
+}
