@@ -202,8 +202,11 @@ async fn on_the_manual_clock_the_deadline_cuts_an_attempt_when_the_test_moves_ti
 /// and an attempt number of its own, as a careless inner middleware might.
 #[derive(Clone, Default)]
 struct Litterer {
-    seen: Arc<Mutex<Vec<(Option<u32>, bool)>>>,
+    seen: Arc<Mutex<Vec<Seen>>>,
 }
+
+/// The attempt number an attempt carried, and whether it found a mark.
+type Seen = (Option<u32>, bool);
 
 #[derive(Clone)]
 struct Mark;
