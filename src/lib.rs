@@ -27,8 +27,19 @@
 //! [`http::Method::is_idempotent`] says), or a request with a non-empty
 //! `Idempotency-Key` header, which tells the server to answer a repeat with the
 //! first result. Outcomes where the server provably did nothing — a refused
-//! connection, an HTTP/2 stream the server refused, a 429 — are retried for any
-//! method. See [`Retryability`] for the two halves of the decision.
+//! connection, a TLS handshake the peer cut off, an HTTP/2 stream the server
+//! refused, a 429 — are retried for any method, but only where the middleware
+//! can know the outcome belongs to the request it sent. See [`Retryability`]
+//! for the two halves of the decision.
+//!
+//! That proof fails once redirects are followed. reqwest follows them inside
+//! the client, below every middleware: a POST answered `303 See Other` has
+//! been processed, and the 429 or refused connection of the next hop says
+//! nothing about it. So by default ([`Redirects::Followed`], matching
+//! `reqwest::Client::new()`) a request that is not safe to repeat is never
+//! retried once it may have been processed. A client built without redirects
+//! says so with [`Redirects::NotFollowed`] and gets the any-method retries
+//! back.
 //!
 //! ```no_run
 //! # async fn run(client: reqwest_middleware::ClientWithMiddleware) -> reqwest_middleware::Result<()> {
@@ -91,19 +102,27 @@
 //!
 //! ## Respect the caller's time
 //!
-//! An optional deadline bounds all attempts and waits together: a wait that
-//! would end past it is not started. Dropping the request future cancels
-//! everything, including a wait in progress. Per-request
-//! [`RetryDeadline`], [`MaxRetries`], [`NoRetry`] and [`SafeToRetry`]
-//! extensions adjust one request.
+//! An optional deadline bounds the whole call: every attempt, the one in
+//! flight included, and every wait. A wait that would leave no time to send
+//! is not started. An attempt in flight is cut through its own timeout where
+//! the middleware can see one, so reqwest reports it (`is_timeout()`), and
+//! otherwise on the clock, with the crate's [`DeadlineExceeded`] error. An
+//! optional attempt timeout bounds each attempt. A retried response's body is
+//! drained only while the wait runs, so a body that stalls cannot hold the
+//! call. Dropping the request future cancels everything, including a wait in
+//! progress. Per-request [`RetryDeadline`], [`MaxRetries`], [`NoRetry`] and
+//! [`SafeToRetry`] extensions adjust one request.
 //!
 //! ## Be honest with the caller
 //!
 //! The caller gets the last response as it came, or the last error exactly as
-//! reqwest produced it — `is_timeout()`, `is_connect()` and `status()` answer as
-//! without the middleware. A [`RetryReport`] says how many attempts were made,
-//! how long was spent waiting and why the middleware stopped; see
-//! [`ReportSlot`] for reading it when the outcome is an error.
+//! reqwest (or an inner middleware) produced it — `is_timeout()`,
+//! `is_connect()` and `status()` answer as without the middleware. The one
+//! error of the crate's own is [`DeadlineExceeded`], for a deadline reqwest
+//! could not report. A [`RetryReport`] says how many attempts were made,
+//! how long was spent waiting and why the middleware stopped: read it with
+//! [`RetryReport::from_response`], or through a [`ReportSlot`] when the
+//! outcome is an error.
 //!
 //! # Testing
 //!
