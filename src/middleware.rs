@@ -321,7 +321,9 @@ mod tests {
 
     /// The size of the future every request carries, whatever its outcome.
     fn call_future_size() -> usize {
-        fn size<'a, F: Future>(_: fn(&'a Shared, Request, &'a mut Extensions, Next<'a>) -> F) -> usize {
+        fn size<'a, F: Future>(
+            _: fn(&'a Shared, Request, &'a mut Extensions, Next<'a>) -> F,
+        ) -> usize {
             std::mem::size_of::<F>()
         }
         size(Shared::send)

@@ -14,6 +14,8 @@ use reqwest_safe_retry::{
 use wiremock::matchers::path;
 use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 
+pub mod hops;
+
 pub const MS: Duration = Duration::from_millis(1);
 
 /// Answers with the scripted responses in turn, then repeats the last one.
@@ -203,44 +205,44 @@ pub async fn raw_server(script: Vec<Raw>) -> (String, Counter) {
         }
     });
 
-    /// Holds a connection open, unanswered, until the client goes away.
-    async fn hold(socket: &mut tokio::net::TcpStream) {
-        use tokio::io::AsyncReadExt;
+    (url, connections)
+}
 
-        let mut buf = [0u8; 1024];
-        while matches!(socket.read(&mut buf).await, Ok(n) if n > 0) {}
-    }
+/// Holds a connection open, unanswered, until the client goes away.
+pub async fn hold(socket: &mut tokio::net::TcpStream) {
+    use tokio::io::AsyncReadExt;
 
-    /// Reads one request; false when the connection closed first.
-    async fn read_request(socket: &mut tokio::net::TcpStream) -> bool {
-        use tokio::io::AsyncReadExt;
+    let mut buf = [0u8; 1024];
+    while matches!(socket.read(&mut buf).await, Ok(n) if n > 0) {}
+}
 
-        let mut seen = Vec::new();
-        let mut buf = [0u8; 4096];
-        loop {
-            match socket.read(&mut buf).await {
-                Ok(0) | Err(_) => return false,
-                Ok(n) => seen.extend_from_slice(&buf[..n]),
-            }
-            if let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
-                let head = String::from_utf8_lossy(&seen[..end]).to_ascii_lowercase();
-                let length = head
-                    .lines()
-                    .find_map(|l| l.strip_prefix("content-length:"))
-                    .and_then(|v| v.trim().parse::<usize>().ok())
-                    .unwrap_or(0);
-                while seen.len() < end + 4 + length {
-                    match socket.read(&mut buf).await {
-                        Ok(0) | Err(_) => return false,
-                        Ok(n) => seen.extend_from_slice(&buf[..n]),
-                    }
+/// Reads one request; false when the connection closed first.
+pub async fn read_request(socket: &mut tokio::net::TcpStream) -> bool {
+    use tokio::io::AsyncReadExt;
+
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match socket.read(&mut buf).await {
+            Ok(0) | Err(_) => return false,
+            Ok(n) => seen.extend_from_slice(&buf[..n]),
+        }
+        if let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&seen[..end]).to_ascii_lowercase();
+            let length = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse::<usize>().ok())
+                .unwrap_or(0);
+            while seen.len() < end + 4 + length {
+                match socket.read(&mut buf).await {
+                    Ok(0) | Err(_) => return false,
+                    Ok(n) => seen.extend_from_slice(&buf[..n]),
                 }
-                return true;
             }
+            return true;
         }
     }
-
-    (url, connections)
 }
 
 /// A keep-alive response with `status` and a body of `length` bytes.
