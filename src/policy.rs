@@ -121,21 +121,21 @@ impl<'a> Policy<'a> {
             Some(copy) => (copy, Some(request)),
             None => (request, None),
         };
-        let visible = match (attempt.timeout().copied(), self.shared.config.attempt_timeout) {
+        let own = attempt.timeout().copied();
+        let visible = match (own, self.shared.config.attempt_timeout) {
             (Some(own), Some(configured)) => Some(own.min(configured)),
             (own, configured) => own.or(configured),
         };
-        let cut_at = match (visible, left) {
-            (visible, None) => {
-                *attempt.timeout_mut() = visible;
-                None
-            }
-            (Some(visible), Some((_, left))) => {
-                *attempt.timeout_mut() = Some(visible.min(left));
-                None
-            }
-            (None, Some((now, left))) => Some(now + left),
+        let (timeout, cut_at) = match (visible, left) {
+            (visible, None) => (visible, None),
+            (Some(visible), Some((_, left))) => (Some(visible.min(left)), None),
+            (None, Some((now, left))) => (None, Some(now + left)),
         };
+        // Only when it changes: reqwest keeps the timeout in the request's
+        // extensions, and writing one there allocates their map.
+        if timeout != own {
+            *attempt.timeout_mut() = timeout;
+        }
         Ok((attempt, kept, cut_at))
     }
 
