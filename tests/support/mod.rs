@@ -14,6 +14,10 @@ use reqwest_safe_retry::{
 use wiremock::matchers::path;
 use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 
+#[cfg(feature = "http2")]
+pub mod h2_server;
+pub mod tls_server;
+
 pub const MS: Duration = Duration::from_millis(1);
 
 /// Answers with the scripted responses in turn, then repeats the last one.
