@@ -82,10 +82,17 @@ fn reqwest_error(error: &reqwest_middleware::Error) -> Option<&reqwest::Error> {
     }
 }
 
+/// `error` and everything behind it. An `io::Error` that wraps another error
+/// answers `source()` with the *wrapped error's* source, skipping the wrapped
+/// error itself, so the walk steps into it with `get_ref` instead: that is
+/// where rustls leaves a handshake's real cause.
 fn sources<'a>(
     error: &'a (dyn StdError + 'static),
 ) -> impl Iterator<Item = &'a (dyn StdError + 'static)> {
-    std::iter::successors(Some(error), |&e| e.source())
+    std::iter::successors(Some(error), |&e| match e.downcast_ref::<io::Error>() {
+        Some(io) => io.get_ref().map(|inner| inner as &(dyn StdError + 'static)),
+        None => e.source(),
+    })
 }
 
 fn any_io(error: &(dyn StdError + 'static), test: fn(io::ErrorKind) -> bool) -> bool {
@@ -150,6 +157,18 @@ mod tests {
 
     fn wrapped(kind: io::ErrorKind) -> Wrapper {
         Wrapper(Box::new(Wrapper(Box::new(io::Error::from(kind)))))
+    }
+
+    #[test]
+    fn the_walk_steps_into_an_io_error_that_wraps_another() {
+        // As rustls reports a handshake the peer closed: an `Other` error
+        // around the real one, which `source()` alone would skip.
+        let eof = io::Error::new(io::ErrorKind::UnexpectedEof, "tls handshake eof");
+        let outer = Wrapper(Box::new(io::Error::other(eof)));
+        assert!(any_io(&outer, is_passing_connect_failure));
+        let certificate = io::Error::new(io::ErrorKind::InvalidData, "unknown issuer");
+        let outer = Wrapper(Box::new(io::Error::other(certificate)));
+        assert!(!any_io(&outer, is_passing_connect_failure));
     }
 
     #[test]

@@ -14,7 +14,10 @@ use reqwest_safe_retry::{
 use wiremock::matchers::path;
 use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 
+#[cfg(feature = "http2")]
+pub mod h2_server;
 pub mod hops;
+pub mod tls_server;
 
 pub const MS: Duration = Duration::from_millis(1);
 

@@ -1,0 +1,226 @@
+//! Failures only a real server produces: TLS handshakes broken off or
+//! rejected, and HTTP/2 streams refused, reset or turned away by GOAWAY.
+//! The servers run on loopback; every wait on them is bounded.
+
+mod support;
+
+use std::future::Future;
+use std::time::Duration;
+
+use reqwest::Method;
+use reqwest_middleware::ClientWithMiddleware;
+use reqwest_safe_retry::{
+    FixedJitter, ManualClock, ReportSlot, RetryConfig, RetryMiddleware, RetryReport, StopReason,
+};
+use support::tls_server::{Handshake, tls_server, trusting_client, untrusting_client};
+use support::*;
+
+/// The policy for every test here: waits of 100, 200, 400 ms..., at most
+/// `max_retries` retries, no budget. No client here follows redirects.
+fn config(max_retries: u32) -> RetryConfig {
+    policy().with_max_retries(max_retries).without_budget().build().unwrap()
+}
+
+/// `inner` behind the retry middleware, with a manual clock and jitter at the top.
+fn with_retry(inner: reqwest::Client, config: RetryConfig) -> (ClientWithMiddleware, ManualClock) {
+    let clock = ManualClock::new();
+    let middleware =
+        RetryMiddleware::new(config).with_clock(clock.clone()).with_jitter_source(FixedJitter::TOP);
+    (reqwest_middleware::ClientBuilder::new(inner).with(middleware).build(), clock)
+}
+
+/// Waits at most 10 s for a request and its retries.
+async fn bounded<T>(what: &str, request: impl Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(10), request)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: no outcome within 10 s"))
+}
+
+/// Sends `method` to `url` with a small body and a report slot.
+async fn send(
+    client: &ClientWithMiddleware,
+    method: Method,
+    url: &str,
+) -> (reqwest_middleware::Result<reqwest::Response>, RetryReport) {
+    let slot = ReportSlot::new();
+    let request = client.request(method.clone(), url).body("order=1").with_extension(slot.clone());
+    let result = bounded(&format!("{method} {url}"), request.send()).await;
+    (result, slot.get().expect("the middleware fills the slot"))
+}
+
+/// The error's source chain, one level a line, looking inside `io::Error`s
+/// too (their `source()` skips the error they wrap).
+fn chain(error: &reqwest_middleware::Error) -> String {
+    let reqwest_middleware::Error::Reqwest(error) = error else { return format!("{error:?}") };
+    let mut lines = Vec::new();
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(level) = next {
+        lines.push(format!("{level:?}"));
+        next = match level.downcast_ref::<std::io::Error>() {
+            Some(io) => io.get_ref().map(|inner| inner as &(dyn std::error::Error + 'static)),
+            None => level.source(),
+        };
+    }
+    lines.join("\n  caused by: ")
+}
+
+#[tokio::test]
+async fn interrupted_tls_handshake_is_retried_for_any_method() {
+    // All four cases run before the verdict, so a failure shows each one.
+    let mut wrong = Vec::new();
+    for interruption in [Handshake::Eof, Handshake::Reset] {
+        for method in [Method::GET, Method::POST] {
+            let case = format!("{interruption:?} {method}");
+            let (url, connections, answered) =
+                tls_server(vec![interruption, Handshake::Complete]).await;
+            let (client, clock) = with_retry(trusting_client(), config(3));
+            let (result, report) = send(&client, method, &url).await;
+            let seen = (report.attempts, report.stop, connections.get(), answered.get());
+            match result {
+                Ok(response)
+                    if response.status() == 200 && seen == (2, StopReason::Final, 2, 1) =>
+                {
+                    assert_eq!(clock.sleeps(), [100 * MS], "{case}");
+                }
+                Ok(response) => wrong.push(format!("{case}: {} {seen:?}", response.status())),
+                Err(e) => wrong.push(format!("{case}: {seen:?}\n  {}", chain(&e))),
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "not retried to a 200 after 2 attempts:\n{}", wrong.join("\n"));
+}
+
+#[tokio::test]
+async fn certificate_error_is_final() {
+    let (url, connections, answered) = tls_server(vec![Handshake::Complete]).await;
+    let (client, clock) = with_retry(untrusting_client(), config(3));
+    let (result, report) = send(&client, Method::GET, &url).await;
+    let error = result.expect_err("the certificate is not trusted");
+    assert!(error.is_connect(), "{}", chain(&error));
+    assert_eq!((report.attempts, report.stop), (1, StopReason::Final));
+    assert_eq!((connections.get(), answered.get()), (1, 0));
+    assert!(clock.sleeps().is_empty());
+}
+
+/// An HTTP/2 client with reqwest's own retries off, so every stream the
+/// server sees is an attempt of the middleware's.
+#[cfg(feature = "http2")]
+fn h2_client_without_reqwest_retry() -> reqwest::Client {
+    support::h2_server::h2_client().retry(reqwest::retry::never()).build().unwrap()
+}
+
+#[cfg(feature = "http2")]
+#[tokio::test]
+async fn refused_stream_is_retried_for_any_method() {
+    use support::h2_server::{Answer, h2_server};
+
+    for method in [Method::GET, Method::POST] {
+        let refuse = Answer::Reset(h2::Reason::REFUSED_STREAM);
+        let (url, streams, _) = h2_server(vec![refuse, refuse, Answer::Ok]).await;
+        let (client, clock) = with_retry(h2_client_without_reqwest_retry(), config(3));
+        let (result, report) = send(&client, method.clone(), &url).await;
+        let response = result.unwrap_or_else(|e| panic!("{method}: {}", chain(&e)));
+        assert_eq!(response.status(), 200, "{method}");
+        assert_eq!(response.version(), http::Version::HTTP_2);
+        assert_eq!((report.attempts, streams.get()), (3, 3), "{method}");
+        assert_eq!(clock.sleeps(), [100 * MS, 200 * MS], "{method}");
+    }
+}
+
+#[cfg(feature = "http2")]
+#[tokio::test]
+async fn graceful_goaway_is_retried() {
+    use support::h2_server::{Answer, h2_server};
+
+    for method in [Method::GET, Method::POST] {
+        let (url, streams, connections) = h2_server(vec![Answer::GoAwayBefore, Answer::Ok]).await;
+        let (client, clock) = with_retry(h2_client_without_reqwest_retry(), config(3));
+        let (result, report) = send(&client, method.clone(), &url).await;
+        let response = result.unwrap_or_else(|e| panic!("{method}: {}", chain(&e)));
+        assert_eq!(response.status(), 200, "{method}");
+        assert_eq!((report.attempts, streams.get()), (2, 2), "{method}");
+        assert_eq!(connections.get(), 2, "{method}: the retry opened a new connection");
+        assert_eq!(clock.sleeps(), [100 * MS], "{method}");
+    }
+}
+
+#[cfg(feature = "http2")]
+#[tokio::test]
+async fn cancelled_stream_is_not_retried_for_post() {
+    use support::h2_server::{Answer, h2_server};
+
+    for reason in [h2::Reason::CANCEL, h2::Reason::INTERNAL_ERROR] {
+        let (url, streams, _) = h2_server(vec![Answer::Reset(reason), Answer::Ok]).await;
+        let (client, clock) = with_retry(h2_client_without_reqwest_retry(), config(3));
+        let (result, report) = send(&client, Method::POST, &url).await;
+        let error = result.expect_err("the stream was reset");
+        assert!(!error.is_connect(), "{reason:?}: {}", chain(&error));
+        assert_eq!((report.attempts, report.stop), (1, StopReason::NotSafe), "{reason:?}");
+        assert_eq!(streams.get(), 1, "{reason:?}");
+        assert!(clock.sleeps().is_empty(), "{reason:?}");
+    }
+}
+
+#[cfg(feature = "http2")]
+#[tokio::test]
+async fn goaway_after_the_stream_was_taken_is_not_retried_for_post() {
+    use support::h2_server::{Answer, h2_server};
+
+    let (url, streams, _) = h2_server(vec![Answer::GoAwayAfter, Answer::Ok]).await;
+    let (client, clock) = with_retry(h2_client_without_reqwest_retry(), config(3));
+    let (result, report) = send(&client, Method::POST, &url).await;
+    // The GOAWAY names the stream as possibly processed; the client sees the
+    // connection close under it (a broken pipe), not a GOAWAY error.
+    let error = result.expect_err("the connection closed before an answer");
+    assert_eq!((report.attempts, report.stop), (1, StopReason::NotSafe), "{}", chain(&error));
+    assert_eq!(streams.get(), 1);
+    assert!(clock.sleeps().is_empty());
+}
+
+/// Five refused streams, then 200; the middleware allows two retries.
+#[cfg(feature = "http2")]
+async fn five_refusals(inner: reqwest::Client) -> (u16, RetryReport, usize, Vec<Duration>) {
+    use support::h2_server::{Answer, h2_server};
+
+    let refuse = Answer::Reset(h2::Reason::REFUSED_STREAM);
+    let (url, streams, _) =
+        h2_server(vec![refuse, refuse, refuse, refuse, refuse, Answer::Ok]).await;
+    let (client, clock) = with_retry(inner, config(2));
+    let (result, report) = send(&client, Method::POST, &url).await;
+    let status = match result {
+        Ok(response) => response.status().as_u16(),
+        Err(e) => {
+            assert!(!e.is_connect(), "{}", chain(&e));
+            0
+        }
+    };
+    (status, report, streams.get(), clock.sleeps())
+}
+
+#[cfg(feature = "http2")]
+#[tokio::test]
+async fn reqwest_default_retry_multiplies_the_streams_behind_each_attempt() {
+    let inner = support::h2_server::h2_client().build().unwrap();
+    let (status, report, streams, sleeps) = five_refusals(inner).await;
+    // reqwest's default client resends a refused stream itself, at once, up
+    // to twice: the middleware's first attempt is streams 1-3, all refused;
+    // its second is streams 4 and 5, refused, and 6, answered. The report
+    // says 2 attempts while the server saw 6 streams; with more refusals, up
+    // to 3 × (max_retries + 1) streams reach it, and the budget sees a third.
+    assert_eq!(status, 200);
+    assert_eq!((report.attempts, report.stop), (2, StopReason::Final));
+    assert_eq!(streams, 6);
+    assert_eq!(sleeps, [100 * MS]);
+}
+
+#[cfg(feature = "http2")]
+#[tokio::test]
+async fn with_reqwest_retry_off_every_refused_stream_is_an_attempt() {
+    let (status, report, streams, sleeps) = five_refusals(h2_client_without_reqwest_retry()).await;
+    // Each stream is one attempt: three attempts (the first and two
+    // retries), three refused streams, and the error of the last.
+    assert_eq!(status, 0, "the last refusal is returned as an error");
+    assert_eq!((report.attempts, report.stop), (3, StopReason::RetriesExhausted));
+    assert_eq!(streams, 3);
+    assert_eq!(sleeps, [100 * MS, 200 * MS]);
+}

@@ -1,0 +1,139 @@
+//! An HTTP/2 server over plain TCP (prior knowledge) that answers each
+//! stream from a script: refuse it, reset it, go away, or answer 200.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::io::AsyncReadExt;
+use tokio::net::TcpStream;
+
+use super::Counter;
+use super::tls_server::close_cleanly;
+
+/// How long a server task waits on a client before giving the connection up.
+const PATIENCE: Duration = Duration::from_secs(10);
+
+const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+const HEADERS: u8 = 0x1;
+
+/// What the server does with one stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    /// RST_STREAM with this reason, without reading the request.
+    Reset(h2::Reason),
+    /// GOAWAY(NO_ERROR) whose last stream id is below this stream, then close
+    /// the connection: the server tells the client it did not process it.
+    /// Only possible for the first stream of a connection.
+    GoAwayBefore,
+    /// Take the stream (GOAWAY's last stream id then covers it), send
+    /// GOAWAY(NO_ERROR) and close without answering: the stream may have
+    /// been processed.
+    GoAwayAfter,
+    /// `200` with the body `ok`.
+    Ok,
+}
+
+/// A client that speaks HTTP/2 with prior knowledge and follows no
+/// redirects, with reqwest's own retries left as they are by default.
+pub fn h2_client() -> reqwest::ClientBuilder {
+    reqwest::Client::builder().http2_prior_knowledge().redirect(reqwest::redirect::Policy::none())
+}
+
+/// An HTTP/2 server following `script`, one entry per stream received
+/// across all connections (the last repeats). Returns its base URL, the
+/// count of streams received and the count of connections accepted.
+pub async fn h2_server(script: Vec<Answer>) -> (String, Counter, Counter) {
+    assert!(!script.is_empty());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let (streams, connections) = (Counter::default(), Counter::default());
+    let (stream_count, connection_count) = (streams.clone(), connections.clone());
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            connection_count.bump();
+            let (script, streams) = (script.clone(), stream_count.clone());
+            tokio::spawn(async move {
+                let _ = tokio::time::timeout(PATIENCE, serve(socket, script, streams)).await;
+            });
+        }
+    });
+    (url, streams, connections)
+}
+
+async fn serve(mut socket: TcpStream, script: Vec<Answer>, streams: Counter) {
+    let upcoming = |streams: &Counter| script[streams.get().min(script.len() - 1)];
+    // Read up to the first HEADERS frame ourselves, then hand those bytes
+    // and the rest of the socket to h2: its handshake reads only the
+    // preface, so a GOAWAY sent right after it names no stream as processed
+    // although the client's first stream has certainly arrived.
+    let Some(seen) = read_to_first_headers(&mut socket).await else { return };
+    {
+        let (read, write) = socket.split();
+        let io = tokio::io::join(std::io::Cursor::new(seen).chain(read), write);
+        let Ok(mut connection) = h2::server::handshake(io).await else { return };
+        if upcoming(&streams) == Answer::GoAwayBefore {
+            streams.bump();
+            connection.abrupt_shutdown(h2::Reason::NO_ERROR);
+            while let Some(Ok(_)) = connection.accept().await {}
+        } else {
+            while let Some(Ok((request, mut respond))) = connection.accept().await {
+                let answer = upcoming(&streams);
+                streams.bump();
+                match answer {
+                    Answer::Reset(reason) => respond.send_reset(reason),
+                    Answer::GoAwayBefore => {
+                        panic!("GoAwayBefore only fits a connection's first stream")
+                    }
+                    Answer::GoAwayAfter => {
+                        connection.abrupt_shutdown(h2::Reason::NO_ERROR);
+                        while let Some(Ok(_)) = connection.accept().await {}
+                        break;
+                    }
+                    // In a task of its own: the body arrives only while
+                    // the connection is polled.
+                    Answer::Ok => drop(tokio::spawn(answer_ok(request, respond))),
+                }
+            }
+        }
+    }
+    close_cleanly(socket).await;
+}
+
+/// Reads the request body to its end, then answers `200 ok`.
+async fn answer_ok(
+    request: http::Request<h2::RecvStream>,
+    mut respond: h2::server::SendResponse<Bytes>,
+) {
+    let mut body = request.into_body();
+    while let Some(Ok(chunk)) = body.data().await {
+        let _ = body.flow_control().release_capacity(chunk.len());
+    }
+    let response = http::Response::builder().status(200).body(()).unwrap();
+    if let Ok(mut body) = respond.send_response(response, false) {
+        let _ = body.send_data(Bytes::from_static(b"ok"), true);
+    }
+}
+
+/// Reads the client preface and frames up to and including the first
+/// HEADERS frame's header; None if the connection ended first.
+async fn read_to_first_headers(socket: &mut TcpStream) -> Option<Vec<u8>> {
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        if seen.len() >= PREFACE.len() {
+            assert_eq!(&seen[..PREFACE.len()], PREFACE, "the client speaks HTTP/2");
+            let mut at = PREFACE.len();
+            while at + 9 <= seen.len() {
+                if seen[at + 3] == HEADERS {
+                    return Some(seen);
+                }
+                let length = u32::from_be_bytes([0, seen[at], seen[at + 1], seen[at + 2]]);
+                at += 9 + length as usize;
+            }
+        }
+        match socket.read(&mut buf).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => seen.extend_from_slice(&buf[..n]),
+        }
+    }
+}
