@@ -83,12 +83,13 @@ impl<'a> Policy<'a> {
         }
     }
 
-    /// Starts an attempt: returns the request to send, the original to keep
-    /// for the next attempt, and the instant to cut the attempt at, if it
-    /// must be cut other than by its own timeout.
+    /// Starts an attempt: returns the request to send, and the instant to cut
+    /// the attempt at, if it must be cut other than by its own timeout.
     ///
-    /// No copy is made when no retry can follow and no predicate needs to
-    /// see the request; a body that cannot be copied is sent as it is, once.
+    /// The request to send is a copy of `pending`, which stays for the next
+    /// attempt; or, when no retry can follow and no predicate needs to see
+    /// it, or its body cannot be copied, `pending` itself, taken: it is sent
+    /// once.
     ///
     /// The attempt is bounded by the attempt timeout and the deadline. Where
     /// it has a timeout the middleware can see (its own, or the configured
@@ -102,8 +103,8 @@ impl<'a> Policy<'a> {
     /// When the deadline has already passed: nothing is sent.
     pub(crate) fn start(
         &mut self,
-        request: Request,
-    ) -> std::result::Result<(Request, Option<Request>, Option<Instant>), DeadlineExceeded> {
+        pending: &mut Option<Request>,
+    ) -> std::result::Result<(Request, Option<Instant>), DeadlineExceeded> {
         let left = match self.deadline {
             Some((start, limit)) => {
                 let now = self.shared.clock.now();
@@ -117,10 +118,10 @@ impl<'a> Policy<'a> {
         };
         self.attempts += 1;
         let keep = self.attempts <= self.max_retries || self.shared.config.predicate().is_some();
-        let (mut attempt, kept) = match keep.then(|| request.try_clone()).flatten() {
-            Some(copy) => (copy, Some(request)),
-            None => (request, None),
-        };
+        let copy = if keep { pending.as_ref().and_then(Request::try_clone) } else { None };
+        // The loop stops once the request went out without a copy kept, so
+        // `pending` is always there to copy or take.
+        let mut attempt = copy.or_else(|| pending.take()).expect("a request to send");
         let own = attempt.timeout().copied();
         let visible = match (own, self.shared.config.attempt_timeout) {
             (Some(own), Some(configured)) => Some(own.min(configured)),
@@ -136,7 +137,7 @@ impl<'a> Policy<'a> {
         if timeout != own {
             *attempt.timeout_mut() = timeout;
         }
-        Ok((attempt, kept, cut_at))
+        Ok((attempt, cut_at))
     }
 
     /// The error for a deadline that passed where reqwest could not say so.
