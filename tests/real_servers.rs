@@ -224,3 +224,26 @@ async fn with_reqwest_retry_off_every_refused_stream_is_an_attempt() {
     assert_eq!(streams, 3);
     assert_eq!(sleeps, [100 * MS, 200 * MS]);
 }
+
+#[cfg(feature = "http2")]
+#[tokio::test]
+async fn on_http2_a_dropped_error_body_resets_only_its_stream() {
+    use support::h2_server::{Answer, h2_client, h2_server_counting_resets};
+
+    let (url, streams, connections, resets) =
+        h2_server_counting_resets(vec![Answer::StalledBody, Answer::Ok]).await;
+    let inner = h2_client().retry(reqwest::retry::never()).build().unwrap();
+    let (client, clock) = with_retry(inner, config(3));
+    let (result, report) = send(&client, Method::GET, &url).await;
+    assert_eq!(result.unwrap().status(), 200);
+    assert_eq!((report.attempts, clock.sleeps()), (2, vec![Duration::from_millis(100)]));
+    // The stalled body was dropped when the wait ended: its stream was
+    // cancelled and the retry went out on the same connection.
+    assert_eq!((streams.get(), connections.get()), (2, 1));
+    bounded("the stream's reset", async {
+        while resets.get() == 0 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+}

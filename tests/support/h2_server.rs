@@ -31,6 +31,9 @@ pub enum Answer {
     GoAwayAfter,
     /// `200` with the body `ok`.
     Ok,
+    /// `503` with one chunk of body, then nothing: the stream stays open
+    /// until the client resets it, which the server counts.
+    StalledBody,
 }
 
 /// A client that speaks HTTP/2 with prior knowledge and follows no
@@ -43,24 +46,35 @@ pub fn h2_client() -> reqwest::ClientBuilder {
 /// across all connections (the last repeats). Returns its base URL, the
 /// count of streams received and the count of connections accepted.
 pub async fn h2_server(script: Vec<Answer>) -> (String, Counter, Counter) {
-    assert!(!script.is_empty());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let (streams, connections) = (Counter::default(), Counter::default());
-    let (stream_count, connection_count) = (streams.clone(), connections.clone());
-    tokio::spawn(async move {
-        while let Ok((socket, _)) = listener.accept().await {
-            connection_count.bump();
-            let (script, streams) = (script.clone(), stream_count.clone());
-            tokio::spawn(async move {
-                let _ = tokio::time::timeout(PATIENCE, serve(socket, script, streams)).await;
-            });
-        }
-    });
+    let (url, streams, connections, _) = h2_server_counting_resets(script).await;
     (url, streams, connections)
 }
 
-async fn serve(mut socket: TcpStream, script: Vec<Answer>, streams: Counter) {
+/// As [`h2_server`], also counting the streams the client reset with CANCEL
+/// while the server was still sending.
+pub async fn h2_server_counting_resets(script: Vec<Answer>) -> (String, Counter, Counter, Counter) {
+    assert!(!script.is_empty());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let (streams, connections, resets) =
+        (Counter::default(), Counter::default(), Counter::default());
+    let (stream_count, connection_count, reset_count) =
+        (streams.clone(), connections.clone(), resets.clone());
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            connection_count.bump();
+            let (script, streams, resets) =
+                (script.clone(), stream_count.clone(), reset_count.clone());
+            tokio::spawn(async move {
+                let served = serve(socket, script, streams, resets);
+                let _ = tokio::time::timeout(PATIENCE, served).await;
+            });
+        }
+    });
+    (url, streams, connections, resets)
+}
+
+async fn serve(mut socket: TcpStream, script: Vec<Answer>, streams: Counter, resets: Counter) {
     let upcoming = |streams: &Counter| script[streams.get().min(script.len() - 1)];
     // Read up to the first HEADERS frame ourselves, then hand those bytes
     // and the rest of the socket to h2: its handshake reads only the
@@ -92,6 +106,7 @@ async fn serve(mut socket: TcpStream, script: Vec<Answer>, streams: Counter) {
                     // In a task of its own: the body arrives only while
                     // the connection is polled.
                     Answer::Ok => drop(tokio::spawn(answer_ok(request, respond))),
+                    Answer::StalledBody => drop(tokio::spawn(stall(respond, resets.clone()))),
                 }
             }
         }
@@ -111,6 +126,17 @@ async fn answer_ok(
     let response = http::Response::builder().status(200).body(()).unwrap();
     if let Ok(mut body) = respond.send_response(response, false) {
         let _ = body.send_data(Bytes::from_static(b"ok"), true);
+    }
+}
+
+/// Answers `503` and one chunk, then waits for the client to reset the
+/// stream, and counts a CANCEL.
+async fn stall(mut respond: h2::server::SendResponse<Bytes>, resets: Counter) {
+    let response = http::Response::builder().status(503).body(()).unwrap();
+    let Ok(mut body) = respond.send_response(response, false) else { return };
+    let _ = body.send_data(Bytes::from_static(b"busy."), false);
+    if let Ok(h2::Reason::CANCEL) = std::future::poll_fn(|cx| body.poll_reset(cx)).await {
+        resets.bump();
     }
 }
 
