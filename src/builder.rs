@@ -20,6 +20,18 @@ pub struct RetryConfigBuilder {
     header: Option<String>,
 }
 
+impl RetryConfig {
+    /// A builder starting from the defaults.
+    pub fn builder() -> RetryConfigBuilder {
+        RetryConfigBuilder::from(Self::default())
+    }
+
+    /// A builder starting from this configuration.
+    pub fn to_builder(&self) -> RetryConfigBuilder {
+        RetryConfigBuilder::from(self.clone())
+    }
+}
+
 impl From<RetryConfig> for RetryConfigBuilder {
     fn from(config: RetryConfig) -> Self {
         Self { config, statuses: None, header: None }

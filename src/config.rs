@@ -7,14 +7,13 @@ use http::{HeaderName, StatusCode};
 
 use crate::backoff::Jitter;
 use crate::budget::RetryBudget;
-use crate::builder::RetryConfigBuilder;
 use crate::predicate::Predicate;
 
 /// The retry policy: how many times, on what, how long to wait.
 ///
 /// Only valid configurations exist: build one with [`RetryConfig::builder`],
-/// whose [`build`](RetryConfigBuilder::build) rejects invalid settings, or
-/// take the default.
+/// whose [`build`](crate::RetryConfigBuilder::build) rejects invalid
+/// settings, or take the default.
 ///
 /// # Default
 ///
@@ -79,16 +78,6 @@ impl Default for RetryConfig {
 }
 
 impl RetryConfig {
-    /// A builder starting from the defaults.
-    pub fn builder() -> RetryConfigBuilder {
-        RetryConfigBuilder::from(Self::default())
-    }
-
-    /// A builder starting from this configuration.
-    pub fn to_builder(&self) -> RetryConfigBuilder {
-        RetryConfigBuilder::from(self.clone())
-    }
-
     /// Retries after the first attempt.
     pub fn max_retries(&self) -> u32 {
         self.max_retries

@@ -159,6 +159,7 @@ mod builder;
 mod classify;
 mod clock;
 mod config;
+mod discard;
 mod error;
 mod extensions;
 mod jitter;
@@ -181,10 +182,10 @@ pub use extensions::{MaxRetries, NoRetry, RetryDeadline, SafeToRetry};
 #[cfg(feature = "test-util")]
 pub use jitter::FixedJitter;
 pub use jitter::{JitterSource, SeededJitter, ThreadRngJitter};
-pub use middleware::{RetryEvent, RetryMiddleware};
+pub use middleware::RetryMiddleware;
 pub use predicate::{Attempt, Outcome};
 pub use reason::{Decision, RetryReason, Retryability, StopReason};
-pub use report::{AttemptNumber, ReportSlot, RetryReport};
+pub use report::{AttemptNumber, ReportSlot, RetryEvent, RetryReport};
 pub use retry_after::parse_retry_after;
 
 #[cfg(doctest)]

@@ -2,10 +2,9 @@
 //! old body, repeat.
 
 use std::fmt;
-use std::future::{Future, poll_fn};
-use std::pin::{Pin, pin};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
-use std::task::Poll;
 use std::time::Duration;
 
 use http::{Extensions, Method};
@@ -13,13 +12,14 @@ use reqwest::{Request, Response};
 use reqwest_middleware::{Error, Middleware, Next, Result};
 
 use crate::budget::Budget;
-use crate::clock::{Clock, Sleep, TokioClock};
+use crate::clock::{Clock, TokioClock};
 use crate::config::RetryConfig;
+use crate::discard::{discard, first};
 use crate::extensions::NoRetry;
 use crate::jitter::{JitterSource, ThreadRngJitter};
 use crate::policy::{Policy, Shared};
 use crate::reason::{Decision, StopReason};
-use crate::report::{AttemptNumber, ReportSlot, RetryReport};
+use crate::report::{AttemptNumber, ReportSlot, RetryEvent, RetryReport};
 
 /// The retry middleware for `reqwest_middleware`.
 ///
@@ -37,18 +37,6 @@ use crate::report::{AttemptNumber, ReportSlot, RetryReport};
 #[derive(Clone)]
 pub struct RetryMiddleware {
     shared: Arc<Shared>,
-}
-
-/// What the middleware decided after one attempt, as a hook sees it.
-#[derive(Debug, Clone, Copy)]
-#[non_exhaustive]
-pub struct RetryEvent<'a> {
-    /// The attempt just made, starting at 1.
-    pub attempt: u32,
-    /// The request's method.
-    pub method: &'a Method,
-    /// What happens next.
-    pub decision: Decision,
 }
 
 impl Default for RetryMiddleware {
@@ -283,47 +271,6 @@ fn finish(
         }
     }
     outcome
-}
-
-/// Runs `work` until `cut` completes first: `None` when it was cut.
-async fn first<T>(work: impl Future<Output = T>, cut: impl Future<Output = ()>) -> Option<T> {
-    let (mut work, mut cut) = (pin!(work), pin!(cut));
-    poll_fn(|cx| {
-        if let Poll::Ready(done) = work.as_mut().poll(cx) {
-            return Poll::Ready(Some(done));
-        }
-        cut.as_mut().poll(cx).map(|()| None)
-    })
-    .await
-}
-
-/// Waits `wait` while reading and discarding the body of a response being
-/// retried, so its connection can go back to the pool. What has not arrived
-/// when the wait ends is dropped with the response (closing an HTTP/1
-/// connection, resetting only the stream on HTTP/2): a body that stalls never
-/// delays the next attempt.
-async fn discard(outcome: Result<Response>, mut wait: Sleep, limit: usize) {
-    if let Ok(response) = outcome {
-        if first(drain(response, limit), wait.as_mut()).await.is_none() {
-            return;
-        }
-    }
-    wait.await;
-}
-
-/// Reads and discards up to `limit` bytes; a body declared longer is dropped
-/// at once rather than read.
-async fn drain(mut response: Response, limit: usize) {
-    if response.content_length().is_some_and(|len| len > limit as u64) {
-        return;
-    }
-    let mut read = 0usize;
-    while read < limit {
-        match response.chunk().await {
-            Ok(Some(chunk)) => read = read.saturating_add(chunk.len()),
-            Ok(None) | Err(_) => break,
-        }
-    }
 }
 
 #[cfg(test)]

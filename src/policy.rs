@@ -22,11 +22,11 @@ use crate::extensions::{MaxRetries, RetryDeadline, SafeToRetry};
 use crate::jitter::JitterSource;
 use crate::predicate::{Attempt, Outcome};
 use crate::reason::{Decision, RetryReason, Retryability, StopReason};
-use crate::report::RetryReport;
+use crate::report::{RetryEvent, RetryReport};
 use crate::retry_after::parse_retry_after;
 
 /// The hook the middleware calls after every attempt.
-pub(crate) type Hook = Arc<dyn Fn(&crate::RetryEvent<'_>) + Send + Sync>;
+pub(crate) type Hook = Arc<dyn Fn(&RetryEvent<'_>) + Send + Sync>;
 
 /// What every request of one middleware shares: the configuration, the
 /// clock, the randomness, the budget and the hook.

@@ -3,9 +3,10 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use http::Method;
 use reqwest::Response;
 
-use crate::reason::StopReason;
+use crate::reason::{Decision, StopReason};
 
 /// How a request went: attempts made, time spent waiting, why it stopped.
 ///
@@ -102,4 +103,16 @@ impl ReportSlot {
     pub(crate) fn set(&self, report: RetryReport) {
         *self.report.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(report);
     }
+}
+
+/// What the middleware decided after one attempt, as a hook sees it.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct RetryEvent<'a> {
+    /// The attempt just made, starting at 1.
+    pub attempt: u32,
+    /// The request's method.
+    pub method: &'a Method,
+    /// What happens next.
+    pub decision: Decision,
 }
