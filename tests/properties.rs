@@ -1,39 +1,114 @@
-//! Random server scripts against random requests and policies, over a real
-//! loopback connection: whatever happens, the safety invariants hold.
+//! Random server scripts against random requests and policies, over real
+//! loopback connections, with a client that follows redirects and one that
+//! does not: whatever happens, the safety invariants hold.
 //!
-//! Cases: 48 by default; set `PROPTEST_CASES` for longer runs.
+//! The first-hop handler, `/orders`, plays the script in order of arrival
+//! (the last entry repeats). A redirect sends the client on to `/hop/{i}` on
+//! the same server, on a second server, or on a port where nothing listens;
+//! a hop always plays the same thing.
+//!
+//! The core invariant counts what a handler *processed*, not what it
+//! received: any answer but a 429 (a redirect, a 5xx, an answer whose body
+//! stalls), an answer held back, and a reset or a close after the request
+//! was read, mean the server may have acted. A 429 and a connection never
+//! accepted mean it did not. A request that is not safe to repeat (POST or
+//! PATCH without a non-empty `Idempotency-Key`) is processed at most once by
+//! each handler, across all attempts.
+//!
+//! Cases: 96 by default, each run with both clients at once; set
+//! `PROPTEST_CASES` for longer runs. A failure prints the servers' log and
+//! the smallest failing case found within 1024 shrinking steps or 20 s.
 
+use std::collections::BTreeMap;
+use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use proptest::test_runner::{Config, TestCaseError, TestError, TestRunner};
 use reqwest::Method;
 use reqwest_safe_retry::{
-    Decision, Jitter, ManualClock, ReportSlot, RetryBudget, RetryConfig, RetryMiddleware,
-    RetryReason, SeededJitter,
+    Decision, Jitter, ManualClock, ReportSlot, RetryBudget, RetryConfig, RetryConfigBuilder,
+    RetryMiddleware, RetryReason, SeededJitter,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
 
-/// The client gives up on an answer after this long.
-const CLIENT_TIMEOUT: Duration = Duration::from_millis(500);
+/// The client gives up on an attempt (answer and body) after this long.
+const CLIENT_TIMEOUT: Duration = Duration::from_millis(200);
 
-/// What the server does with one request.
+/// A whole call, all attempts included, must finish within this. Waits
+/// between attempts take no time (the clock is manual), so only attempts
+/// count, and each is bounded by `CLIENT_TIMEOUT`.
+const CALL_BOUND: Duration = Duration::from_secs(5);
+
+/// The first-hop handler's path.
+const FIRST_HOP: &str = "/orders";
+
+/// What a handler does with one request.
 #[derive(Debug, Clone)]
 enum Play {
     /// Answer with this status and, maybe, a `Retry-After` value.
     Answer(u16, Option<String>),
-    /// Hold the request past the client's timeout.
+    /// Answer with this redirect status, to a hop.
+    Redirect(u16, Hop),
+    /// Send the head of an answer and `sent` bytes of its body, then nothing
+    /// more; the connection stays open until the client goes away.
+    Stall { status: u16, framing: Framing, sent: usize },
+    /// Hold the request, unanswered, until the client goes away.
     Slow,
     /// Close the connection without answering.
-    Drop,
+    Close,
+    /// Reset the connection without answering.
+    Reset,
 }
 
+/// Where a redirect leads.
 #[derive(Debug, Clone)]
-struct Received {
-    method: String,
-    body: Vec<u8>,
+enum Hop {
+    /// Another path on the same server, which plays this.
+    SameHost(Box<Play>),
+    /// A path on a second server, which plays this.
+    OtherHost(Box<Play>),
+    /// A port where nothing listens.
+    Refused,
+}
+
+/// How a stalled body says its length.
+#[derive(Debug, Clone, Copy)]
+enum Framing {
+    Chunked,
+    ContentLength(usize),
+}
+
+impl Play {
+    /// Whether the server may have acted on the request.
+    fn processed(&self) -> bool {
+        !matches!(self, Play::Answer(429, _) | Play::Stall { status: 429, .. })
+    }
+
+    /// The status and `Retry-After` the client gets back, if it gets an
+    /// answer at all.
+    fn seen(&self, kind: ClientKind) -> Option<(u16, Option<&str>)> {
+        match self {
+            Play::Answer(status, retry_after) => Some((*status, retry_after.as_deref())),
+            Play::Stall { status, .. } => Some((*status, None)),
+            Play::Redirect(status, _) if kind == ClientKind::NotFollowing => Some((*status, None)),
+            Play::Redirect(_, Hop::SameHost(next) | Hop::OtherHost(next)) => next.seen(kind),
+            Play::Redirect(_, Hop::Refused) | Play::Slow | Play::Close | Play::Reset => None,
+        }
+    }
+}
+
+/// The request body, shown as escaped bytes.
+#[derive(Clone)]
+struct Body(Vec<u8>);
+
+impl fmt::Debug for Body {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "b\"{}\"", self.0.escape_ascii())
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -41,7 +116,7 @@ struct Case {
     script: Vec<Play>,
     method: Method,
     key: Option<String>,
-    body: Vec<u8>,
+    body: Body,
     max_retries: u32,
     initial: Duration,
     max: Duration,
@@ -50,6 +125,41 @@ struct Case {
     deadline: Option<Duration>,
     budget: bool,
     seed: u64,
+}
+
+impl Case {
+    /// Whether the crate may repeat the request whatever the server did.
+    fn safe(&self) -> bool {
+        self.method.is_idempotent() || self.key.as_deref().is_some_and(|k| !k.is_empty())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ClientKind {
+    /// A plain client: redirects followed, reqwest's default.
+    Following,
+    /// A client built with `redirect::Policy::none()`.
+    NotFollowing,
+}
+
+impl ClientKind {
+    fn client(self) -> reqwest::Client {
+        let builder = reqwest::Client::builder();
+        let builder = match self {
+            ClientKind::Following => builder,
+            ClientKind::NotFollowing => builder.redirect(reqwest::redirect::Policy::none()),
+        };
+        builder.build().expect("a plain client builds")
+    }
+}
+
+impl fmt::Display for ClientKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ClientKind::Following => "the redirect-following client",
+            ClientKind::NotFollowing => "the client that does not follow redirects",
+        })
+    }
 }
 
 /// The manual clock's starting wall time, so Retry-After dates can be made
@@ -68,32 +178,67 @@ fn retry_after() -> impl Strategy<Value = Option<String>> {
     ]
 }
 
-fn play() -> impl Strategy<Value = Play> {
+/// A play that does not lead anywhere else.
+fn terminal() -> impl Strategy<Value = Play> + Clone {
     let status = prop_oneof![
-        Just(200u16),
-        Just(201),
-        Just(400),
-        Just(404),
-        Just(429),
-        Just(500),
-        Just(502),
-        Just(503),
-        Just(504)
+        1 => Just(200u16),
+        1 => Just(201),
+        1 => Just(400),
+        1 => Just(404),
+        2 => Just(429),
+        1 => Just(500),
+        1 => Just(502),
+        1 => Just(503),
+        1 => Just(504),
     ];
+    let stall = (
+        prop_oneof![Just(200u16), Just(429), Just(500), Just(503)],
+        prop_oneof![
+            Just(Framing::Chunked),
+            Just(Framing::ContentLength(64)),
+            // Longer than the drain limit.
+            Just(Framing::ContentLength(1 << 20)),
+        ],
+        1usize..32,
+    )
+        .prop_map(|(status, framing, sent)| Play::Stall { status, framing, sent });
     prop_oneof![
         10 => (status, retry_after()).prop_map(|(s, r)| Play::Answer(s, r)),
+        2 => stall,
         1 => Just(Play::Slow),
-        2 => Just(Play::Drop),
+        1 => Just(Play::Close),
+        1 => Just(Play::Reset),
+    ]
+}
+
+fn play() -> impl Strategy<Value = Play> {
+    let status = prop_oneof![Just(301u16), Just(302), Just(303), Just(307), Just(308)];
+    // A hop answers 429 more often than the first hop: that is where a
+    // redirect-following client hides a request the server processed.
+    let next = || {
+        prop_oneof![
+            3 => terminal(),
+            1 => retry_after().prop_map(|r| Play::Answer(429, r)),
+        ]
+    };
+    let hop = prop_oneof![
+        3 => next().prop_map(|p| Hop::SameHost(Box::new(p))),
+        2 => next().prop_map(|p| Hop::OtherHost(Box::new(p))),
+        1 => Just(Hop::Refused),
+    ];
+    prop_oneof![
+        2 => terminal(),
+        1 => (status, hop).prop_map(|(s, h)| Play::Redirect(s, h)),
     ]
 }
 
 fn case() -> impl Strategy<Value = Case> {
     let method = prop_oneof![
-        Just(Method::GET),
-        Just(Method::PUT),
-        Just(Method::DELETE),
-        Just(Method::POST),
-        Just(Method::PATCH)
+        1 => Just(Method::GET),
+        1 => Just(Method::PUT),
+        1 => Just(Method::DELETE),
+        2 => Just(Method::POST),
+        1 => Just(Method::PATCH),
     ];
     let jitter = prop_oneof![
         Just(Jitter::Full),
@@ -101,26 +246,34 @@ fn case() -> impl Strategy<Value = Case> {
         Just(Jitter::Decorrelated),
         Just(Jitter::None)
     ];
+    // The retry count comes first because it shrinks first: every candidate
+    // after that makes fewer attempts, and an attempt that stalls takes
+    // `CLIENT_TIMEOUT` of real time.
     (
+        1u32..5,
         proptest::collection::vec(play(), 1..6),
         method,
         prop_oneof![3 => Just(None), 1 => Just(Some("k-1".to_owned())), 1 => Just(Some(String::new()))],
-        proptest::collection::vec(any::<u8>(), 0..256),
-        1u32..5,
+        // A length and a first byte rather than a vector of bytes: it shrinks
+        // in a few steps, not one per byte.
+        (0usize..256, any::<u8>()).prop_map(|(len, first)| {
+            (0..len).map(|i| first.wrapping_add((i as u8).wrapping_mul(37))).collect::<Vec<u8>>()
+        }),
         (0u64..300, 0u64..1000),
         jitter,
         0u64..3000,
         proptest::option::of(100u64..5000),
         any::<bool>(),
-        any::<u64>(),
+        // Shrinking the seed would only add steps.
+        any::<u64>().no_shrink(),
     )
         .prop_map(
             |(
+                max_retries,
                 script,
                 method,
                 key,
                 body,
-                max_retries,
                 (initial, extra),
                 jitter,
                 cap,
@@ -131,7 +284,7 @@ fn case() -> impl Strategy<Value = Case> {
                 script,
                 method,
                 key,
-                body,
+                body: Body(body),
                 max_retries,
                 initial: Duration::from_millis(initial),
                 max: Duration::from_millis(initial + extra),
@@ -144,58 +297,207 @@ fn case() -> impl Strategy<Value = Case> {
         )
 }
 
-/// A keep-alive HTTP/1.1 server that plays `script` in order of arrival
-/// (the last entry repeats) and records every request it read.
-async fn serve(script: Vec<Play>) -> (String, Arc<Mutex<Vec<Received>>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/orders", listener.local_addr().unwrap());
-    let received = Arc::new(Mutex::new(Vec::new()));
-    let log = received.clone();
-    tokio::spawn(async move {
-        while let Ok((socket, _)) = listener.accept().await {
-            tokio::spawn(connection(socket, script.clone(), log.clone()));
-        }
-    });
-    (url, received)
+/// One request a server read, and what it did with it.
+#[derive(Debug, Clone)]
+struct Received {
+    /// `a` for the first-hop server, `b` for the other host.
+    server: char,
+    path: String,
+    method: String,
+    body: Vec<u8>,
+    /// `None` for a path nothing was scripted for (answered 404).
+    play: Option<Play>,
 }
 
-async fn connection(mut socket: TcpStream, script: Vec<Play>, log: Arc<Mutex<Vec<Received>>>) {
-    let mut buffer = Vec::new();
-    loop {
-        let Some(request) = read_request(&mut socket, &mut buffer).await else { return };
-        let play = {
-            let mut log = log.lock().unwrap();
-            log.push(request);
-            script[(log.len() - 1).min(script.len() - 1)].clone()
+impl Received {
+    fn processed(&self) -> bool {
+        self.play.as_ref().is_none_or(Play::processed)
+    }
+
+    fn is_first_hop(&self) -> bool {
+        self.server == 'a' && self.path == FIRST_HOP
+    }
+}
+
+/// What the servers saw, one request a line.
+struct Log<'a>(&'a [Received]);
+
+impl fmt::Display for Log<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_empty() {
+            return writeln!(f, "    (nothing)");
+        }
+        for (n, r) in self.0.iter().enumerate() {
+            let play = r.play.as_ref().map_or("404 (unscripted)".to_owned(), |p| format!("{p:?}"));
+            let processed = if r.processed() { "processed" } else { "not processed" };
+            writeln!(
+                f,
+                "    {}. {} {} {} -> {play} [{processed}]",
+                n + 1,
+                r.server,
+                r.method,
+                r.path
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// Everything the two servers share.
+struct Shared {
+    script: Vec<Play>,
+    /// `http://127.0.0.1:port` of the other host.
+    other_host: String,
+    /// `http://127.0.0.1:port` where nothing listens.
+    refused: String,
+    log: Mutex<Vec<Received>>,
+}
+
+/// Two keep-alive HTTP/1.1 servers on loopback: `a` serves the first hop
+/// and same-host hops, `b` other-host hops. Stopped when dropped.
+struct World {
+    url: String,
+    shared: Arc<Shared>,
+    accepting: Vec<JoinHandle<()>>,
+}
+
+impl World {
+    async fn start(script: Vec<Play>) -> Self {
+        let a = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let b = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let refused = TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap();
+        let url = format!("http://{}{FIRST_HOP}", a.local_addr().unwrap());
+        let shared = Arc::new(Shared {
+            script,
+            other_host: format!("http://{}", b.local_addr().unwrap()),
+            refused: format!("http://{refused}"),
+            log: Mutex::new(Vec::new()),
+        });
+        let accepting = [('a', a), ('b', b)]
+            .into_iter()
+            .map(|(name, listener)| {
+                let shared = shared.clone();
+                tokio::spawn(async move {
+                    while let Ok((socket, _)) = listener.accept().await {
+                        tokio::spawn(connection(socket, name, shared.clone()));
+                    }
+                })
+            })
+            .collect();
+        World { url, shared, accepting }
+    }
+
+    fn log(&self) -> Vec<Received> {
+        self.shared.log.lock().unwrap().clone()
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        for task in &self.accepting {
+            task.abort();
+        }
+    }
+}
+
+impl Shared {
+    /// Logs a request and picks its play, with the script index a redirect
+    /// names its hop by.
+    fn record(&self, server: char, path: String, method: String, body: Vec<u8>) -> (Play, usize) {
+        let mut log = self.log.lock().unwrap();
+        let (play, index) = if server == 'a' && path == FIRST_HOP {
+            let index = log.iter().filter(|r| r.is_first_hop()).count().min(self.script.len() - 1);
+            (Some(self.script[index].clone()), index)
+        } else {
+            let index = path.strip_prefix("/hop/").and_then(|i| i.parse::<usize>().ok());
+            let play = match index.and_then(|i| self.script.get(i)) {
+                Some(Play::Redirect(_, Hop::SameHost(next))) if server == 'a' => {
+                    Some(*next.clone())
+                }
+                Some(Play::Redirect(_, Hop::OtherHost(next))) if server == 'b' => {
+                    Some(*next.clone())
+                }
+                _ => None,
+            };
+            (play, index.unwrap_or(0))
         };
-        match play {
+        log.push(Received { server, path, method, body, play: play.clone() });
+        (play.unwrap_or(Play::Answer(404, None)), index)
+    }
+
+    fn location(&self, hop: &Hop, index: usize) -> String {
+        match hop {
+            Hop::SameHost(_) => format!("/hop/{index}"),
+            Hop::OtherHost(_) => format!("{}/hop/{index}", self.other_host),
+            Hop::Refused => format!("{}/hop/{index}", self.refused),
+        }
+    }
+}
+
+async fn connection(mut socket: TcpStream, server: char, shared: Arc<Shared>) {
+    let mut buffer = Vec::new();
+    while let Some((method, path, body)) = read_request(&mut socket, &mut buffer).await {
+        let (play, index) = shared.record(server, path, method, body);
+        let head = match &play {
             Play::Answer(status, retry_after) => {
                 let mut head = format!("HTTP/1.1 {status} X\r\nContent-Length: 4\r\n");
                 if let Some(value) = retry_after {
                     head += &format!("Retry-After: {value}\r\n");
                 }
-                head += "\r\nbody";
-                if socket.write_all(head.as_bytes()).await.is_err() {
-                    return;
+                head + "\r\nbody"
+            }
+            Play::Redirect(status, hop) => format!(
+                "HTTP/1.1 {status} X\r\nLocation: {}\r\nContent-Length: 0\r\n\r\n",
+                shared.location(hop, index)
+            ),
+            Play::Stall { status, framing, sent } => {
+                let part = "x".repeat(*sent);
+                match framing {
+                    Framing::Chunked => format!(
+                        "HTTP/1.1 {status} X\r\nTransfer-Encoding: chunked\r\n\r\n{sent:x}\r\n{part}\r\n"
+                    ),
+                    Framing::ContentLength(length) => {
+                        format!("HTTP/1.1 {status} X\r\nContent-Length: {length}\r\n\r\n{part}")
+                    }
                 }
             }
-            Play::Slow => {
-                // Hold the request until the client gives up and hangs up.
+            Play::Slow | Play::Close | Play::Reset => String::new(),
+        };
+        if socket.write_all(head.as_bytes()).await.is_err() {
+            return;
+        }
+        match play {
+            Play::Answer(..) | Play::Redirect(..) => continue,
+            Play::Stall { .. } | Play::Slow => {
+                // Hold the connection until the client goes away.
                 let mut rest = [0u8; 1024];
                 while matches!(socket.read(&mut rest).await, Ok(n) if n > 0) {}
                 return;
             }
-            Play::Drop => return,
+            Play::Close => return,
+            Play::Reset => {
+                // With a zero linger, closing sends a reset at once and never
+                // blocks, which is what the deprecation warns of.
+                #[allow(deprecated)]
+                let _ = socket.set_linger(Some(Duration::ZERO));
+                return;
+            }
         }
     }
 }
 
-async fn read_request(socket: &mut TcpStream, buffer: &mut Vec<u8>) -> Option<Received> {
+/// Reads one request: method, path and body (by `Content-Length`).
+async fn read_request(
+    socket: &mut TcpStream,
+    buffer: &mut Vec<u8>,
+) -> Option<(String, String, Vec<u8>)> {
     let mut chunk = [0u8; 4096];
     loop {
         if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
             let head = String::from_utf8_lossy(&buffer[..end]).into_owned();
-            let method = head.split(' ').next().unwrap_or_default().to_owned();
+            let mut line = head.split(' ');
+            let method = line.next().unwrap_or_default().to_owned();
+            let path = line.next().unwrap_or_default().to_owned();
             let length = head
                 .lines()
                 .find_map(|l| {
@@ -213,7 +515,7 @@ async fn read_request(socket: &mut TcpStream, buffer: &mut Vec<u8>) -> Option<Re
             }
             let body = buffer[end + 4..end + 4 + length].to_vec();
             buffer.drain(..end + 4 + length);
-            return Some(Received { method, body });
+            return Some((method, path, body));
         }
         match socket.read(&mut chunk).await {
             Ok(0) | Err(_) => return None,
@@ -222,7 +524,7 @@ async fn read_request(socket: &mut TcpStream, buffer: &mut Vec<u8>) -> Option<Re
     }
 }
 
-fn config(case: &Case) -> RetryConfig {
+fn config(case: &Case, kind: ClientKind) -> RetryConfig {
     let mut builder = RetryConfig::builder()
         .with_max_retries(case.max_retries)
         .with_initial_backoff(case.initial)
@@ -237,80 +539,171 @@ fn config(case: &Case) -> RetryConfig {
     } else {
         builder.without_budget()
     };
+    if kind == ClientKind::NotFollowing {
+        builder = not_following(builder);
+    }
     builder.build().expect("the generated policies are valid")
 }
 
+/// Tells the crate that the client does not follow redirects.
+fn not_following(builder: RetryConfigBuilder) -> RetryConfigBuilder {
+    // TODO(api): .with_redirects(Redirects::NotFollowed)
+    builder
+}
+
+/// The method and body a followed redirect sends to its hop, as reqwest
+/// rewrites them.
+fn hop_request(status: u16, method: &Method, body: &[u8]) -> (Method, Vec<u8>) {
+    match status {
+        301 | 302 if method == Method::POST => (Method::GET, Vec::new()),
+        303 => (Method::GET, Vec::new()),
+        _ => (method.clone(), body.to_vec()),
+    }
+}
+
+/// Runs both clients on the case at once and reports every failure.
 async fn check(case: Case) -> Result<(), TestCaseError> {
-    let (url, received) = serve(case.script.clone()).await;
+    let (following, not_following) =
+        tokio::join!(run(&case, ClientKind::Following), run(&case, ClientKind::NotFollowing));
+    let failures: Vec<String> =
+        [(ClientKind::Following, following), (ClientKind::NotFollowing, not_following)]
+            .into_iter()
+            .filter_map(|(kind, result)| match result {
+                Err(TestCaseError::Fail(reason)) => {
+                    Some(format!("with {kind}: {}", reason.message()))
+                }
+                Err(TestCaseError::Reject(reason)) => {
+                    Some(format!("with {kind}: rejected: {}", reason.message()))
+                }
+                Ok(()) => None,
+            })
+            .collect();
+    if failures.is_empty() { Ok(()) } else { Err(TestCaseError::fail(failures.join("\n\n"))) }
+}
+
+async fn run(case: &Case, kind: ClientKind) -> Result<(), TestCaseError> {
+    let world = World::start(case.script.clone()).await;
     let clock = ManualClock::new();
     let decisions = Arc::new(Mutex::new(Vec::new()));
-    let log = decisions.clone();
-    let middleware = RetryMiddleware::new(config(&case))
+    let hook = decisions.clone();
+    let middleware = RetryMiddleware::new(config(case, kind))
         .with_clock(clock.clone())
         .with_jitter_source(SeededJitter::new(case.seed))
-        .on_decision(move |event| log.lock().unwrap().push(event.decision));
-    let client =
-        reqwest_middleware::ClientBuilder::new(reqwest::Client::new()).with(middleware).build();
+        .on_decision(move |event| hook.lock().unwrap().push(event.decision));
+    let client = reqwest_middleware::ClientBuilder::new(kind.client()).with(middleware).build();
     let slot = ReportSlot::new();
-    let mut request =
-        client.request(case.method.clone(), &url).timeout(CLIENT_TIMEOUT).body(case.body.clone());
+    let mut request = client
+        .request(case.method.clone(), &world.url)
+        .timeout(CLIENT_TIMEOUT)
+        .body(case.body.0.clone());
     if let Some(key) = &case.key {
         request = request.header("Idempotency-Key", key);
     }
-    let result = request.with_extension(slot.clone()).send().await;
+    let call = request.with_extension(slot.clone()).send();
+    let Ok(result) = tokio::time::timeout(CALL_BOUND, call).await else {
+        return Err(TestCaseError::fail(format!(
+            "the call did not finish within {CALL_BOUND:?}; the servers saw:\n{}",
+            Log(&world.log())
+        )));
+    };
 
+    let log = world.log();
     let report = slot.get().expect("a report for every request");
-    let received = received.lock().unwrap().clone();
+    let attempts = report.attempts as usize;
     let decisions = decisions.lock().unwrap().clone();
     let waits = clock.sleeps();
-    let safe = case.method.is_idempotent() || case.key.as_deref().is_some_and(|k| !k.is_empty());
+    let first_hops: Vec<&Received> = log.iter().filter(|r| r.is_first_hop()).collect();
 
-    // Attempts never exceed retries + 1, and the server saw no more than were made.
-    prop_assert!(report.attempts <= case.max_retries + 1);
-    prop_assert!(received.len() <= report.attempts as usize);
-    prop_assert_eq!(waits.len(), report.attempts as usize - 1);
+    // Attempts never exceed retries + 1, and the first hop saw no more than
+    // were made.
+    prop_assert!(
+        report.attempts <= case.max_retries + 1,
+        "{} attempts for {} retries",
+        report.attempts,
+        case.max_retries
+    );
+    prop_assert!(
+        first_hops.len() <= attempts,
+        "the first hop saw {} requests in {attempts} attempts; the servers saw:\n{}",
+        first_hops.len(),
+        Log(&log)
+    );
+    prop_assert_eq!(waits.len(), attempts - 1);
 
-    // An unsafe request reaches the server again only after a 429.
-    if !safe {
-        for (earlier, _) in received.iter().enumerate().skip(1).map(|(i, r)| (i - 1, r)) {
-            let answered = &case.script[earlier.min(case.script.len() - 1)];
+    // The core invariant: a request that is not safe to repeat is processed
+    // at most once by each handler across all attempts. A redirect's hop is
+    // a handler of its own: reqwest sending a 307's POST on is not a retry.
+    if !case.safe() {
+        let mut processed: BTreeMap<(char, &str), usize> = BTreeMap::new();
+        for r in log.iter().filter(|r| r.processed()) {
+            *processed.entry((r.server, r.path.as_str())).or_default() += 1;
+        }
+        for ((server, path), times) in processed {
             prop_assert!(
-                matches!(answered, Play::Answer(429, _)),
-                "unsafe request repeated after {:?}",
-                answered
+                times <= 1,
+                "{} {} (not safe to repeat: idempotency key {:?}) was processed {times} times \
+                 at {path} on server {server}, in {attempts} attempts (max_retries {}); the servers saw:\n{}",
+                case.method,
+                FIRST_HOP,
+                case.key,
+                case.max_retries,
+                Log(&log)
             );
         }
     }
 
-    // The body is the same on every attempt, and the method too.
-    for r in &received {
-        prop_assert_eq!(&r.body, &case.body);
-        prop_assert_eq!(r.method.as_str(), case.method.as_str());
+    // The method and body are the same on every attempt, and on every hop
+    // they are what reqwest's redirect rules make of them. A client that does
+    // not follow redirects never reaches a hop.
+    for r in &log {
+        let (method, body) = if r.is_first_hop() {
+            (case.method.clone(), case.body.0.clone())
+        } else {
+            prop_assert_eq!(
+                kind,
+                ClientKind::Following,
+                "a hop was reached; the servers saw:\n{}",
+                Log(&log)
+            );
+            let index = r.path.strip_prefix("/hop/").and_then(|i| i.parse::<usize>().ok());
+            let Some(Play::Redirect(status, _)) = index.and_then(|i| case.script.get(i)) else {
+                return Err(TestCaseError::fail(format!("unexpected request to {}", r.path)));
+            };
+            hop_request(*status, &case.method, &case.body.0)
+        };
+        prop_assert_eq!(r.method.as_str(), method.as_str(), "at {} {}", r.server, r.path);
+        prop_assert_eq!(&r.body, &body, "at {} {}", r.server, r.path);
     }
 
     // Every wait is within [0, max_backoff] or is an honoured Retry-After.
+    // Attempt n met the first hop's nth play whenever every attempt reached
+    // the first hop.
+    let mapped = first_hops.len() == attempts;
     for (attempt, decision) in decisions.iter().enumerate() {
-        if let Decision::Retry { after, reason } = decision {
-            prop_assert_eq!(*after, waits[attempt]);
-            let header = match (reason, case.script.get(attempt).or(case.script.last())) {
-                (RetryReason::Status(_), Some(Play::Answer(_, Some(value)))) => Some(value),
-                _ => None,
-            };
-            let asked = header.and_then(|value| {
-                let value = http::HeaderValue::from_str(value).unwrap();
-                reqwest_safe_retry::parse_retry_after(&value, wall_start())
-            });
-            match (asked, header) {
-                // Seconds are exact.
-                (Some(asked), Some(value)) if value.bytes().all(|b| b.is_ascii_digit()) => {
-                    prop_assert_eq!(*after, asked);
-                    prop_assert!(asked <= case.max_retry_after);
-                }
-                // Dates are measured from the wall clock, which the waits so far
-                // have moved on.
-                (Some(asked), _) => prop_assert!(*after <= asked && asked <= case.max_retry_after),
-                (None, _) => prop_assert!(*after <= case.max),
+        let Decision::Retry { after, reason } = decision else { continue };
+        prop_assert_eq!(*after, waits[attempt]);
+        let seen = first_hops.get(attempt).and_then(|r| r.play.as_ref()).and_then(|p| p.seen(kind));
+        let header = match (reason, seen) {
+            (RetryReason::Status(status), Some((code, header))) if mapped => {
+                prop_assert_eq!(status.as_u16(), code);
+                header
             }
+            _ => None,
+        };
+        // A date is measured from the wall clock, which the waits so far
+        // have moved on.
+        let now = wall_start() + waits[..attempt].iter().sum::<Duration>();
+        let asked = header.and_then(|value| {
+            let value = http::HeaderValue::from_str(value).unwrap();
+            reqwest_safe_retry::parse_retry_after(&value, now)
+        });
+        match asked {
+            Some(asked) => {
+                prop_assert_eq!(*after, asked);
+                prop_assert!(asked <= case.max_retry_after);
+            }
+            None if mapped => prop_assert!(*after <= case.max),
+            None => prop_assert!(*after <= case.max.max(case.max_retry_after)),
         }
     }
 
@@ -319,21 +712,34 @@ async fn check(case: Case) -> Result<(), TestCaseError> {
         prop_assert!(clock.total_slept() <= deadline);
     }
 
-    // What the caller got matches the server's last play, when it answered.
-    if let (Ok(response), Some(Play::Answer(status, _))) =
-        (&result, case.script.get(received.len() - 1).or(case.script.last()))
-    {
-        prop_assert_eq!(response.status().as_u16(), *status);
+    // What the caller got is what the last attempt met, when it was an answer.
+    if let (Ok(response), Some(last)) = (&result, first_hops.last()) {
+        if let Some((status, _)) = last.play.as_ref().and_then(|p| p.seen(kind)) {
+            prop_assert_eq!(response.status().as_u16(), status);
+        }
     }
     Ok(())
 }
 
 #[test]
 fn retries_never_repeat_what_is_unsafe_and_stay_in_bounds() {
-    let cases = std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(48);
+    let cases = std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(96);
     let runtime =
         tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let mut runner =
-        TestRunner::new(Config { cases, failure_persistence: None, ..Config::default() });
-    runner.run(&case(), |case| runtime.block_on(check(case))).unwrap();
+    let mut runner = TestRunner::new(Config {
+        cases,
+        // Enough to shrink a failing case to its essentials, without letting
+        // candidates that stall make shrinking run for minutes.
+        max_shrink_iters: 1024,
+        max_shrink_time: 20_000,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    match runner.run(&case(), |case| runtime.block_on(check(case))) {
+        Ok(()) => {}
+        Err(TestError::Fail(reason, case)) => {
+            panic!("{}\n\nminimal failing case:\n{case:#?}", reason.message())
+        }
+        Err(TestError::Abort(reason)) => panic!("aborted: {}", reason.message()),
+    }
 }
