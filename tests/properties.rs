@@ -547,8 +547,7 @@ fn config(case: &Case, kind: ClientKind) -> RetryConfig {
 
 /// Tells the crate that the client does not follow redirects.
 fn not_following(builder: RetryConfigBuilder) -> RetryConfigBuilder {
-    // TODO(api): .with_redirects(Redirects::NotFollowed)
-    builder
+    builder.with_redirects(reqwest_safe_retry::Redirects::NotFollowed)
 }
 
 /// The method and body a followed redirect sends to its hop, as reqwest
