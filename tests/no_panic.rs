@@ -75,10 +75,12 @@ proptest! {
 async fn every_status_code_is_classified() {
     use reqwest_safe_retry::{ManualClock, RetryMiddleware, RetryReport};
     let retryable = [429, 502, 503, 504];
+    // One client for all: building one loads the system's root certificates.
+    let inner = reqwest::Client::new();
     for code in 100..=999u16 {
         let middleware =
             RetryMiddleware::new(RetryConfig::default()).with_clock(ManualClock::new());
-        let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
+        let client = reqwest_middleware::ClientBuilder::new(inner.clone())
             .with(middleware)
             .with(support::Answers::new(&[code]))
             .build();
