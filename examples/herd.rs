@@ -109,7 +109,7 @@ impl Policy {
                     }
                 };
                 config = if budget {
-                    config.with_budget(RetryBudget::default().with_min_per_sec(floor))
+                    config.with_budget(RetryBudget::default().with_reserve(floor))
                 } else {
                     config.without_budget()
                 };

@@ -90,6 +90,20 @@ impl RetryConfigBuilder {
         self
     }
 
+    /// Whether to spread a wait the server asked for (on by default).
+    ///
+    /// `Retry-After` says "not before", and a fleet told "5 seconds", or the
+    /// same date, would otherwise come back in the same instant. With the
+    /// spread on, the wait is the server's value plus a random part of this
+    /// retry's backoff ceiling (`initial_backoff × 2ⁿ`, at most
+    /// `max_backoff`), drawn from the jitter source: up to 500 ms more before
+    /// the first retry, by default. With [`Jitter::None`] there is no spread.
+    /// Off, the wait is exactly the server's value, as many clients do.
+    pub fn with_retry_after_spread(mut self, spread: bool) -> Self {
+        self.config.retry_after_spread = spread;
+        self
+    }
+
     /// A total time for the whole call: every attempt, the one in flight
     /// included, and every wait. A wait that would leave no time for another
     /// attempt is not started, and the last outcome is returned instead; an
@@ -262,6 +276,7 @@ mod tests {
         assert!(config.retry_429_any_method());
         assert_eq!(config.idempotency_header(), "idempotency-key");
         assert_eq!(config.max_retry_after(), Duration::from_secs(30));
+        assert!(config.retry_after_spread());
         assert_eq!(config.deadline(), None);
         assert_eq!(config.attempt_timeout(), None);
         assert_eq!(config.redirects(), Redirects::Followed);

@@ -27,11 +27,12 @@ use crate::predicate::Predicate;
 /// | `429 for any method` | yes | the server refused before doing anything |
 /// | `idempotency_header` | `Idempotency-Key` | the de-facto header for deduplicated POSTs |
 /// | `max_retry_after` | 30 s | a server may ask us to wait, not to hang; longer asks are returned to the caller |
+/// | `retry_after_spread` | on | `Retry-After` is a floor: clients told the same thing come back spread over the retry's backoff ceiling, not in one instant |
 /// | `deadline` | none | the caller owns the deadline; set one to bound attempts and waits together |
 /// | `attempt_timeout` | none | the request's or the client's own timeout bounds each attempt |
 /// | `redirects` | [`Redirects::Followed`] | what `reqwest::Client::new()` does; the safe assumption |
 /// | `drain_limit` | 64 KiB | enough to finish a typical error body so the connection is reused, small enough to bound memory |
-/// | `budget` | [`RetryBudget::default`]: 10% of traffic plus 10 per second, per host | in an outage, retries add a tenth to the load, not three times it |
+/// | `budget` | [`RetryBudget::default`]: a tenth of a retry earned per final answer, a reserve of one, per host | the extra load of an outage stays bounded for any number of processes |
 /// | `predicate` | none | the built-in rules above |
 #[derive(Clone)]
 pub struct RetryConfig {
@@ -43,6 +44,7 @@ pub struct RetryConfig {
     pub(crate) retry_429_any_method: bool,
     pub(crate) idempotency_header: HeaderName,
     pub(crate) max_retry_after: Duration,
+    pub(crate) retry_after_spread: bool,
     pub(crate) deadline: Option<Duration>,
     pub(crate) attempt_timeout: Option<Duration>,
     pub(crate) redirects: Redirects,
@@ -67,6 +69,7 @@ impl Default for RetryConfig {
             retry_429_any_method: true,
             idempotency_header: HeaderName::from_static("idempotency-key"),
             max_retry_after: Duration::from_secs(30),
+            retry_after_spread: true,
             deadline: None,
             attempt_timeout: None,
             redirects: Redirects::Followed,
@@ -123,6 +126,12 @@ impl RetryConfig {
         self.deadline
     }
 
+    /// Whether a wait the server asked for is spread upwards by a random
+    /// part of the retry's backoff ceiling.
+    pub fn retry_after_spread(&self) -> bool {
+        self.retry_after_spread
+    }
+
     /// The longest one attempt may take, if set.
     pub fn attempt_timeout(&self) -> Option<Duration> {
         self.attempt_timeout
@@ -159,6 +168,7 @@ impl fmt::Debug for RetryConfig {
             .field("retry_429_any_method", &self.retry_429_any_method)
             .field("idempotency_header", &self.idempotency_header)
             .field("max_retry_after", &self.max_retry_after)
+            .field("retry_after_spread", &self.retry_after_spread)
             .field("deadline", &self.deadline)
             .field("attempt_timeout", &self.attempt_timeout)
             .field("redirects", &self.redirects)

@@ -72,14 +72,17 @@
 //! # Ok::<(), reqwest_safe_retry::ConfigError>(())
 //! ```
 //!
-//! ## Cap retries as a share of traffic
+//! ## Make retries earn their keep
 //!
 //! Backoff protects a server from one client; a fleet of clients that each
 //! retry three times still quadruples the load of an outage. A
-//! [`RetryBudget`], on by default, lets retries to a host add at most 10% of
-//! the requests recently sent to it (plus a small floor), so an outage costs
-//! the server a tenth more, not three times more. When the budget is spent
-//! the outcome is returned as it is, with [`StopReason::BudgetExhausted`].
+//! [`RetryBudget`], on by default, makes every retry to a host be paid for by
+//! answers the host gave: each final answer earns a tenth of a retry, for ten
+//! seconds, and a reserve of one retry, refilled by answers, covers a quiet
+//! client. Nothing is granted for time passing, so the extra load of an outage
+//! stays bounded for any number of processes, with no coordination between
+//! them. When the budget is spent the outcome is returned as it is, with
+//! [`StopReason::BudgetExhausted`].
 //!
 //! ```
 //! use std::time::Duration;
@@ -94,7 +97,11 @@
 //! ## Honour Retry-After, within a cap
 //!
 //! A server that says when to come back knows more than our backoff does, so
-//! its `Retry-After` replaces the backoff on a retryable response. But a server
+//! its `Retry-After` replaces the backoff on a retryable response — as a
+//! floor: the wait is spread upwards by a random part of the retry's backoff
+//! ceiling, so that clients told the same thing do not return in the same
+//! instant. A date is measured against the response's `Date` header, so a
+//! client whose clock is off still waits what the server meant. A server
 //! must not be able to park a caller for an hour: above
 //! [`RetryConfig::max_retry_after`] (30 s by default) the response is handed
 //! back at once with [`StopReason::RetryAfterTooLong`], and the caller decides.

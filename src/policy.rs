@@ -12,7 +12,7 @@ use http::Extensions;
 use reqwest::{Request, Response};
 use reqwest_middleware::Result;
 
-use crate::backoff::backoff;
+use crate::backoff::{Jitter, backoff, ceiling, scale};
 use crate::budget::{Account, Budget};
 use crate::classify::{self, Verdict};
 use crate::clock::Clock;
@@ -45,8 +45,10 @@ pub(crate) struct Policy<'a> {
     /// Idempotent method, idempotency key, or [`SafeToRetry`].
     safe: bool,
     max_retries: u32,
-    /// When the call started, and how long it may take.
-    deadline: Option<(Instant, Duration)>,
+    /// When the call started.
+    start: Instant,
+    /// How long it may take.
+    deadline: Option<Duration>,
     /// The budget account retries are drawn from.
     account: Option<Arc<Account>>,
     /// Attempts started so far.
@@ -62,20 +64,13 @@ impl<'a> Policy<'a> {
     pub(crate) fn new(shared: &'a Shared, request: &Request, extensions: &Extensions) -> Self {
         let config = &shared.config;
         let start = shared.clock.now();
-        let account = shared.budget.as_ref().map(|budget| {
-            let account = budget.account(request.url());
-            budget.deposit(&account, start);
-            account
-        });
+        let account = shared.budget.as_ref().map(|budget| budget.account(request.url(), start));
         Self {
             shared,
             safe: extensions.get::<SafeToRetry>().is_some() || is_safe(config, request),
             max_retries: extensions.get::<MaxRetries>().map_or(config.max_retries, |m| m.0),
-            deadline: extensions
-                .get::<RetryDeadline>()
-                .map(|d| d.0)
-                .or(config.deadline)
-                .map(|limit| (start, limit)),
+            start,
+            deadline: extensions.get::<RetryDeadline>().map(|d| d.0).or(config.deadline),
             account,
             attempts: 0,
             previous_wait: config.initial_backoff,
@@ -106,9 +101,9 @@ impl<'a> Policy<'a> {
         pending: &mut Option<Request>,
     ) -> std::result::Result<(Request, Option<Instant>), DeadlineExceeded> {
         let left = match self.deadline {
-            Some((start, limit)) => {
+            Some(limit) => {
                 let now = self.shared.clock.now();
-                let left = limit.saturating_sub(now.saturating_duration_since(start));
+                let left = limit.saturating_sub(now.saturating_duration_since(self.start));
                 if left.is_zero() {
                     return Err(self.deadline_exceeded());
                 }
@@ -142,7 +137,7 @@ impl<'a> Policy<'a> {
 
     /// The error for a deadline that passed where reqwest could not say so.
     pub(crate) fn deadline_exceeded(&self) -> DeadlineExceeded {
-        let limit = self.deadline.map_or(Duration::ZERO, |(_, limit)| limit);
+        let limit = self.deadline.unwrap_or_default();
         DeadlineExceeded::new(limit, self.attempts)
     }
 
@@ -153,9 +148,20 @@ impl<'a> Policy<'a> {
         request: Option<&Request>,
         outcome: &Result<Response>,
     ) -> Decision {
-        let Some((retryability, reason)) = self.verdict(request, outcome) else {
-            return Decision::Stop(StopReason::Final);
+        let (retryability, reason) = match self.verdict(request, outcome) {
+            None => {
+                // A final answer pays towards later retries.
+                if let (Some(budget), Some(account)) = (&self.shared.budget, &self.account) {
+                    budget.earn(account, self.start);
+                }
+                return Decision::Stop(StopReason::Final);
+            }
+            Some(verdict) => verdict,
         };
+        let now = self.shared.clock.now();
+        if let (Some(budget), Some(account)) = (&self.shared.budget, &self.account) {
+            budget.note_failure(account, now);
+        }
         let first_hop = || match (self.shared.config.redirects, outcome, request) {
             (Redirects::Followed, ..) => false,
             (Redirects::NotFollowed, Ok(response), Some(request)) => {
@@ -164,8 +170,8 @@ impl<'a> Policy<'a> {
             (Redirects::NotFollowed, ..) => true,
         };
         let safe_to_repeat = match retryability {
-            Retryability::Never => return Decision::Stop(StopReason::Final),
-            Retryability::WhenSafe => self.safe,
+            // (`verdict` answers `None` for a predicate's `Never`.)
+            Retryability::WhenSafe | Retryability::Never => self.safe,
             // A predicate's word is explicit: it sees the response's URL too.
             Retryability::AnyMethod if reason == RetryReason::Custom => true,
             // The server did not act on *this hop*; that proves the request
@@ -182,34 +188,35 @@ impl<'a> Policy<'a> {
             return Decision::Stop(StopReason::NotReplayable);
         }
         let config = &self.shared.config;
-        let asked = outcome.as_ref().ok().and_then(|response| {
-            let value = response.headers().get(http::header::RETRY_AFTER)?;
-            parse_retry_after(value, self.shared.clock.wall_time())
-        });
-        let after = match asked {
+        let (initial, max) = (config.initial_backoff, config.max_backoff);
+        let retry = self.attempts - 1;
+        let after = match outcome.as_ref().ok().and_then(|response| self.asked(response)) {
             Some(asked) if asked > config.max_retry_after => {
                 return Decision::Stop(StopReason::RetryAfterTooLong(asked));
+            }
+            // The server's word is a floor, not an appointment: clients told
+            // the same thing come back spread over this retry's ceiling.
+            Some(asked) if config.retry_after_spread && config.jitter != Jitter::None => {
+                let spread = scale(ceiling(initial, max, retry), self.shared.jitter.unit());
+                asked.saturating_add(spread)
             }
             Some(asked) => asked,
             None => {
                 let unit = self.shared.jitter.unit();
-                let retry = self.attempts - 1;
-                let (initial, max) = (config.initial_backoff, config.max_backoff);
                 self.previous_wait =
                     backoff(config.jitter, initial, max, retry, self.previous_wait, unit);
                 self.previous_wait
             }
         };
-        let now = self.shared.clock.now();
-        if let Some((start, limit)) = self.deadline {
+        if let Some(limit) = self.deadline {
             // A wait that ends at the deadline leaves no time to send.
-            if now.saturating_duration_since(start).saturating_add(after) >= limit {
+            if now.saturating_duration_since(self.start).saturating_add(after) >= limit {
                 return Decision::Stop(StopReason::DeadlineExceeded);
             }
         }
         // Last, so that only a retry that will happen is paid for.
         if let (Some(budget), Some(account)) = (&self.shared.budget, &self.account) {
-            if !budget.try_withdraw(account, now) {
+            if !budget.try_spend(account, now) {
                 return Decision::Stop(StopReason::BudgetExhausted);
             }
         }
@@ -217,12 +224,27 @@ impl<'a> Policy<'a> {
         Decision::Retry { after, reason }
     }
 
+    /// The wait a response's `Retry-After` asks for. A date is measured
+    /// against the response's own `Date` when it has a valid one, so a
+    /// client whose clock is off waits what the server meant; otherwise
+    /// against the clock's wall time.
+    fn asked(&self, response: &Response) -> Option<Duration> {
+        let headers = response.headers();
+        let value = headers.get(http::header::RETRY_AFTER)?;
+        let server_now = headers
+            .get(http::header::DATE)
+            .and_then(|date| httpdate::parse_http_date(date.to_str().ok()?).ok());
+        parse_retry_after(value, server_now.unwrap_or_else(|| self.shared.clock.wall_time()))
+    }
+
     /// The predicate's verdict if it gives one, else the built-in rules'.
     fn verdict(&self, request: Option<&Request>, outcome: &Result<Response>) -> Verdict {
         if let (Some(predicate), Some(request)) = (self.shared.config.predicate(), request) {
             let attempt = Attempt { request, number: self.attempts, outcome: Outcome::of(outcome) };
-            if let Some(retryability) = predicate(&attempt) {
-                return Some((retryability, RetryReason::Custom));
+            match predicate(&attempt) {
+                Some(Retryability::Never) => return None,
+                Some(retryability) => return Some((retryability, RetryReason::Custom)),
+                None => {}
             }
         }
         let config = &self.shared.config;

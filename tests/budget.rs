@@ -43,9 +43,9 @@ async fn down(server: &MockServer) -> String {
 async fn retries_stop_when_the_budget_is_spent() {
     let server = MockServer::start().await;
     let url = down(&server).await;
-    // No share of traffic, a floor of 1 per second over 10 s: 10 retries.
+    // Nothing earned, a reserve of 10: 10 retries.
     let (middleware, _) =
-        middleware(instant_retries(RetryBudget::default().with_ratio(0.0).with_min_per_sec(1)));
+        middleware(instant_retries(RetryBudget::default().with_ratio(0.0).with_reserve(10)));
     let client = wrap(middleware);
     let mut reports = Vec::new();
     for _ in 0..5 {
@@ -60,18 +60,116 @@ async fn retries_stop_when_the_budget_is_spent() {
 }
 
 #[tokio::test]
-async fn retries_resume_once_the_window_has_passed() {
+async fn time_alone_refills_nothing_and_answers_do() {
     let server = MockServer::start().await;
     let url = down(&server).await;
+    script_statuses(&server, "/ok", &[200]).await;
+    let ok = format!("{}/ok", server.uri());
     let (middleware, clock) =
-        middleware(instant_retries(RetryBudget::default().with_ratio(0.0).with_min_per_sec(1)));
+        middleware(instant_retries(RetryBudget::default().with_ratio(0.5).with_reserve(3)));
     let client = wrap(middleware);
-    for _ in 0..4 {
-        report(&client, &url).await;
-    }
-    assert_eq!(report(&client, &url).await.stop, StopReason::BudgetExhausted);
-    clock.advance(Duration::from_secs(10));
     assert_eq!(report(&client, &url).await.attempts, 4);
+    assert_eq!(report(&client, &url).await.stop, StopReason::BudgetExhausted);
+    // A long quiet spell grants nothing: no burst when an outage drags on.
+    clock.advance(Duration::from_secs(3600));
+    assert_eq!(report(&client, &url).await.stop, StopReason::BudgetExhausted);
+    // Two answers earn a retry in the window and refill one in the reserve.
+    for _ in 0..2 {
+        report(&client, &ok).await;
+    }
+    let retried = report(&client, &url).await;
+    assert_eq!((retried.attempts, retried.stop), (3, StopReason::BudgetExhausted));
+}
+
+#[tokio::test]
+async fn earnings_lapse_after_the_window() {
+    let server = MockServer::start().await;
+    let url = down(&server).await;
+    script_statuses(&server, "/ok", &[200]).await;
+    let ok = format!("{}/ok", server.uri());
+    let (middleware, clock) =
+        middleware(instant_retries(RetryBudget::default().with_ratio(1.0).with_reserve(0)));
+    let client = wrap(middleware);
+    for _ in 0..5 {
+        report(&client, &ok).await;
+    }
+    clock.advance(Duration::from_secs(10));
+    let late = report(&client, &url).await;
+    assert_eq!((late.attempts, late.stop), (1, StopReason::BudgetExhausted));
+}
+
+#[tokio::test]
+async fn a_quiet_client_still_gets_its_retry() {
+    // The default budget: a client that sends a request a minute, so that
+    // nothing it earned stays in the window, meets an isolated 503 now and
+    // then among its successes, and retries each one from its reserve.
+    let server = MockServer::start().await;
+    let mut script = vec![503, 200];
+    for _ in 0..2 {
+        script.extend([200; 10]);
+        script.extend([503, 200]);
+    }
+    script_statuses(&server, "/r", &script).await;
+    let config = RetryConfig::builder().with_initial_backoff(Duration::ZERO).build().unwrap();
+    let (middleware, clock) = middleware(config);
+    let client = wrap(middleware);
+    let url = format!("{}/r", server.uri());
+    let mut retried = Vec::new();
+    for _ in 0..23 {
+        let report = report(&client, &url).await;
+        if report.attempts > 1 {
+            retried.push((report.attempts, report.stop));
+        }
+        clock.advance(Duration::from_secs(60));
+    }
+    assert_eq!(retried, vec![(2, StopReason::Final); 3]);
+}
+
+#[tokio::test]
+async fn a_fresh_client_has_one_retry_on_credit() {
+    // The price of a bounded fleet: before it has earned anything, a client
+    // that meets two 503s in a row retries once, not twice.
+    let server = MockServer::start().await;
+    script_statuses(&server, "/r", &[503, 503, 200]).await;
+    let config = RetryConfig::builder().with_initial_backoff(Duration::ZERO).build().unwrap();
+    let (fresh, _) = middleware(config);
+    let first = report(&wrap(fresh), &format!("{}/r", server.uri())).await;
+    assert_eq!((first.attempts, first.stop), (2, StopReason::BudgetExhausted));
+    // A larger reserve buys the old behaviour for a short-lived client.
+    let server = MockServer::start().await;
+    script_statuses(&server, "/r", &[503, 503, 200]).await;
+    let config = RetryConfig::builder()
+        .with_initial_backoff(Duration::ZERO)
+        .with_budget(RetryBudget::default().with_reserve(3))
+        .build()
+        .unwrap();
+    let (generous, _) = middleware(config);
+    let first = report(&wrap(generous), &format!("{}/r", server.uri())).await;
+    assert_eq!((first.attempts, first.stop), (3, StopReason::Final));
+}
+
+#[tokio::test]
+async fn a_fleet_of_quiet_processes_adds_little_to_a_total_outage() {
+    // A hundred processes, each with its own middleware and so its own
+    // budget, each sending a request every 10 s through a minute of outage:
+    // together they add at most one retry each, not one floor each.
+    let mut calls = 0;
+    let mut requests = 0;
+    for _ in 0..100 {
+        let (middleware, clock) = middleware(RetryConfig::default());
+        let client = reqwest_middleware::ClientBuilder::new(bare_reqwest())
+            .with(middleware)
+            .with(Answers::new(&[503]))
+            .build();
+        for _ in 0..6 {
+            calls += report(&client, "http://down.test/").await.attempts;
+            requests += 1;
+            clock.advance(Duration::from_secs(10));
+        }
+    }
+    let amplification = f64::from(calls) / f64::from(requests);
+    assert_eq!((requests, calls), (600, 700), "one retry per process, from its reserve");
+    assert!(amplification <= 1.2, "{amplification}");
 }
 
 #[tokio::test]
@@ -81,16 +179,16 @@ async fn successful_traffic_earns_retries() {
     script_statuses(&server, "/ok", &[200]).await;
     let ok = format!("{}/ok", server.uri());
     let (middleware, _) =
-        middleware(instant_retries(RetryBudget::default().with_ratio(0.5).with_min_per_sec(0)));
+        middleware(instant_retries(RetryBudget::default().with_ratio(0.5).with_reserve(0)));
     let client = wrap(middleware);
-    // Alone, a failing request has half a retry in the bank: none.
+    // A failure earns nothing: no retry.
     assert_eq!(report(&client, &url).await.attempts, 1);
-    // With three good requests and this one, the bank holds 2.5 retries: two.
+    // Three good answers earn one and a half retries: one.
     for _ in 0..3 {
         report(&client, &ok).await;
     }
     let retried = report(&client, &url).await;
-    assert_eq!((retried.attempts, retried.stop), (3, StopReason::BudgetExhausted));
+    assert_eq!((retried.attempts, retried.stop), (2, StopReason::BudgetExhausted));
 }
 
 #[tokio::test]
@@ -100,7 +198,7 @@ async fn a_failing_host_does_not_spend_another_hosts_budget() {
     let failing_url = down(&failing).await;
     let other_url = down(&healthy).await;
     let (middleware, _) =
-        middleware(instant_retries(RetryBudget::default().with_ratio(0.0).with_min_per_sec(1)));
+        middleware(instant_retries(RetryBudget::default().with_ratio(0.0).with_reserve(10)));
     let client = wrap(middleware);
     for _ in 0..5 {
         report(&client, &failing_url).await;
@@ -116,7 +214,7 @@ async fn global_scope_shares_the_budget_across_hosts() {
     let (a_url, b_url) = (down(&a).await, down(&b).await);
     let budget = RetryBudget::default()
         .with_ratio(0.0)
-        .with_min_per_sec(1)
+        .with_reserve(10)
         .with_scope(reqwest_safe_retry::BudgetScope::Global);
     let (middleware, _) = middleware(instant_retries(budget));
     let client = wrap(middleware);
@@ -131,7 +229,7 @@ async fn clones_of_one_middleware_share_the_budget() {
     let server = MockServer::start().await;
     let url = down(&server).await;
     let (middleware, _) =
-        middleware(instant_retries(RetryBudget::default().with_ratio(0.0).with_min_per_sec(1)));
+        middleware(instant_retries(RetryBudget::default().with_ratio(0.0).with_reserve(10)));
     let first = wrap(middleware.clone());
     let second = wrap(middleware);
     for _ in 0..3 {
@@ -148,7 +246,7 @@ async fn hook_sees_the_budget_stop() {
     let stops = Counter::default();
     let count = stops.clone();
     let (middleware, _) =
-        middleware(instant_retries(RetryBudget::default().with_ratio(0.0).with_min_per_sec(0)));
+        middleware(instant_retries(RetryBudget::default().with_ratio(0.0).with_reserve(0)));
     let middleware = middleware.on_decision(move |event| {
         if event.decision == Decision::Stop(StopReason::BudgetExhausted) {
             count.bump();

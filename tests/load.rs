@@ -79,7 +79,7 @@ async fn two_thousand_concurrent_requests_all_complete_within_the_budget() {
 async fn zero_retry_after_forever_stops_at_the_retry_count() {
     let server = MockServer::start().await;
     script(&server, "/r", vec![ResponseTemplate::new(503).insert_header("Retry-After", "0")]).await;
-    let config = policy().with_max_retries(50).without_budget().build().unwrap();
+    let config = policy().with_max_retries(50).with_retry_after_spread(false).build().unwrap();
     let (client, clock) = client(config);
     let response = client.get(format!("{}/r", server.uri())).send().await.unwrap();
     let report = RetryReport::from_response(&response);
@@ -96,8 +96,12 @@ async fn slow_attempts_count_against_the_deadline() {
     script(&server, "/r", vec![ResponseTemplate::new(503).insert_header("Retry-After", "0")]).await;
     let clock = ManualClock::new();
     let ticking = clock.clone();
-    let config =
-        policy().with_max_retries(50).with_deadline(Duration::from_millis(450)).build().unwrap();
+    let config = policy()
+        .with_max_retries(50)
+        .with_retry_after_spread(false)
+        .with_deadline(Duration::from_millis(450))
+        .build()
+        .unwrap();
     let middleware = RetryMiddleware::new(config)
         .with_clock(clock.clone())
         .on_decision(move |_| ticking.advance(Duration::from_millis(100)));

@@ -698,7 +698,15 @@ async fn run(case: &Case, kind: ClientKind) -> Result<(), TestCaseError> {
         });
         match asked {
             Some(asked) => {
-                prop_assert_eq!(*after, asked);
+                // A floor: the server's value, spread upwards by at most this
+                // retry's backoff ceiling (not at all without jitter).
+                let factor = 1u32.checked_shl(attempt as u32).unwrap_or(u32::MAX);
+                let ceiling = case.initial.checked_mul(factor).unwrap_or(case.max).min(case.max);
+                let spread = if case.jitter == Jitter::None { Duration::ZERO } else { ceiling };
+                prop_assert!(
+                    asked <= *after && *after <= asked + spread,
+                    "{after:?} for {asked:?}"
+                );
                 prop_assert!(asked <= case.max_retry_after);
             }
             None if mapped => prop_assert!(*after <= case.max),

@@ -73,33 +73,85 @@ async fn retry_after_seconds_replaces_the_backoff() {
     let server = MockServer::start().await;
     script(&server, "/r", vec![unavailable_with_retry_after("2"), ResponseTemplate::new(200)])
         .await;
-    let (client, clock) = client(policy().build().unwrap());
+    let (client, clock) = client(policy().with_retry_after_spread(false).build().unwrap());
     assert_eq!(get(&client, &server).await.status(), 200);
     assert_eq!(clock.sleeps(), [Duration::from_secs(2)]);
 }
 
 #[tokio::test]
-async fn retry_after_date_is_measured_from_the_clock() {
+async fn retry_after_is_a_floor_spread_by_the_retrys_ceiling() {
+    // The jitter source picks where in [2 s, 2 s + 100 ms] the retry lands.
+    for (unit, want) in [(0.0, 2000), (0.5, 2050), (1.0, 2100)] {
+        let server = MockServer::start().await;
+        script(&server, "/r", vec![unavailable_with_retry_after("2"), ResponseTemplate::new(200)])
+            .await;
+        let clock = ManualClock::new();
+        let middleware = RetryMiddleware::new(policy().build().unwrap())
+            .with_clock(clock.clone())
+            .with_jitter_source(FixedJitter::new(unit));
+        assert_eq!(get(&wrap(middleware), &server).await.status(), 200);
+        assert_eq!(clock.sleeps(), [want * MS], "{unit}");
+    }
+    // Without jitter there is no spread.
     let server = MockServer::start().await;
-    let date = "Sun, 06 Nov 1994 08:49:37 GMT";
-    script(&server, "/r", vec![unavailable_with_retry_after(date), ResponseTemplate::new(200)])
+    script(&server, "/r", vec![unavailable_with_retry_after("2"), ResponseTemplate::new(200)])
         .await;
-    let five_before = SystemTime::UNIX_EPOCH + Duration::from_secs(784_111_777 - 5);
-    let clock = ManualClock::new().with_wall_time(five_before);
-    let middleware = RetryMiddleware::new(policy().build().unwrap()).with_clock(clock.clone());
-    assert_eq!(get(&wrap(middleware), &server).await.status(), 200);
-    assert_eq!(clock.sleeps(), [Duration::from_secs(5)]);
+    let (client, clock) = client(policy().with_jitter(Jitter::None).build().unwrap());
+    get(&client, &server).await;
+    assert_eq!(clock.sleeps(), [Duration::from_secs(2)]);
+}
+
+/// A 503 whose `Retry-After` is the RFC's example date, with `Date` if given,
+/// then a 200; on a raw server, which adds no headers of its own.
+async fn dated(date: Option<&str>) -> String {
+    let date = date.map_or(String::new(), |d| format!("Date: {d}\r\n"));
+    let head = format!(
+        "HTTP/1.1 503 Service Unavailable\r\n{date}Retry-After: Sun, 06 Nov 1994 08:49:37 GMT\r\n\
+         Content-Length: 0\r\nConnection: close\r\n\r\n"
+    );
+    let (url, _) =
+        raw_server(vec![Raw::Reply(Box::leak(head.into_boxed_str())), Raw::Reply(OK_CLOSE)]).await;
+    url
+}
+
+/// The RFC's example date, shifted by `secs`.
+fn rfc_date(secs: i64) -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_secs(784_111_777u64.saturating_add_signed(secs))
+}
+
+async fn wait_for_date(date: Option<&str>, wall: SystemTime) -> Vec<Duration> {
+    let url = dated(date).await;
+    let clock = ManualClock::new().with_wall_time(wall);
+    let config = policy().with_retry_after_spread(false).build().unwrap();
+    let middleware = RetryMiddleware::new(config).with_clock(clock.clone());
+    let response = wrap(middleware).get(&url).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    clock.sleeps()
+}
+
+#[tokio::test]
+async fn retry_after_date_is_measured_against_the_responses_date() {
+    // The server says it is 08:49:32 and asks for 08:49:37: five seconds,
+    // whether the client's clock is right, 40 s slow or 40 s fast.
+    let server_now = "Sun, 06 Nov 1994 08:49:32 GMT";
+    for skew in [0, -40, 40] {
+        let sleeps = wait_for_date(Some(server_now), rfc_date(-5 + skew)).await;
+        assert_eq!(sleeps, [Duration::from_secs(5)], "clock off by {skew} s");
+    }
+}
+
+#[tokio::test]
+async fn without_a_date_header_retry_after_is_measured_from_the_clock() {
+    assert_eq!(wait_for_date(None, rfc_date(-5)).await, [Duration::from_secs(5)]);
+    // A garbage `Date` is ignored the same way.
+    assert_eq!(wait_for_date(Some("yesterday"), rfc_date(-5)).await, [Duration::from_secs(5)]);
 }
 
 #[tokio::test]
 async fn retry_after_date_in_the_past_means_no_wait() {
-    let server = MockServer::start().await;
-    let date = "Sun, 06 Nov 1994 08:49:37 GMT";
-    script(&server, "/r", vec![unavailable_with_retry_after(date), ResponseTemplate::new(200)])
-        .await;
-    let (client, clock) = client(policy().build().unwrap());
-    assert_eq!(get(&client, &server).await.status(), 200);
-    assert_eq!(clock.sleeps(), [Duration::ZERO]);
+    assert_eq!(wait_for_date(None, rfc_date(3600)).await, [Duration::ZERO]);
+    let server_now = "Sun, 06 Nov 1994 09:49:37 GMT";
+    assert_eq!(wait_for_date(Some(server_now), rfc_date(-5)).await, [Duration::ZERO]);
 }
 
 #[tokio::test]
@@ -121,8 +173,8 @@ async fn retry_after_up_to_a_raised_cap_is_honoured() {
     let server = MockServer::start().await;
     script(&server, "/r", vec![unavailable_with_retry_after("3600"), ResponseTemplate::new(200)])
         .await;
-    let (client, clock) =
-        client(policy().with_max_retry_after(Duration::from_secs(3600)).build().unwrap());
+    let config = policy().with_max_retry_after(Duration::from_secs(3600));
+    let (client, clock) = client(config.with_retry_after_spread(false).build().unwrap());
     assert_eq!(get(&client, &server).await.status(), 200);
     assert_eq!(clock.sleeps(), [Duration::from_secs(3600)]);
 }

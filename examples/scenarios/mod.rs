@@ -92,9 +92,13 @@ impl fmt::Display for Row {
 /// Both tables come from designs whose retry layer sees every hop (a Go
 /// round-tripper sits below the client's redirects), so they run on a
 /// client that does not follow redirects, and the middleware is told so.
+/// Those designs have no retry budget and wait exactly what `Retry-After`
+/// says, so the tables turn the budget and the spread off.
 pub fn roundtripper_table() -> (RetryConfig, Vec<Scenario>) {
     let config = RetryConfig::builder()
         .with_redirects(Redirects::NotFollowed)
+        .without_budget()
+        .with_retry_after_spread(false)
         .with_initial_backoff(Duration::from_millis(100))
         .with_max_backoff(Duration::from_secs(5))
         .with_jitter(Jitter::Equal)
@@ -119,6 +123,8 @@ pub fn roundtripper_table() -> (RetryConfig, Vec<Scenario>) {
 pub fn api_client_table() -> (RetryConfig, Vec<Scenario>) {
     let config = RetryConfig::builder()
         .with_redirects(Redirects::NotFollowed)
+        .without_budget()
+        .with_retry_after_spread(false)
         .with_initial_backoff(Duration::from_millis(200))
         .with_max_backoff(Duration::from_secs(5))
         .with_jitter(Jitter::Full)

@@ -1,43 +1,68 @@
-//! The retry budget: retries as a bounded share of recent traffic.
+//! The retry budget: retries are earned by successes, so the extra load of
+//! an outage stays bounded whatever the number of clients.
 //!
 //! # Why a budget and not only a retry count?
 //!
 //! A retry count bounds what one request can cost; it does nothing for what a
 //! fleet costs. With 3 retries, a total outage turns every request into four,
 //! and the server that is trying to recover receives four times its normal
-//! load — the retries themselves keep it down. A budget bounds the sum: retries
-//! may add at most a fixed share of the requests recently sent, so in an outage
-//! the extra load is that share (10% by default), while the occasional failure
-//! in healthy traffic is still retried. This is the design of Finagle's and
-//! tower's `RetryBudget`, gRPC's retry throttling and the AWS SDKs' retry quota.
+//! load — the retries themselves keep it down. A budget bounds the sum.
 //!
-//! # The algorithm
+//! # Why earned, and not granted?
 //!
-//! A sliding window (10 s by default, kept as ten slots) counts, per host,
-//! the requests sent (deposits) and the retries made (withdrawals). A retry is
-//! allowed while
+//! Finagle's `RetryBudget` and tower's `TpsBudget` let retries add a share of
+//! the requests sent, plus a floor of retries per second so that a quiet
+//! client can still retry. The floor is granted to every process afresh, so a
+//! fleet of many small processes adds one floor each: a hundred processes
+//! sending five requests a second triple the load of a total outage. gRPC's
+//! retry throttling and the AWS SDKs' retry quota bound the total instead with
+//! a token bucket, but one that starts full and refills slowly, which lets a
+//! fleet of fresh (or restarting) processes spend their buckets together.
 //!
-//! ```text
-//! retries in window + 1  ≤  ratio × requests in window  +  min_per_sec × window
-//! ```
+//! This budget grants nothing for the passing of time. A retry must be paid
+//! for by answers the host gave:
 //!
-//! The second term is a floor so that a client sending one request a minute can
-//! still retry it. Slots older than the window are forgotten, so a spent budget
-//! refills as traffic continues. Time is read only through the middleware's
-//! [`Clock`](crate::Clock).
+//! - Every *final* answer (one that is not retried: a 200, a 404, ...) earns
+//!   `ratio` of a retry (0.1: a tenth). Earnings stay for one `window` (10 s,
+//!   kept as ten slots), so a host that stops answering stops paying for
+//!   retries within a window.
+//! - A small `reserve` (1 retry) stands in for the floor: it is where a quiet
+//!   client finds the retry for its occasional failure. It starts full, is
+//!   drawn on only when the window's earnings are spent, and is refilled by
+//!   final answers, at the same `ratio`, never by time.
 //!
-//! Counts are kept in thousandths of a retry, so a ratio of 0.1 adds exactly 100
-//! per request and no floating point is involved after construction. Recording
-//! a request, which every request does, is an atomic addition; only starting a
-//! new slot and taking a retry, which are rare, take a lock.
+//! A retry is allowed while the window's earnings not yet spent, plus the
+//! reserve, cover one retry. So in any total outage of length `T` that follows
+//! healthy traffic at `r` requests a second, one process sends at most
+//! `ratio × r × window + reserve` retries, and the amplification is at most
+//! `1 + ratio × window / T + reserve / (r × T)`; it tends to 1 as the outage
+//! goes on, and it does not grow with the number of processes, because no
+//! process is given anything it did not earn. Nothing expires into new
+//! retries, so the load of a long outage has no periodic bursts.
+//!
+//! # No coordination
+//!
+//! Each process keeps its own budget: no network call sits on the failure
+//! path, and a fleet needs no shared store. Bounding each process by what its
+//! own traffic earned is what bounds the fleet: the `herd` example measures
+//! processes from 1 to 1000 and rates from 0.1 to 1000 requests a second.
+//!
+//! Time is read only through the middleware's [`Clock`](crate::Clock), and a
+//! clock that steps back cannot move an account's time back: each account
+//! keeps the newest slot it has seen. Counts are kept in thousandths of a
+//! retry, so no floating point is involved after construction. Recording an
+//! answer, which every request does, is an atomic addition; only taking a
+//! retry and starting a new slot take a lock.
 
 use std::time::Duration;
 
 use crate::error::ConfigError;
 
-mod window;
+mod account;
+mod hosts;
 
-pub(crate) use window::{Account, Budget};
+pub(crate) use account::Account;
+pub(crate) use hosts::Budget;
 
 /// Whether one budget is shared by every host or each host has its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -51,20 +76,20 @@ pub enum BudgetScope {
     Global,
 }
 
-/// Settings of the retry budget.
+/// Settings of the retry budget; see the [module docs](self) for the design.
 ///
 /// # Default
 ///
 /// | setting | default | why |
 /// |---|---|---|
-/// | `ratio` | 0.1 | retries add at most 10% to the load in an outage, Google SRE's usual figure |
-/// | `min_per_sec` | 10 | a quiet client can still retry its occasional failure |
-/// | `window` | 10 s | long enough to smooth bursts, short enough to refill soon after recovery |
+/// | `ratio` | 0.1 | each final answer earns a tenth of a retry: retries stay near a tenth of the traffic a host answers, Google SRE's usual figure |
+/// | `reserve` | 1 | a quiet client can still retry its occasional failure, and a fleet of them adds one retry per process at most |
+/// | `window` | 10 s | earnings outlive a burst of failures, and lapse soon after a host stops answering |
 /// | `scope` | [`BudgetScope::PerHost`] | one failing dependency must not silence retries to others |
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RetryBudget {
     ratio: f64,
-    min_per_sec: u32,
+    reserve: u32,
     window: Duration,
     scope: BudgetScope,
 }
@@ -73,28 +98,32 @@ impl Default for RetryBudget {
     fn default() -> Self {
         Self {
             ratio: 0.1,
-            min_per_sec: 10,
+            reserve: 1,
             window: Duration::from_secs(10),
             scope: BudgetScope::PerHost,
         }
     }
 }
 
+/// The largest reserve accepted: more would be a floor again.
+const MAX_RESERVE: u32 = 1000;
+
 impl RetryBudget {
-    /// Retries may add at most this share of the requests in the window
-    /// (from 0 to 1).
+    /// The share of a retry each final answer earns (from 0 to 1).
     pub fn with_ratio(mut self, ratio: f64) -> Self {
         self.ratio = ratio;
         self
     }
 
-    /// Retries allowed per second whatever the traffic.
-    pub fn with_min_per_sec(mut self, min_per_sec: u32) -> Self {
-        self.min_per_sec = min_per_sec;
+    /// Retries a host's account holds on credit (0 to 1000): full at the
+    /// start, drawn on when the window's earnings are spent, and earned back
+    /// by final answers only. `0` means every retry must be earned first.
+    pub fn with_reserve(mut self, retries: u32) -> Self {
+        self.reserve = retries;
         self
     }
 
-    /// How far back requests and retries are counted (100 ms to 1 hour).
+    /// How long earnings and retries are counted (100 ms to 1 hour).
     pub fn with_window(mut self, window: Duration) -> Self {
         self.window = window;
         self
@@ -106,17 +135,17 @@ impl RetryBudget {
         self
     }
 
-    /// The share of traffic retries may add.
+    /// The share of a retry each final answer earns.
     pub fn ratio(&self) -> f64 {
         self.ratio
     }
 
-    /// Retries allowed per second whatever the traffic.
-    pub fn min_per_sec(&self) -> u32 {
-        self.min_per_sec
+    /// Retries held on credit.
+    pub fn reserve(&self) -> u32 {
+        self.reserve
     }
 
-    /// How far back requests and retries are counted.
+    /// How long earnings and retries are counted.
     pub fn window(&self) -> Duration {
         self.window
     }
@@ -131,6 +160,12 @@ impl RetryBudget {
             return Err(ConfigError::new(
                 "budget.ratio",
                 format!("{} is not a share from 0 to 1", self.ratio),
+            ));
+        }
+        if self.reserve > MAX_RESERVE {
+            return Err(ConfigError::new(
+                "budget.reserve",
+                format!("{} is more than {MAX_RESERVE} retries", self.reserve),
             ));
         }
         let window = Duration::from_millis(100)..=Duration::from_secs(3600);
@@ -154,10 +189,22 @@ mod tests {
             (RetryBudget::default().with_ratio(-0.1), "budget.ratio"),
             (RetryBudget::default().with_ratio(1.5), "budget.ratio"),
             (RetryBudget::default().with_ratio(f64::NAN), "budget.ratio"),
+            (RetryBudget::default().with_reserve(1001), "budget.reserve"),
             (RetryBudget::default().with_window(Duration::ZERO), "budget.window"),
             (RetryBudget::default().with_window(Duration::from_secs(7200)), "budget.window"),
         ] {
             assert_eq!(config.validate().unwrap_err().field(), field);
         }
+    }
+
+    #[test]
+    fn the_defaults_are_the_documented_ones() {
+        let budget = RetryBudget::default();
+        assert_eq!(budget.ratio(), 0.1);
+        assert_eq!(budget.reserve(), 1);
+        assert_eq!(budget.window(), Duration::from_secs(10));
+        assert_eq!(budget.scope(), BudgetScope::PerHost);
+        let edges = RetryBudget::default().with_ratio(0.0).with_reserve(0).with_reserve(1000);
+        assert!(edges.validate().is_ok());
     }
 }

@@ -52,9 +52,14 @@ pub async fn hits(server: &MockServer) -> usize {
 }
 
 /// The default policy with 100 ms initial backoff, so waits read 100, 200,
-/// 400..., for a client that does not follow redirects (see [`wrap`]).
+/// 400..., for a client that does not follow redirects (see [`wrap`]), and
+/// without the retry budget: these tests are about the rules, and the budget
+/// (whose reserve gives a fresh client one retry) has tests of its own.
 pub fn policy() -> RetryConfigBuilder {
-    RetryConfig::builder().with_initial_backoff(100 * MS).with_redirects(Redirects::NotFollowed)
+    RetryConfig::builder()
+        .with_initial_backoff(100 * MS)
+        .with_redirects(Redirects::NotFollowed)
+        .without_budget()
 }
 
 /// A client with `config`, a manual clock and jitter pinned at the top.

@@ -1,0 +1,295 @@
+//! One budget account: a ring of time slots of earnings and retries, and a
+//! reserve on credit.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+/// How many slots the window is cut into.
+pub(super) const SLOTS: u64 = 10;
+/// Thousandths of a retry: the cost of one retry.
+pub(super) const RETRY_COST: u64 = 1000;
+
+/// One budget's counts, in thousandths of a retry.
+#[derive(Debug)]
+pub(crate) struct Account {
+    slots: [Slot; SLOTS as usize],
+    /// Retries on credit: drawn on when the window's earnings are spent,
+    /// refilled by earnings only.
+    reserve: AtomicU64,
+    /// The newest slot seen: the account's time never goes back.
+    latest: AtomicU64,
+    /// One past the slot of the last retryable outcome; 0 for none. A host
+    /// failing now is never forgotten.
+    troubled: AtomicU64,
+    /// The slot of the last request, to forget the least recently used.
+    used: AtomicU64,
+    /// Held to take a retry and to start a slot. Recording an earning in the
+    /// current slot, which every final answer does, is an atomic add.
+    turn: Mutex<()>,
+}
+
+#[derive(Debug, Default)]
+struct Slot {
+    /// Which slot of the timeline this is; stale when older than the window.
+    number: AtomicU64,
+    earned: AtomicU64,
+    spent: AtomicU64,
+}
+
+impl Account {
+    /// An account whose reserve holds `reserve` thousandths, full.
+    pub(super) fn new(reserve: u64) -> Self {
+        Self {
+            slots: Default::default(),
+            reserve: AtomicU64::new(reserve),
+            latest: AtomicU64::new(0),
+            troubled: AtomicU64::new(0),
+            used: AtomicU64::new(0),
+            turn: Mutex::new(()),
+        }
+    }
+
+    /// Timeline slot `seen` as this account counts it: never before the
+    /// newest slot it has seen, whatever the clock says.
+    fn now(&self, seen: u64) -> u64 {
+        let latest = self.latest.load(Ordering::Relaxed);
+        if seen > latest {
+            self.latest.fetch_max(seen, Ordering::Relaxed);
+            return seen;
+        }
+        latest
+    }
+
+    /// Records a final answer: `amount` into the window, and into the
+    /// reserve up to `cap`.
+    pub(super) fn earn(&self, seen: u64, amount: u64, cap: u64) {
+        let slot = self.current(self.now(seen));
+        slot.earned.fetch_add(amount, Ordering::Relaxed);
+        if self.reserve.load(Ordering::Relaxed) < cap {
+            let refill = |r: u64| (r < cap).then(|| r.saturating_add(amount).min(cap));
+            let _ = self.reserve.fetch_update(Ordering::Relaxed, Ordering::Relaxed, refill);
+        }
+    }
+
+    /// Takes one retry if the window's unspent earnings and the reserve
+    /// cover it: from the earnings first, the rest from the reserve.
+    pub(super) fn try_spend(&self, seen: u64) -> bool {
+        let _turn = self.lock();
+        let now = self.now(seen);
+        self.note_trouble(now);
+        let (earned, spent) = self.totals(now);
+        let unspent = earned.saturating_sub(spent);
+        let reserve = self.reserve.load(Ordering::Relaxed);
+        if unspent.saturating_add(reserve) < RETRY_COST {
+            return false;
+        }
+        let from_window = unspent.min(RETRY_COST);
+        self.current_locked(now).spent.fetch_add(from_window, Ordering::Relaxed);
+        self.reserve.fetch_sub(RETRY_COST - from_window, Ordering::Relaxed);
+        true
+    }
+
+    /// Records a retryable outcome, so the host counts as failing now.
+    pub(super) fn note_failure(&self, seen: u64) {
+        self.note_trouble(self.now(seen));
+    }
+
+    fn note_trouble(&self, now: u64) {
+        self.troubled.fetch_max(now + 1, Ordering::Relaxed);
+    }
+
+    /// Records a request, for forgetting the least recently used host.
+    pub(super) fn touch(&self, seen: u64) {
+        self.used.fetch_max(seen, Ordering::Relaxed);
+    }
+
+    /// The slot of the last request.
+    pub(super) fn last_used(&self) -> u64 {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    /// No retryable outcome within the window ending at slot `now`.
+    pub(super) fn is_calm(&self, now: u64) -> bool {
+        match self.troubled.load(Ordering::Relaxed) {
+            0 => true,
+            after => now.saturating_sub(after - 1) >= SLOTS,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, ()> {
+        // The lock guards no data, only turns; a panic elsewhere leaves it usable.
+        self.turn.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The slot for timeline slot `number`, started afresh if it held an
+    /// older one.
+    fn current(&self, number: u64) -> &Slot {
+        let slot = self.slot(number);
+        if slot.number.load(Ordering::Acquire) == number {
+            return slot;
+        }
+        let _turn = self.lock();
+        self.current_locked(number)
+    }
+
+    /// As [`current`](Self::current), with the turn already held.
+    fn current_locked(&self, number: u64) -> &Slot {
+        let slot = self.slot(number);
+        if slot.number.load(Ordering::Acquire) < number {
+            slot.earned.store(0, Ordering::Relaxed);
+            slot.spent.store(0, Ordering::Relaxed);
+            slot.number.store(number, Ordering::Release);
+        }
+        slot
+    }
+
+    fn slot(&self, number: u64) -> &Slot {
+        &self.slots[(number % SLOTS) as usize]
+    }
+
+    /// Earnings and retries in the window ending at slot `now`.
+    fn totals(&self, now: u64) -> (u64, u64) {
+        self.slots
+            .iter()
+            .filter(|slot| {
+                let number = slot.number.load(Ordering::Acquire);
+                number <= now && now - number < SLOTS
+            })
+            .fold((0, 0), |(e, s), slot| {
+                (
+                    e.saturating_add(slot.earned.load(Ordering::Relaxed)),
+                    s.saturating_add(slot.spent.load(Ordering::Relaxed)),
+                )
+            })
+    }
+
+    /// Retries the account could take at slot `now`, for tests.
+    #[cfg(test)]
+    pub(super) fn available(&self, now: u64) -> u64 {
+        let (earned, spent) = self.totals(now);
+        earned.saturating_sub(spent).saturating_add(self.reserve.load(Ordering::Relaxed))
+            / RETRY_COST
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    /// A tenth of a retry per answer, a reserve of one retry.
+    const EARN: u64 = 100;
+    const CAP: u64 = 1000;
+
+    #[test]
+    fn a_fresh_account_holds_its_reserve_and_no_more() {
+        let a = Account::new(CAP);
+        assert!(a.try_spend(0));
+        assert!(!a.try_spend(0), "the reserve is spent and nothing was earned");
+    }
+
+    #[test]
+    fn ten_final_answers_pay_for_one_retry() {
+        let a = Account::new(0);
+        for _ in 0..9 {
+            a.earn(0, EARN, 0);
+        }
+        assert!(!a.try_spend(0), "nine tenths are not a retry");
+        a.earn(0, EARN, 0);
+        assert!(a.try_spend(0));
+        assert!(!a.try_spend(0));
+    }
+
+    #[test]
+    fn earnings_lapse_after_the_window_and_grant_nothing_back() {
+        let a = Account::new(0);
+        for _ in 0..30 {
+            a.earn(0, EARN, 0);
+        }
+        assert_eq!(a.available(9), 3);
+        assert_eq!(a.available(10), 0, "a window later the earnings have lapsed");
+        // Retries spent early do not come back when they leave the window:
+        // no burst a window after an outage began.
+        let b = Account::new(0);
+        for _ in 0..30 {
+            b.earn(0, EARN, 0);
+        }
+        while b.try_spend(5) {}
+        for later in 6..40 {
+            assert!(!b.try_spend(later), "slot {later}");
+        }
+    }
+
+    #[test]
+    fn the_reserve_is_used_last_and_refilled_only_by_answers() {
+        let a = Account::new(CAP);
+        for _ in 0..10 {
+            a.earn(0, EARN, CAP);
+        }
+        assert!(a.try_spend(0), "paid from the window");
+        assert!(a.try_spend(0), "paid from the reserve");
+        assert!(!a.try_spend(0));
+        // Time alone refills nothing.
+        assert!(!a.try_spend(1000));
+        // Answers do, up to the cap.
+        for _ in 0..25 {
+            a.earn(2000, EARN, CAP);
+        }
+        assert_eq!(a.reserve.load(Ordering::Relaxed), CAP);
+        assert_eq!(a.available(2000), 3, "2.5 in the window, 1 in the reserve");
+    }
+
+    #[test]
+    fn a_clock_that_steps_back_does_not_move_the_account_back() {
+        let a = Account::new(0);
+        for _ in 0..10 {
+            a.earn(50, EARN, 0);
+        }
+        // The clock jumps back 40 slots: still slot 50 for the account,
+        // so the earnings are neither lost nor counted twice.
+        assert!(a.try_spend(10));
+        assert!(!a.try_spend(10));
+        for _ in 0..10 {
+            a.earn(10, EARN, 0);
+        }
+        assert_eq!(a.available(50), 1);
+        assert!(a.try_spend(3));
+        assert_eq!(a.available(59), 0);
+    }
+
+    #[test]
+    fn a_host_is_calm_a_window_after_its_last_failure() {
+        let a = Account::new(CAP);
+        assert!(a.is_calm(0));
+        a.note_failure(20);
+        assert!(!a.is_calm(20));
+        assert!(!a.is_calm(29));
+        assert!(a.is_calm(30));
+        assert!(a.try_spend(40));
+        assert!(!a.is_calm(45), "a retry is trouble too");
+    }
+
+    #[test]
+    fn concurrent_use_keeps_the_books_exact() {
+        let a = Arc::new(Account::new(0));
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                let a = a.clone();
+                std::thread::spawn(move || {
+                    let mut granted = 0u64;
+                    for _ in 0..1000 {
+                        a.earn(3, 500, 0);
+                        granted += u64::from(a.try_spend(3));
+                    }
+                    granted
+                })
+            })
+            .collect();
+        let granted: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+        // 8000 answers at half a retry each pay for 4000 retries: every one
+        // is either granted or still available, none lost or granted twice.
+        assert!(granted > 3000, "{granted}");
+        assert_eq!(granted + a.available(3), 4000);
+    }
+}
