@@ -1,58 +1,6 @@
-//! The retry budget: retries are earned by successes, so the extra load of
-//! an outage stays bounded whatever the number of clients.
-//!
-//! # Why a budget and not only a retry count?
-//!
-//! A retry count bounds what one request can cost; it does nothing for what a
-//! fleet costs. With 3 retries, a total outage turns every request into four,
-//! and the server that is trying to recover receives four times its normal
-//! load — the retries themselves keep it down. A budget bounds the sum.
-//!
-//! # Why earned, and not granted?
-//!
-//! Finagle's `RetryBudget` and tower's `TpsBudget` let retries add a share of
-//! the requests sent, plus a floor of retries per second so that a quiet
-//! client can still retry. The floor is granted to every process afresh, so a
-//! fleet of many small processes adds one floor each: a hundred processes
-//! sending five requests a second triple the load of a total outage. gRPC's
-//! retry throttling and the AWS SDKs' retry quota bound the total instead with
-//! a token bucket, but one that starts full and refills slowly, which lets a
-//! fleet of fresh (or restarting) processes spend their buckets together.
-//!
-//! This budget grants nothing for the passing of time. A retry must be paid
-//! for by answers the host gave:
-//!
-//! - Every *final* answer (one that is not retried: a 200, a 404, ...) earns
-//!   `ratio` of a retry (0.1: a tenth). Earnings stay for one `window` (10 s,
-//!   kept as ten slots), so a host that stops answering stops paying for
-//!   retries within a window.
-//! - A small `reserve` (1 retry) stands in for the floor: it is where a quiet
-//!   client finds the retry for its occasional failure. It starts full, is
-//!   drawn on only when the window's earnings are spent, and is refilled by
-//!   final answers, at the same `ratio`, never by time.
-//!
-//! A retry is allowed while the window's earnings not yet spent, plus the
-//! reserve, cover one retry. So in any total outage of length `T` that follows
-//! healthy traffic at `r` requests a second, one process sends at most
-//! `ratio × r × window + reserve` retries, and the amplification is at most
-//! `1 + ratio × window / T + reserve / (r × T)`; it tends to 1 as the outage
-//! goes on, and it does not grow with the number of processes, because no
-//! process is given anything it did not earn. Nothing expires into new
-//! retries, so the load of a long outage has no periodic bursts.
-//!
-//! # No coordination
-//!
-//! Each process keeps its own budget: no network call sits on the failure
-//! path, and a fleet needs no shared store. Bounding each process by what its
-//! own traffic earned is what bounds the fleet: the `herd` example measures
-//! processes from 1 to 1000 and rates from 0.1 to 1000 requests a second.
-//!
-//! Time is read only through the middleware's [`Clock`](crate::Clock), and a
-//! clock that steps back cannot move an account's time back: each account
-//! keeps the newest slot it has seen. Counts are kept in thousandths of a
-//! retry, so no floating point is involved after construction. Recording an
-//! answer, which every request does, is an atomic addition; only taking a
-//! retry and starting a new slot take a lock.
+//! The retry budget: retries are earned by answers, so the extra load of an
+//! outage stays bounded whatever the number of clients. The design and its
+//! reasons are documented on [`RetryBudget`], where users read them.
 
 use std::time::Duration;
 
@@ -76,7 +24,63 @@ pub enum BudgetScope {
     Global,
 }
 
-/// Settings of the retry budget; see the [module docs](self) for the design.
+/// Settings of the retry budget.
+///
+/// # Why a budget and not only a retry count?
+///
+/// A retry count bounds what one request can cost; it does nothing for what a
+/// fleet costs. With 3 retries, a total outage turns every request into four,
+/// and the server that is trying to recover receives four times its normal
+/// load — the retries themselves keep it down. A budget bounds the sum.
+///
+/// # Why earned, and not granted?
+///
+/// Finagle's `RetryBudget` and tower's `TpsBudget` let retries add a share of
+/// the requests sent, plus a floor of retries per second so that a quiet
+/// client can still retry. The floor is granted to every process afresh, so a
+/// fleet of many small processes adds one floor each: a hundred processes
+/// sending five requests a second triple the load of a total outage. gRPC's
+/// retry throttling and the AWS SDKs' retry quota bound the total instead with
+/// a token bucket, but one that starts full and refills slowly, which lets a
+/// fleet of fresh (or restarting) processes spend their buckets together.
+///
+/// This budget grants nothing for the passing of time. A retry must be paid
+/// for by answers the host gave:
+///
+/// - Every *final* answer (one that is not retried: a 200, a 404, ...) earns
+///   `ratio` of a retry (0.1: a tenth). Earnings stay for one `window` (10 s,
+///   kept as ten slots), so a host that stops answering stops paying for
+///   retries within a window.
+/// - A small `reserve` (1 retry) stands in for the floor: it is where a quiet
+///   client finds the retry for its occasional failure. It starts full, is
+///   drawn on only when the window's earnings are spent, and is refilled by
+///   final answers, at the same `ratio`, never by time. The price: a fresh
+///   process whose first request meets two failures in a row retries once,
+///   not twice. A short-lived client that cares more about that than about
+///   the fleet can raise the reserve.
+///
+/// A retry is allowed while the window's earnings not yet spent, plus the
+/// reserve, cover one retry. So in any total outage of length `T` that follows
+/// healthy traffic at `r` requests a second, one process sends at most
+/// `ratio × r × window + reserve` retries, and the amplification is at most
+/// `1 + ratio × window / T + reserve / (r × T)`; it tends to 1 as the outage
+/// goes on, and it does not grow with the number of processes, because no
+/// process is given anything it did not earn. Nothing expires into new
+/// retries, so the load of a long outage has no periodic bursts.
+///
+/// # No coordination
+///
+/// Each process keeps its own budget: no network call sits on the failure
+/// path, and a fleet needs no shared store. Bounding each process by what its
+/// own traffic earned is what bounds the fleet: the `herd` example measures
+/// processes from 1 to 1000 and rates from 0.1 to 1000 requests a second.
+///
+/// Time is read only through the middleware's [`Clock`](crate::Clock), and a
+/// clock that steps back cannot move an account's time back: each account
+/// keeps the newest slot it has seen. Counts are kept in thousandths of a
+/// retry, so no floating point is involved after construction. Recording an
+/// answer, which every request does, is an atomic addition; only taking a
+/// retry and starting a new slot take a lock.
 ///
 /// # Default
 ///
