@@ -100,7 +100,10 @@ impl Account {
 
     /// Records a request, for forgetting the least recently used host.
     pub(super) fn touch(&self, seen: u64) {
-        self.used.fetch_max(seen, Ordering::Relaxed);
+        // A load first: most requests fall in a slot already recorded.
+        if seen > self.used.load(Ordering::Relaxed) {
+            self.used.fetch_max(seen, Ordering::Relaxed);
+        }
     }
 
     /// The slot of the last request.
