@@ -1,0 +1,938 @@
+//! MIGRATING.md, checked: every recipe in the guide is a function here, shown
+//! in the guide as it is written here (`the_guide_shows_the_code_tested_here`
+//! compares them), and every difference the guide's tables claim is a test,
+//! against reqwest-retry itself where the claim is about it. All servers are
+//! on loopback, every wait goes to a manual clock (ours) or is zero
+//! (reqwest-retry's), and every network wait is bounded.
+
+mod support;
+
+use std::future::Future;
+use std::time::Duration;
+
+use http::Extensions;
+use reqwest::{Method, Request, Response};
+use reqwest_middleware::{ClientWithMiddleware, Middleware, Next};
+use reqwest_retry::RetryTransientMiddleware;
+use reqwest_retry::policies::ExponentialBackoff;
+use reqwest_safe_retry::{
+    Decision, FixedJitter, Jitter, ManualClock, Outcome, Redirects, ReportSlot, RetryConfig,
+    RetryConfigBuilder, RetryMiddleware, RetryReport, Retryability, SafeToRetry, StopReason,
+};
+use support::tls_server::{Handshake, tls_server, untrusting_client};
+use support::*;
+use wiremock::{MockServer, ResponseTemplate};
+
+// ---------------------------------------------------------------------------
+// The recipes, exactly as MIGRATING.md shows them (between the `guide:`
+// markers).
+// ---------------------------------------------------------------------------
+
+// guide: like_reqwest_retry
+/// reqwest-retry 0.9 as most code uses it —
+/// `RetryTransientMiddleware::new_with_policy(ExponentialBackoff::builder().build_with_max_retries(3))`
+/// — as far as it can be had here (Retry-After is still honoured).
+fn like_reqwest_retry() -> RetryConfigBuilder {
+    RetryConfig::builder()
+        // ExponentialBackoff::builder(): 1 s doubling up to 30 min, full jitter.
+        .with_initial_backoff(Duration::from_secs(1))
+        .with_max_backoff(Duration::from_secs(30 * 60))
+        .with_jitter(Jitter::Full)
+        // reqwest-retry has no default count: use the one you passed it.
+        .with_max_retries(3)
+        // No retry budget there.
+        .without_budget()
+        // Its classification, for every method, whatever the redirects.
+        .with_predicate(|attempt| {
+            Some(if reqwest_retry_would_retry(&attempt.outcome) {
+                Retryability::AnyMethod
+            } else {
+                Retryability::Never
+            })
+        })
+}
+
+/// reqwest-retry 0.9's `DefaultRetryableStrategy`, rule for rule: true where
+/// it answers `Retryable::Transient`.
+fn reqwest_retry_would_retry(outcome: &Outcome<'_>) -> bool {
+    let error = match *outcome {
+        Outcome::Response(response) => {
+            let status = response.status();
+            return status.is_server_error() || status == 408 || status == 429;
+        }
+        Outcome::Error(reqwest_middleware::Error::Reqwest(error)) => error,
+        // An error another middleware returned is never retried there.
+        _ => return false,
+    };
+    // Every connect error (DNS and certificate errors too), every timeout.
+    if error.is_timeout() || error.is_connect() {
+        return true;
+    }
+    if error.is_body() || error.is_decode() || error.is_builder() || error.is_redirect() {
+        return false;
+    }
+    if !error.is_request() {
+        return false;
+    }
+    // A response cut short, a request handed back unsent, or a reset or
+    // aborted connection under hyper.
+    let Some(hyper_error) = first_cause::<hyper::Error>(error) else { return false };
+    hyper_error.is_incomplete_message()
+        || hyper_error.is_canceled()
+        || first_cause::<std::io::Error>(hyper_error).is_some_and(|io| {
+            matches!(
+                io.kind(),
+                std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::ConnectionAborted
+            )
+        })
+}
+
+/// The first error of type `T` behind `error` (not `error` itself).
+fn first_cause<'a, T: std::error::Error + 'static>(
+    error: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a T> {
+    std::iter::successors(error.source(), |&e| e.source()).find_map(|e| e.downcast_ref::<T>())
+}
+// guide: end
+
+// guide: statuses_like_reqwest_retry
+/// Every 5xx, 408 and 429, as reqwest-retry — but, without a predicate,
+/// still only for requests that are safe to repeat.
+fn statuses_like_reqwest_retry() -> RetryConfigBuilder {
+    RetryConfig::builder().with_retryable_statuses((500..=599).chain([408, 429]))
+}
+// guide: end
+
+// guide: every_connect_error
+/// Retry every connect error for any method, as reqwest-retry does: a name
+/// that does not resolve and a certificate that is not trusted too.
+fn every_connect_error() -> RetryConfigBuilder {
+    RetryConfig::builder().with_predicate(|attempt| match attempt.outcome {
+        Outcome::Error(error) if error.is_connect() => Some(Retryability::AnyMethod),
+        _ => None, // the built-in rules
+    })
+}
+// guide: end
+
+// guide: no_budget
+/// Every retry the count allows, however many fail: no budget.
+fn no_budget() -> RetryConfigBuilder {
+    RetryConfig::builder().without_budget()
+}
+// guide: end
+
+// guide: without_redirects
+/// A client that follows no redirects, and a middleware told so: a POST
+/// without a key is retried after a 429 or a refused connection again.
+fn without_redirects() -> (reqwest::Client, RetryConfigBuilder) {
+    let inner = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("a client that follows no redirects");
+    (inner, RetryConfig::builder().with_redirects(Redirects::NotFollowed))
+}
+// guide: end
+
+#[cfg(feature = "tracing")]
+// guide: warn_on_retry
+/// reqwest-retry's warn-level line before each retry.
+fn warn_on_retry(middleware: RetryMiddleware) -> RetryMiddleware {
+    middleware.on_decision(|event| {
+        if let Decision::Retry { after, reason } = event.decision {
+            tracing::warn!(attempt = event.attempt, %reason, "retrying after {after:?}");
+        }
+    })
+}
+// guide: end
+
+// guide: retry_201
+/// reqwest-retry's `RetryableStrategy` example (`Retry201`), ported: a 201
+/// is retried, no other response is, errors follow the built-in rules.
+fn retry_201() -> RetryConfigBuilder {
+    RetryConfig::builder().with_predicate(|attempt| match attempt.outcome {
+        Outcome::Response(response) if response.status() == 201 => Some(Retryability::AnyMethod),
+        // Not `None`: that would hand a 503 to the built-in rules, which retry it.
+        Outcome::Response(_) => Some(Retryability::Never),
+        _ => None,
+    })
+}
+// guide: end
+
+// guide: only_for_host
+/// Retries for one host only, as `reqwest::retry::for_host(host)` scopes
+/// them, at most twice as reqwest does; the built-in rules decide what.
+fn only_for_host(host: &'static str) -> RetryConfigBuilder {
+    RetryConfig::builder().with_max_retries(2).with_predicate(move |attempt| {
+        match attempt.request.url().host_str() {
+            Some(name) if name == host => None, // the built-in rules
+            _ => Some(Retryability::Never),
+        }
+    })
+}
+// guide: end
+
+// ---------------------------------------------------------------------------
+// Helpers.
+// ---------------------------------------------------------------------------
+
+/// Counts the attempts that pass through it, placed below a retry layer.
+#[derive(Clone, Default)]
+struct Calls(Counter);
+
+#[async_trait::async_trait]
+impl Middleware for Calls {
+    async fn handle(
+        &self,
+        req: Request,
+        extensions: &mut Extensions,
+        next: Next<'_>,
+    ) -> reqwest_middleware::Result<Response> {
+        self.0.bump();
+        next.run(req, extensions).await
+    }
+}
+
+/// reqwest-retry with its default strategy, `max_retries` and waits of zero
+/// (its sleeps are real ones).
+fn peer(max_retries: u32) -> RetryTransientMiddleware<ExponentialBackoff> {
+    let policy = ExponentialBackoff::builder()
+        .retry_bounds(Duration::ZERO, Duration::ZERO)
+        .build_with_max_retries(max_retries);
+    RetryTransientMiddleware::new_with_policy(policy)
+}
+
+/// The two stacks a parity check runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stack {
+    /// reqwest-retry, 3 retries, waits of zero.
+    Peer,
+    /// This crate with [`like_reqwest_retry`], on a manual clock.
+    Recipe,
+}
+
+/// `inner` behind `stack`, with [`Calls`] below it; the clock is ours.
+fn stack(stack: Stack, inner: reqwest::Client) -> (ClientWithMiddleware, Calls, ManualClock) {
+    let (calls, clock) = (Calls::default(), ManualClock::new());
+    let builder = reqwest_middleware::ClientBuilder::new(inner);
+    let builder = match stack {
+        Stack::Peer => builder.with(peer(3)),
+        Stack::Recipe => builder.with(
+            RetryMiddleware::new(like_reqwest_retry().build().unwrap())
+                .with_clock(clock.clone())
+                .with_jitter_source(FixedJitter::TOP),
+        ),
+    };
+    (builder.with(calls.clone()).build(), calls, clock)
+}
+
+/// This crate on `inner` with `config`, a manual clock and jitter at the top.
+fn ours(inner: reqwest::Client, config: RetryConfig) -> (ClientWithMiddleware, ManualClock) {
+    let clock = ManualClock::new();
+    let middleware =
+        RetryMiddleware::new(config).with_clock(clock.clone()).with_jitter_source(FixedJitter::TOP);
+    (reqwest_middleware::ClientBuilder::new(inner).with(middleware).build(), clock)
+}
+
+/// Waits at most 10 s for a request and its retries.
+async fn bounded<T>(what: &str, request: impl Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(10), request)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: no outcome within 10 s"))
+}
+
+/// A server answering `statuses` in turn at `/r`; returns it and the URL.
+async fn scripted(statuses: &[u16]) -> (MockServer, String) {
+    let server = MockServer::start().await;
+    script_statuses(&server, "/r", statuses).await;
+    let url = format!("{}/r", server.uri());
+    (server, url)
+}
+
+/// Sends `method` to `url` with a small body and a report slot.
+async fn send(
+    client: &ClientWithMiddleware,
+    method: Method,
+    url: &str,
+) -> (reqwest_middleware::Result<Response>, RetryReport) {
+    let slot = ReportSlot::new();
+    let request = client.request(method.clone(), url).body("order=1").with_extension(slot.clone());
+    let result = bounded(&format!("{method} {url}"), request.send()).await;
+    (result, slot.get().expect("the middleware fills the slot"))
+}
+
+/// A status, or "error".
+fn summary(result: &reqwest_middleware::Result<Response>) -> String {
+    match result {
+        Ok(response) => response.status().as_u16().to_string(),
+        Err(_) => "error".to_owned(),
+    }
+}
+
+/// A resolver under which no name exists; counts the look-ups.
+#[derive(Clone, Default)]
+struct NoSuchHost(Counter);
+
+impl reqwest::dns::Resolve for NoSuchHost {
+    fn resolve(&self, _: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        self.0.bump();
+        Box::pin(async { Err("no such host".into()) })
+    }
+}
+
+fn unresolving_client(resolver: &NoSuchHost) -> reqwest::Client {
+    reqwest::Client::builder()
+        .dns_resolver(std::sync::Arc::new(resolver.clone()))
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+}
+
+// ---------------------------------------------------------------------------
+// The guide and this file agree.
+// ---------------------------------------------------------------------------
+
+/// Lines without their indentation, blank lines dropped.
+fn normalised(text: &str) -> String {
+    text.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join("\n")
+}
+
+#[test]
+fn the_guide_shows_the_code_tested_here() {
+    let guide = normalised(include_str!("../MIGRATING.md"));
+    let source = include_str!("migration.rs");
+    // Spelt so that these lines are no markers themselves.
+    let (start, end) = (concat!("// guide", ": "), concat!("// guide", ": end"));
+    let mut recipes = 0;
+    for block in source.split(start).skip(1) {
+        let (name, rest) = block.split_once('\n').unwrap();
+        if name == "end" {
+            continue;
+        }
+        let code = rest.split(end).next().unwrap();
+        assert!(guide.contains(&normalised(code)), "MIGRATING.md does not show `{name}` as tested");
+        recipes += 1;
+    }
+    assert!(recipes >= 9, "{recipes} recipes found");
+}
+
+// ---------------------------------------------------------------------------
+// The recipe that reproduces reqwest-retry, against reqwest-retry itself.
+// ---------------------------------------------------------------------------
+
+#[tokio::test]
+async fn like_reqwest_retry_answers_as_reqwest_retry_does() {
+    let scripts: [(Method, &[u16]); 9] = [
+        (Method::POST, &[503, 503, 200]),
+        (Method::PATCH, &[500, 502, 504, 200]),
+        (Method::POST, &[501, 505, 599, 200]),
+        (Method::POST, &[408, 429, 200]),
+        (Method::POST, &[503]),
+        (Method::GET, &[404, 200]),
+        (Method::POST, &[409, 200]),
+        (Method::DELETE, &[302, 200]),
+        (Method::PUT, &[200, 503]),
+    ];
+    for (method, script) in scripts {
+        let mut seen = Vec::new();
+        for side in [Stack::Peer, Stack::Recipe] {
+            let (server, url) = scripted(script).await;
+            let (client, calls, _) = stack(side, bare_reqwest());
+            let request = client.request(method.clone(), &url).body("order=1");
+            let result = bounded(&format!("{method} {script:?}"), request.send()).await;
+            seen.push((summary(&result), calls.0.get(), hits(&server).await));
+        }
+        assert_eq!(seen[0], seen[1], "{method} {script:?}: reqwest-retry, then the recipe");
+    }
+}
+
+#[tokio::test]
+async fn like_reqwest_retry_fails_as_reqwest_retry_does() {
+    // (case, method): each side gets a fresh server; the outcome and the
+    // attempts below the retry layer must agree.
+    for case in ["refused", "dns", "certificate", "reset", "timeout"] {
+        let mut seen = Vec::new();
+        for side in [Stack::Peer, Stack::Recipe] {
+            let resolver = NoSuchHost::default();
+            let (_port, url, inner, timeout) = match case {
+                "refused" => {
+                    let (url, port) = hops::refusing_port();
+                    (Some(port), url, bare_reqwest(), None)
+                }
+                "dns" => {
+                    (None, "http://orders.invalid/".to_owned(), unresolving_client(&resolver), None)
+                }
+                "certificate" => {
+                    let (url, _, _) = tls_server(vec![Handshake::Complete]).await;
+                    (None, url, untrusting_client(), None)
+                }
+                "reset" => {
+                    let (url, _) = raw_server(vec![Raw::Close, Raw::Reply(OK_CLOSE)]).await;
+                    (None, url, bare_reqwest(), None)
+                }
+                _ => {
+                    let (url, _) = raw_server(vec![Raw::Stall, Raw::Reply(OK_CLOSE)]).await;
+                    (None, url, bare_reqwest(), Some(Duration::from_millis(200)))
+                }
+            };
+            let (client, calls, _) = stack(side, inner);
+            let mut request = client.post(&url).body("order=1");
+            if let Some(timeout) = timeout {
+                request = request.timeout(timeout);
+            }
+            let result = bounded(case, request.send()).await;
+            seen.push((summary(&result), calls.0.get()));
+        }
+        assert_eq!(seen[0], seen[1], "POST, {case}: reqwest-retry, then the recipe");
+        let retried = seen[0].1 > 1;
+        assert!(retried, "POST, {case}: reqwest-retry retries it: {seen:?}");
+    }
+}
+
+#[tokio::test]
+async fn like_reqwest_retry_waits_as_reqwest_retrys_default_backoff() {
+    // Jitter pinned at the top: the ceilings, 1 s then 2 s.
+    let (server, url) = scripted(&[503, 503, 200]).await;
+    let (client, calls, clock) = stack(Stack::Recipe, bare_reqwest());
+    let (result, report) = send(&client, Method::POST, &url).await;
+    assert_eq!(result.unwrap().status(), 200);
+    assert_eq!((calls.0.get(), hits(&server).await, report.attempts), (3, 3, 3));
+    assert_eq!(clock.sleeps(), [Duration::from_secs(1), Duration::from_secs(2)]);
+}
+
+#[tokio::test]
+async fn like_reqwest_retry_still_honours_retry_after() {
+    // The one thing the recipe cannot undo: the server's 2 s, spread by up
+    // to this retry's ceiling (1 s), where reqwest-retry waits its backoff.
+    let server = MockServer::start().await;
+    let busy = ResponseTemplate::new(503).insert_header("Retry-After", "2");
+    script(&server, "/r", vec![busy, ResponseTemplate::new(200)]).await;
+    let (client, _, clock) = stack(Stack::Recipe, bare_reqwest());
+    let (result, _) = send(&client, Method::GET, &format!("{}/r", server.uri())).await;
+    assert_eq!(result.unwrap().status(), 200);
+    assert_eq!(clock.sleeps(), [Duration::from_secs(3)]);
+}
+
+// ---------------------------------------------------------------------------
+// Unsafe requests: POST and PATCH without a key.
+// ---------------------------------------------------------------------------
+
+#[tokio::test]
+async fn default_returns_a_posts_503_after_one_attempt() {
+    for method in [Method::POST, Method::PATCH] {
+        let (server, url) = scripted(&[503, 503, 200]).await;
+        let (client, clock) = client(RetryConfig::default());
+        let (result, report) = send(&client, method.clone(), &url).await;
+        assert_eq!(result.unwrap().status(), 503, "{method}");
+        assert_eq!((report.attempts, report.stop), (1, StopReason::NotSafe), "{method}");
+        assert_eq!(hits(&server).await, 1, "{method}");
+        assert!(clock.sleeps().is_empty());
+    }
+}
+
+#[tokio::test]
+async fn default_does_not_retry_a_post_after_a_reset_or_a_timeout() {
+    for (first, timeout) in [(Raw::Close, None), (Raw::Stall, Some(Duration::from_millis(200)))] {
+        let (url, connections) = raw_server(vec![first.clone(), Raw::Reply(OK_CLOSE)]).await;
+        let (client, clock) = client(RetryConfig::default());
+        let slot = ReportSlot::new();
+        let mut request = client.post(&url).body("order=1").with_extension(slot.clone());
+        if let Some(timeout) = timeout {
+            request = request.timeout(timeout);
+        }
+        let error = bounded("POST", request.send()).await.expect_err("no answer to the POST");
+        assert_eq!(error.is_timeout(), timeout.is_some(), "{first:?}: {error}");
+        let report = slot.get().unwrap();
+        assert_eq!((report.attempts, report.stop), (1, StopReason::NotSafe), "{first:?}");
+        assert_eq!(connections.get(), 1, "{first:?}");
+        assert!(clock.sleeps().is_empty());
+    }
+}
+
+#[tokio::test]
+async fn reqwest_retry_retries_a_post_on_503() {
+    let (server, url) = scripted(&[503, 503, 200]).await;
+    let client = reqwest_middleware::ClientBuilder::new(bare_reqwest()).with(peer(3)).build();
+    let response = bounded("POST", client.post(&url).body("order=1").send()).await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(hits(&server).await, 3);
+}
+
+#[tokio::test]
+async fn safe_to_retry_makes_one_post_repeatable() {
+    let (server, url) = scripted(&[503, 200]).await;
+    let (client, _) = client(RetryConfig::default());
+    // guide: safe_to_retry
+    let response = client.post(&url).body("order=1").with_extension(SafeToRetry).send().await;
+    // guide: end
+    assert_eq!(response.unwrap().status(), 200);
+    assert_eq!(hits(&server).await, 2);
+}
+
+// ---------------------------------------------------------------------------
+// Statuses: 500 and 408 are final here.
+// ---------------------------------------------------------------------------
+
+#[tokio::test]
+async fn default_returns_500_and_408_at_once() {
+    for status in [500, 408, 501] {
+        let (server, url) = scripted(&[status, 200]).await;
+        let (client, _) = client(RetryConfig::default());
+        let (result, report) = send(&client, Method::GET, &url).await;
+        assert_eq!(result.unwrap().status(), status);
+        assert_eq!((report.attempts, report.stop), (1, StopReason::Final), "{status}");
+        assert_eq!(hits(&server).await, 1, "{status}");
+    }
+}
+
+#[tokio::test]
+async fn statuses_like_reqwest_retry_retry_500_and_408_when_safe() {
+    for status in [500, 408, 501, 599] {
+        let (server, url) = scripted(&[status, 200]).await;
+        let (client, _) = client(statuses_like_reqwest_retry().build().unwrap());
+        let (result, _) = send(&client, Method::GET, &url).await;
+        assert_eq!(result.unwrap().status(), 200, "{status}");
+        assert_eq!(hits(&server).await, 2, "{status}");
+        // A POST without a key still is not repeated: that takes a predicate.
+        let (server, url) = scripted(&[status, 200]).await;
+        let (result, report) = send(&client, Method::POST, &url).await;
+        assert_eq!(result.unwrap().status(), status);
+        assert_eq!((report.stop, hits(&server).await), (StopReason::NotSafe, 1), "{status}");
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Connect errors: DNS and certificates.
+// ---------------------------------------------------------------------------
+
+#[tokio::test]
+async fn default_does_not_retry_dns_or_certificate_failures() {
+    let resolver = NoSuchHost::default();
+    let (client, _) = ours(unresolving_client(&resolver), RetryConfig::default());
+    let (result, report) = send(&client, Method::GET, "http://orders.invalid/").await;
+    assert!(result.unwrap_err().is_connect());
+    assert_eq!((report.attempts, report.stop, resolver.0.get()), (1, StopReason::Final, 1));
+
+    let (url, connections, _) = tls_server(vec![Handshake::Complete]).await;
+    let (client, _) = ours(untrusting_client(), RetryConfig::default());
+    let (result, report) = send(&client, Method::GET, &url).await;
+    assert!(result.unwrap_err().is_connect());
+    assert_eq!((report.attempts, report.stop, connections.get()), (1, StopReason::Final, 1));
+}
+
+#[tokio::test]
+async fn every_connect_error_retries_dns_and_certificate_failures() {
+    // Retried until the budget's reserve of one retry is spent: nothing
+    // answers, so nothing earns another.
+    let resolver = NoSuchHost::default();
+    let (client, _) = ours(unresolving_client(&resolver), every_connect_error().build().unwrap());
+    let (result, report) = send(&client, Method::POST, "http://orders.invalid/").await;
+    assert!(result.unwrap_err().is_connect());
+    assert_eq!((report.attempts, report.stop), (2, StopReason::BudgetExhausted));
+    assert_eq!(resolver.0.get(), 2);
+
+    let (url, connections, _) = tls_server(vec![Handshake::Complete]).await;
+    let (client, _) = ours(untrusting_client(), every_connect_error().build().unwrap());
+    let (result, report) = send(&client, Method::POST, &url).await;
+    assert!(result.unwrap_err().is_connect());
+    assert_eq!((report.attempts, connections.get()), (2, 2));
+}
+
+// ---------------------------------------------------------------------------
+// Errors come back as reqwest made them.
+// ---------------------------------------------------------------------------
+
+#[tokio::test]
+async fn default_returns_errors_unwrapped() {
+    let (url, _port) = hops::refusing_port();
+    let (client, _) = client(no_budget().build().unwrap());
+    let (result, report) = send(&client, Method::GET, &url).await;
+    let error = result.unwrap_err();
+    assert!(error.is_connect() && !error.is_middleware(), "{error:?}");
+    assert!(matches!(error, reqwest_middleware::Error::Reqwest(_)));
+    // The count reqwest-retry put in `RetryError::WithRetries` is in the report.
+    assert_eq!((report.attempts, report.resend_count()), (4, 3));
+}
+
+#[tokio::test]
+async fn reqwest_retry_wraps_every_error() {
+    for retries in [0, 2] {
+        let (url, _port) = hops::refusing_port();
+        let client =
+            reqwest_middleware::ClientBuilder::new(bare_reqwest()).with(peer(retries)).build();
+        let error = bounded("GET", client.get(&url).send()).await.unwrap_err();
+        assert!(!error.is_connect() && error.is_middleware(), "{error:?}");
+        let reqwest_middleware::Error::Middleware(wrapped) = &error else { unreachable!() };
+        let retry_error = wrapped.downcast_ref::<reqwest_retry::RetryError>().unwrap();
+        match (retries, retry_error) {
+            (0, reqwest_retry::RetryError::Error(inner)) => assert!(inner.is_connect()),
+            (2, reqwest_retry::RetryError::WithRetries { retries: 2, err }) => {
+                assert!(err.is_connect())
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The retry budget.
+// ---------------------------------------------------------------------------
+
+#[tokio::test]
+async fn default_budget_retries_a_fresh_clients_two_failures_once() {
+    let (server, url) = scripted(&[503, 503, 200]).await;
+    let (client, clock) = client(RetryConfig::default());
+    let (result, report) = send(&client, Method::GET, &url).await;
+    assert_eq!(result.unwrap().status(), 503);
+    assert_eq!((report.attempts, report.stop), (2, StopReason::BudgetExhausted));
+    assert_eq!(hits(&server).await, 2);
+    assert_eq!(clock.sleeps(), [500 * MS]);
+}
+
+#[tokio::test]
+async fn no_budget_retries_a_fresh_clients_failures_three_times() {
+    let (server, url) = scripted(&[503, 503, 503, 200]).await;
+    let (client, clock) = client(no_budget().build().unwrap());
+    let (result, report) = send(&client, Method::GET, &url).await;
+    assert_eq!(result.unwrap().status(), 200);
+    assert_eq!((report.attempts, hits(&server).await), (4, 4));
+    // The default backoff, jitter at the top: 500 ms doubling.
+    assert_eq!(clock.sleeps(), [500 * MS, 1000 * MS, 2000 * MS]);
+}
+
+// ---------------------------------------------------------------------------
+// Retry-After.
+// ---------------------------------------------------------------------------
+
+fn retry_after(seconds: &str) -> Vec<ResponseTemplate> {
+    vec![
+        ResponseTemplate::new(503).insert_header("Retry-After", seconds),
+        ResponseTemplate::new(200),
+    ]
+}
+
+#[tokio::test]
+async fn default_honours_retry_after_as_a_floor_with_spread() {
+    let server = MockServer::start().await;
+    script(&server, "/r", retry_after("2")).await;
+    let (client, clock) = client(RetryConfig::default());
+    let (result, _) = send(&client, Method::GET, &format!("{}/r", server.uri())).await;
+    assert_eq!(result.unwrap().status(), 200);
+    // 2 s, spread by up to the first retry's ceiling (500 ms): the top.
+    assert_eq!(clock.sleeps(), [2500 * MS]);
+}
+
+#[tokio::test]
+async fn default_returns_a_retry_after_over_the_cap_at_once() {
+    let server = MockServer::start().await;
+    script(&server, "/r", retry_after("60")).await;
+    let (client, clock) = client(RetryConfig::default());
+    let (result, report) = send(&client, Method::GET, &format!("{}/r", server.uri())).await;
+    assert_eq!(result.unwrap().status(), 503);
+    assert_eq!(report.stop, StopReason::RetryAfterTooLong(Duration::from_secs(60)));
+    assert_eq!(hits(&server).await, 1);
+    assert!(clock.sleeps().is_empty());
+}
+
+#[tokio::test]
+async fn reqwest_retry_ignores_retry_after() {
+    // Asked for 30 s, reqwest-retry (waits of zero) comes back at once: the
+    // bound would end the test long before 30 s.
+    let server = MockServer::start().await;
+    script(&server, "/r", retry_after("30")).await;
+    let client = reqwest_middleware::ClientBuilder::new(bare_reqwest()).with(peer(3)).build();
+    let url = format!("{}/r", server.uri());
+    let response = bounded("GET", client.get(&url).send()).await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(hits(&server).await, 2);
+}
+
+// ---------------------------------------------------------------------------
+// Redirects.
+// ---------------------------------------------------------------------------
+
+#[tokio::test]
+async fn default_does_not_retry_a_posts_429_when_redirects_may_be_followed() {
+    let (server, url) = scripted(&[429, 200]).await;
+    let (client, _) = Kind::Following.client(RetryConfig::builder());
+    let (result, report) = send(&client, Method::POST, &url).await;
+    assert_eq!(result.unwrap().status(), 429);
+    assert_eq!((report.attempts, report.stop), (1, StopReason::NotSafe));
+    assert_eq!(hits(&server).await, 1);
+}
+
+#[tokio::test]
+async fn without_redirects_retries_a_posts_429_and_refused_connection() {
+    let (server, url) = scripted(&[429, 200]).await;
+    let (inner, config) = without_redirects();
+    let (client, _) = ours(inner, config.build().unwrap());
+    let (result, _) = send(&client, Method::POST, &url).await;
+    assert_eq!(result.unwrap().status(), 200);
+    assert_eq!(hits(&server).await, 2);
+
+    // Refused: retried until the reserve of one retry is spent.
+    let (url, _port) = hops::refusing_port();
+    let (inner, config) = without_redirects();
+    let (client, _) = ours(inner, config.build().unwrap());
+    let (result, report) = send(&client, Method::POST, &url).await;
+    assert!(result.unwrap_err().is_connect());
+    assert_eq!((report.attempts, report.stop), (2, StopReason::BudgetExhausted));
+}
+
+// ---------------------------------------------------------------------------
+// Bodies that cannot be copied, and errors from other middlewares.
+// ---------------------------------------------------------------------------
+
+fn streaming_body() -> reqwest::Body {
+    let chunks = [Ok::<_, std::io::Error>(bytes::Bytes::from_static(b"order=1"))];
+    reqwest::Body::wrap_stream(futures_util::stream::iter(chunks))
+}
+
+#[tokio::test]
+async fn a_streaming_body_is_sent_once_here_and_refused_by_reqwest_retry() {
+    let (server, url) = scripted(&[503, 200]).await;
+    let (client, _) = client(RetryConfig::default());
+    let slot = ReportSlot::new();
+    let request = client.put(&url).body(streaming_body()).with_extension(slot.clone());
+    let response = bounded("PUT", request.send()).await.unwrap();
+    assert_eq!(response.status(), 503);
+    assert_eq!(slot.get().unwrap().stop, StopReason::NotReplayable);
+    assert_eq!(hits(&server).await, 1);
+
+    let (server, url) = scripted(&[503, 200]).await;
+    let client = reqwest_middleware::ClientBuilder::new(bare_reqwest()).with(peer(3)).build();
+    let error = bounded("PUT", client.put(&url).body(streaming_body()).send()).await.unwrap_err();
+    assert!(error.to_string().contains("not cloneable"), "{error}");
+    assert_eq!(hits(&server).await, 0);
+}
+
+/// Below a retry layer: hands reqwest's errors up wrapped, as some
+/// middlewares do.
+struct Wrapping;
+
+#[async_trait::async_trait]
+impl Middleware for Wrapping {
+    async fn handle(
+        &self,
+        req: Request,
+        extensions: &mut Extensions,
+        next: Next<'_>,
+    ) -> reqwest_middleware::Result<Response> {
+        match next.run(req, extensions).await {
+            Err(reqwest_middleware::Error::Reqwest(error)) => {
+                Err(reqwest_middleware::Error::middleware(error))
+            }
+            other => other,
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_error_another_middleware_wrapped_is_still_read_here() {
+    // A GET whose connection closes before the answer, then a 200.
+    let (url, connections) = raw_server(vec![Raw::Close, Raw::Reply(OK_CLOSE)]).await;
+    let middleware = RetryMiddleware::default().with_clock(ManualClock::new());
+    let client =
+        reqwest_middleware::ClientBuilder::new(bare_reqwest()).with(middleware).with(Wrapping);
+    let response = bounded("GET", client.build().get(&url).send()).await.unwrap();
+    assert_eq!((response.status().as_u16(), connections.get()), (200, 2));
+
+    let (url, connections) = raw_server(vec![Raw::Close, Raw::Reply(OK_CLOSE)]).await;
+    let client =
+        reqwest_middleware::ClientBuilder::new(bare_reqwest()).with(peer(3)).with(Wrapping);
+    let error = bounded("GET", client.build().get(&url).send()).await.unwrap_err();
+    assert!(error.is_middleware(), "{error:?}");
+    assert_eq!(connections.get(), 1, "reqwest-retry never retries a middleware's error");
+
+    // Nor does the recipe.
+    let (url, connections) = raw_server(vec![Raw::Close, Raw::Reply(OK_CLOSE)]).await;
+    let middleware = RetryMiddleware::new(like_reqwest_retry().build().unwrap());
+    let middleware = middleware.with_clock(ManualClock::new());
+    let client =
+        reqwest_middleware::ClientBuilder::new(bare_reqwest()).with(middleware).with(Wrapping);
+    let error = bounded("GET", client.build().get(&url).send()).await.unwrap_err();
+    assert!(error.is_middleware(), "{error:?}");
+    assert_eq!(connections.get(), 1);
+}
+
+// ---------------------------------------------------------------------------
+// Custom classification.
+// ---------------------------------------------------------------------------
+
+#[tokio::test]
+async fn retry_201_retries_a_201_and_no_other_response() {
+    let (server, url) = scripted(&[201, 200]).await;
+    let (client, _) = client(retry_201().build().unwrap());
+    let (result, _) = send(&client, Method::POST, &url).await;
+    assert_eq!((result.unwrap().status().as_u16(), hits(&server).await), (200, 2));
+
+    let (server, url) = scripted(&[503, 200]).await;
+    let (client, _) = support::client(retry_201().build().unwrap());
+    let (result, report) = send(&client, Method::GET, &url).await;
+    assert_eq!((result.unwrap().status().as_u16(), hits(&server).await), (503, 1));
+    assert_eq!(report.stop, StopReason::Final);
+}
+
+// ---------------------------------------------------------------------------
+// Logging.
+// ---------------------------------------------------------------------------
+
+#[cfg(feature = "tracing")]
+mod logging {
+    use std::io::Write;
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// What `client` logs at `level` and above for a GET answered 503, 200.
+    async fn logged(level: tracing::Level, client: ClientWithMiddleware) -> String {
+        let (_server, url) = scripted(&[503, 200]).await;
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(level)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        let _guard = tracing::subscriber::set_default(subscriber);
+        let response = bounded("GET", client.get(&url).send()).await.unwrap();
+        assert_eq!(response.status(), 200);
+        String::from_utf8(captured.0.lock().unwrap().clone()).unwrap()
+    }
+
+    fn wrap_ours(middleware: RetryMiddleware) -> ClientWithMiddleware {
+        let middleware = middleware.with_clock(ManualClock::new());
+        reqwest_middleware::ClientBuilder::new(bare_reqwest()).with(middleware).build()
+    }
+
+    #[tokio::test]
+    async fn reqwest_retry_logs_each_retry_at_warn() {
+        let client = reqwest_middleware::ClientBuilder::new(bare_reqwest()).with(peer(3)).build();
+        let log = logged(tracing::Level::WARN, client).await;
+        let line = log.lines().find(|l| l.contains("Retry attempt #0")).expect(&log);
+        assert!(line.contains("WARN"), "{line}");
+    }
+
+    #[tokio::test]
+    async fn default_logs_retries_at_debug_not_warn() {
+        let log = logged(tracing::Level::WARN, wrap_ours(RetryMiddleware::default())).await;
+        assert_eq!(log, "", "nothing at warn");
+        let log = logged(tracing::Level::DEBUG, wrap_ours(RetryMiddleware::default())).await;
+        let line = log.lines().find(|l| l.contains("retrying request")).expect(&log);
+        assert!(line.contains("DEBUG"), "{line}");
+    }
+
+    #[tokio::test]
+    async fn warn_on_retry_logs_each_retry_at_warn() {
+        let middleware = warn_on_retry(RetryMiddleware::default());
+        let log = logged(tracing::Level::WARN, wrap_ours(middleware)).await;
+        let line = log.lines().find(|l| l.contains("retrying after")).expect(&log);
+        assert!(line.contains("WARN") && line.contains("attempt=1"), "{line}");
+        assert!(line.contains("reason=status 503"), "{line}");
+    }
+}
+
+// ---------------------------------------------------------------------------
+// reqwest's own retry.
+// ---------------------------------------------------------------------------
+
+/// A classifier for reqwest's scoped policies: retry a 503, nothing else.
+fn reqwest_retries_503(policy: reqwest::retry::Builder) -> reqwest::retry::Builder {
+    policy.classify_fn(|req_rep| match req_rep.status() {
+        Some(http::StatusCode::SERVICE_UNAVAILABLE) => req_rep.retryable(),
+        _ => req_rep.success(),
+    })
+}
+
+#[tokio::test]
+async fn reqwest_for_host_retries_its_host_at_once_twice_at_most() {
+    let (server, url) = scripted(&[503, 503, 503, 200]).await;
+    let inner = reqwest::Client::builder()
+        .retry(reqwest_retries_503(reqwest::retry::for_host("127.0.0.1")))
+        .build()
+        .unwrap();
+    let response = bounded("GET", inner.get(&url).send()).await.unwrap();
+    assert_eq!((response.status().as_u16(), hits(&server).await), (503, 3));
+}
+
+#[tokio::test]
+async fn reqwest_for_host_still_retries_another_host_once() {
+    // reqwest checks the scope only before a second retry: a request to
+    // another host is retried once by the classifier anyway.
+    let (server, url) = scripted(&[503, 503, 503, 200]).await;
+    let inner = reqwest::Client::builder()
+        .retry(reqwest_retries_503(reqwest::retry::for_host("api.example.com")))
+        .build()
+        .unwrap();
+    let response = bounded("GET", inner.get(&url).send()).await.unwrap();
+    assert_eq!((response.status().as_u16(), hits(&server).await), (503, 2));
+}
+
+#[tokio::test]
+async fn only_for_host_retries_that_host_and_no_other() {
+    let (server, url) = scripted(&[503, 200]).await;
+    let (client, clock) = client(only_for_host("127.0.0.1").build().unwrap());
+    let (result, _) = send(&client, Method::GET, &url).await;
+    assert_eq!((result.unwrap().status().as_u16(), hits(&server).await), (200, 2));
+    assert_eq!(clock.sleeps(), [500 * MS]);
+
+    let (server, url) = scripted(&[503, 200]).await;
+    let (client, _) = support::client(only_for_host("api.example.com").build().unwrap());
+    let (result, report) = send(&client, Method::GET, &url).await;
+    assert_eq!((result.unwrap().status().as_u16(), hits(&server).await), (503, 1));
+    assert_eq!(report.stop, StopReason::Final);
+}
+
+#[cfg(feature = "http2")]
+mod http2 {
+    use crate::support::h2_server::{Answer, h2_client, h2_server};
+
+    use super::*;
+
+    const REFUSE: Answer = Answer::Reset(h2::Reason::REFUSED_STREAM);
+
+    #[tokio::test]
+    async fn reqwest_resends_refused_streams_below_the_middleware() {
+        // Two refusals and an answer: one attempt as the middleware counts,
+        // three streams on the wire, no wait.
+        let (url, streams, _) = h2_server(vec![REFUSE, REFUSE, Answer::Ok]).await;
+        let (client, clock) = ours(h2_client().build().unwrap(), RetryConfig::default());
+        let (result, report) = send(&client, Method::POST, &url).await;
+        assert_eq!(result.unwrap().status(), 200);
+        assert_eq!((report.attempts, streams.get()), (1, 3));
+        assert!(clock.sleeps().is_empty());
+    }
+
+    #[tokio::test]
+    async fn with_reqwest_retry_never_each_stream_is_an_attempt() {
+        let (url, streams, _) = h2_server(vec![REFUSE, Answer::Ok]).await;
+        let inner = h2_client().retry(reqwest::retry::never()).build().unwrap();
+        let (client, clock) = ours(inner, RetryConfig::default());
+        let (result, report) = send(&client, Method::GET, &url).await;
+        assert_eq!(result.unwrap().status(), 200);
+        assert_eq!((report.attempts, streams.get()), (2, 2));
+        assert_eq!(clock.sleeps(), [500 * MS]);
+    }
+
+    #[tokio::test]
+    async fn reqwest_retry_does_not_retry_a_refused_stream_itself() {
+        let (url, streams, _) = h2_server(vec![REFUSE, Answer::Ok]).await;
+        let inner = h2_client().retry(reqwest::retry::never()).build().unwrap();
+        let client = reqwest_middleware::ClientBuilder::new(inner).with(peer(3)).build();
+        let error = bounded("GET", client.get(&url).send()).await.unwrap_err();
+        assert!(error.is_middleware(), "{error:?}");
+        assert_eq!(streams.get(), 1);
+    }
+}
