@@ -70,9 +70,9 @@ impl<'a> Policy<'a> {
         Self {
             shared,
             safe: extensions.get::<SafeToRetry>().is_some() || is_safe(config, request),
-            max_retries: extensions.get::<MaxRetries>().map_or(config.max_retries, |m| m.0),
+            max_retries: extensions.get::<MaxRetries>().map_or(config.max_retries, MaxRetries::get),
             start,
-            deadline: extensions.get::<RetryDeadline>().map(|d| d.0).or(config.deadline),
+            deadline: extensions.get::<RetryDeadline>().map(RetryDeadline::get).or(config.deadline),
             account,
             attempts: 0,
             previous_wait: config.initial_backoff,
