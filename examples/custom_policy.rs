@@ -6,6 +6,8 @@
 
 use std::time::Duration;
 
+use http::StatusCode;
+
 use reqwest_middleware::ClientWithMiddleware;
 use reqwest_safe_retry::{
     MaxRetries, NoRetry, Outcome, ReportSlot, RetryConfig, RetryMiddleware, Retryability,
@@ -48,7 +50,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // a 409 whose body is not yet read means "locked, try again" for this API,
     // but only for requests that are safe to repeat.
     let config = RetryConfig::builder()
-        .with_retryable_statuses([500, 503])
+        .with_retryable_statuses([
+            StatusCode::INTERNAL_SERVER_ERROR,
+            StatusCode::SERVICE_UNAVAILABLE,
+        ])
         .with_initial_backoff(Duration::from_millis(10))
         .with_predicate(|attempt| match attempt.outcome {
             Outcome::Response(r) if r.status() == 409 => Some(Retryability::WhenSafe),
@@ -77,7 +82,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     flaky(&server, "/f", &[503, 200]).await;
     show("GET with NoRetry, 503", client.get(url("/f")).with_extension(NoRetry)).await;
     flaky(&server, "/g", &[503]).await;
-    show("GET with MaxRetries(1), always 503", client.get(url("/g")).with_extension(MaxRetries(1)))
-        .await;
+    show(
+        "GET with MaxRetries::new(1), always 503",
+        client.get(url("/g")).with_extension(MaxRetries::new(1)),
+    )
+    .await;
     Ok(())
 }

@@ -29,7 +29,7 @@ impl Middleware for AttemptSpans {
         next: Next<'_>,
     ) -> reqwest_middleware::Result<Response> {
         // Absent on the first attempt.
-        let resend_count = extensions.get::<AttemptNumber>().map_or(0, |n| n.0 - 1);
+        let resend_count = extensions.get::<AttemptNumber>().map_or(0, |n| n.get() - 1);
         let span = tracing::info_span!(
             "HTTP",
             http.request.method = %req.method(),

@@ -1,5 +1,6 @@
 //! Building a [`RetryConfig`]: `with_*` setters, checked once by `build`.
 
+use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,8 +17,9 @@ use crate::reason::Retryability;
 #[derive(Debug, Clone)]
 pub struct RetryConfigBuilder {
     config: RetryConfig,
-    statuses: Option<Vec<u16>>,
-    header: Option<String>,
+    statuses: Option<Vec<StatusCode>>,
+    /// The header name, or why it is not one.
+    header: Option<Result<HeaderName, String>>,
 }
 
 impl RetryConfig {
@@ -64,7 +66,10 @@ impl RetryConfigBuilder {
     }
 
     /// Replaces the set of retryable statuses. Each must be from 400 to 599.
-    pub fn with_retryable_statuses(mut self, statuses: impl IntoIterator<Item = u16>) -> Self {
+    pub fn with_retryable_statuses(
+        mut self,
+        statuses: impl IntoIterator<Item = StatusCode>,
+    ) -> Self {
         self.statuses = Some(statuses.into_iter().collect());
         self
     }
@@ -78,8 +83,16 @@ impl RetryConfigBuilder {
 
     /// The header whose presence (with a non-empty value) makes a request
     /// safe to repeat.
-    pub fn with_idempotency_header(mut self, name: impl Into<String>) -> Self {
-        self.header = Some(name.into());
+    ///
+    /// Takes what `reqwest::RequestBuilder::header` takes: a `HeaderName`, a
+    /// `&str` or a `String`; a name that is not valid is reported by
+    /// [`build`](Self::build).
+    pub fn with_idempotency_header<K>(mut self, name: K) -> Self
+    where
+        HeaderName: TryFrom<K>,
+        <HeaderName as TryFrom<K>>::Error: fmt::Display,
+    {
+        self.header = Some(HeaderName::try_from(name).map_err(|e| e.to_string()));
         self
     }
 
@@ -214,31 +227,22 @@ impl RetryConfigBuilder {
                 ),
             ));
         }
-        if let Some(codes) = self.statuses {
-            let mut statuses = Vec::with_capacity(codes.len());
-            for code in codes {
-                match StatusCode::from_u16(code) {
-                    Ok(status) if status.is_client_error() || status.is_server_error() => {
-                        statuses.push(status)
-                    }
-                    _ => {
-                        return Err(ConfigError::new(
-                            "retryable_statuses",
-                            format!("{code} is not an error status (400 to 599)"),
-                        ));
-                    }
-                }
+        if let Some(mut statuses) = self.statuses {
+            if let Some(status) =
+                statuses.iter().find(|s| !s.is_client_error() && !s.is_server_error())
+            {
+                return Err(ConfigError::new(
+                    "retryable_statuses",
+                    format!("{} is not an error status (400 to 599)", status.as_u16()),
+                ));
             }
             statuses.sort_unstable();
             statuses.dedup();
             config.retryable_statuses = statuses;
         }
-        if let Some(name) = self.header {
-            config.idempotency_header = HeaderName::try_from(name.as_str()).map_err(|_| {
-                ConfigError::new(
-                    "idempotency_header",
-                    format!("{name:?} is not a valid header name"),
-                )
+        if let Some(header) = self.header {
+            config.idempotency_header = header.map_err(|error| {
+                ConfigError::new("idempotency_header", format!("is not valid: {error}"))
             })?;
         }
         if let Some(budget) = &config.budget {
@@ -294,9 +298,15 @@ mod tests {
                     .with_max_backoff(Duration::from_secs(1)),
                 "initial_backoff",
             ),
-            (RetryConfig::builder().with_retryable_statuses([503, 200]), "retryable_statuses"),
-            (RetryConfig::builder().with_retryable_statuses([1000]), "retryable_statuses"),
-            (RetryConfig::builder().with_retryable_statuses([99]), "retryable_statuses"),
+            (
+                RetryConfig::builder()
+                    .with_retryable_statuses([StatusCode::SERVICE_UNAVAILABLE, StatusCode::OK]),
+                "retryable_statuses",
+            ),
+            (
+                RetryConfig::builder().with_retryable_statuses([StatusCode::CONTINUE]),
+                "retryable_statuses",
+            ),
             (RetryConfig::builder().with_idempotency_header("bad header"), "idempotency_header"),
             (RetryConfig::builder().with_idempotency_header(""), "idempotency_header"),
             (RetryConfig::builder().with_deadline(Duration::ZERO), "deadline"),
@@ -327,7 +337,7 @@ mod tests {
             .with_max_retry_after(Duration::ZERO)
             .with_deadline(Duration::MAX)
             .with_drain_limit(0)
-            .with_retryable_statuses([500, 503, 503, 429])
+            .with_retryable_statuses([500, 503, 503, 429].map(|c| StatusCode::from_u16(c).unwrap()))
             .with_idempotency_header("X-Request-Key")
             .build()
             .unwrap();

@@ -11,7 +11,7 @@
 //! // This POST is safe to repeat: the server deduplicates on the order id in the body.
 //! let _ = client.post("http://example.test/orders").with_extension(SafeToRetry);
 //! // At most one retry for this call.
-//! let _ = client.get("http://example.test/slow").with_extension(MaxRetries(1));
+//! let _ = client.get("http://example.test/slow").with_extension(MaxRetries::new(1));
 //! # }
 //! ```
 
@@ -29,9 +29,36 @@ pub struct SafeToRetry;
 
 /// Replaces the configured retry count for one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct MaxRetries(pub u32);
+pub struct MaxRetries(u32);
 
-/// Replaces the configured deadline for one request: the total time for all
-/// attempts and waits, measured from when the middleware first sees it.
+impl MaxRetries {
+    /// At most `retries` retries after the first attempt; `0` for none.
+    pub fn new(retries: u32) -> Self {
+        Self(retries)
+    }
+
+    /// The retry count.
+    pub fn get(&self) -> u32 {
+        self.0
+    }
+}
+
+/// Replaces the configured deadline for one request: the total time for the
+/// whole call, every attempt and wait, measured from when the middleware
+/// first sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RetryDeadline(pub Duration);
+pub struct RetryDeadline(Duration);
+
+impl RetryDeadline {
+    /// A deadline of `limit` from when the middleware first sees the
+    /// request. A zero deadline sends nothing: the call ends at once with
+    /// [`DeadlineExceeded`](crate::DeadlineExceeded).
+    pub fn new(limit: Duration) -> Self {
+        Self(limit)
+    }
+
+    /// The time allowed.
+    pub fn get(&self) -> Duration {
+        self.0
+    }
+}

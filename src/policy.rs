@@ -37,6 +37,8 @@ pub(crate) struct Shared {
     pub(crate) jitter: Arc<dyn JitterSource>,
     pub(crate) budget: Option<Arc<Budget>>,
     pub(crate) hook: Option<Hook>,
+    #[cfg(feature = "tracing")]
+    pub(crate) log_level: tracing::Level,
 }
 
 /// One request's policy and progress.
@@ -68,9 +70,9 @@ impl<'a> Policy<'a> {
         Self {
             shared,
             safe: extensions.get::<SafeToRetry>().is_some() || is_safe(config, request),
-            max_retries: extensions.get::<MaxRetries>().map_or(config.max_retries, |m| m.0),
+            max_retries: extensions.get::<MaxRetries>().map_or(config.max_retries, MaxRetries::get),
             start,
-            deadline: extensions.get::<RetryDeadline>().map(|d| d.0).or(config.deadline),
+            deadline: extensions.get::<RetryDeadline>().map(RetryDeadline::get).or(config.deadline),
             account,
             attempts: 0,
             previous_wait: config.initial_backoff,

@@ -61,7 +61,14 @@ impl RetryReport {
 /// Set from the second attempt on; absent means the first attempt, which
 /// keeps the common path free of an allocation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AttemptNumber(pub u32);
+pub struct AttemptNumber(pub(crate) u32);
+
+impl AttemptNumber {
+    /// The attempt under way, from 2.
+    pub fn get(&self) -> u32 {
+        self.0
+    }
+}
 
 /// A place for the middleware to leave the [`RetryReport`] of one request,
 /// readable by the caller whatever the outcome.

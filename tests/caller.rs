@@ -115,9 +115,9 @@ async fn max_retries_override_changes_the_count() {
     script_statuses(&server, "/r", &[503]).await;
     let (client, clock) = client(policy().build().unwrap());
     let url = format!("{}/r", server.uri());
-    client.get(&url).with_extension(MaxRetries(1)).send().await.unwrap();
+    client.get(&url).with_extension(MaxRetries::new(1)).send().await.unwrap();
     assert_eq!(hits(&server).await, 2);
-    client.get(&url).with_extension(MaxRetries(6)).send().await.unwrap();
+    client.get(&url).with_extension(MaxRetries::new(6)).send().await.unwrap();
     assert_eq!(hits(&server).await, 2 + 7);
     assert_eq!(clock.sleeps().len(), 1 + 6);
 }
@@ -128,7 +128,7 @@ async fn deadline_override_applies_to_one_request() {
     script_statuses(&server, "/r", &[503]).await;
     let (client, clock) = client(policy().build().unwrap());
     let url = format!("{}/r", server.uri());
-    client.get(&url).with_extension(RetryDeadline(150 * MS)).send().await.unwrap();
+    client.get(&url).with_extension(RetryDeadline::new(150 * MS)).send().await.unwrap();
     assert_eq!(clock.sleeps(), [100 * MS]);
 }
 

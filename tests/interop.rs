@@ -27,7 +27,10 @@ impl Middleware for Recorder {
         next: Next<'_>,
     ) -> reqwest_middleware::Result<Response> {
         self.calls.bump();
-        self.attempts.lock().unwrap().push(extensions.get::<AttemptNumber>().map(|n| n.0));
+        self.attempts
+            .lock()
+            .unwrap()
+            .push(extensions.get::<AttemptNumber>().map(AttemptNumber::get));
         next.run(req, extensions).await
     }
 }

@@ -95,7 +95,7 @@ async fn the_deadline_shortens_a_longer_request_timeout_and_reqwest_reports_it()
     let call = wrap(middleware)
         .get(&url)
         .timeout(Duration::from_secs(60))
-        .with_extension(RetryDeadline(Duration::from_secs(3)))
+        .with_extension(RetryDeadline::new(Duration::from_secs(3)))
         .with_extension(slot.clone())
         .send();
     let error = bounded("the call", call).await.unwrap_err();
@@ -219,7 +219,7 @@ impl Middleware for Litterer {
         extensions: &mut Extensions,
         next: Next<'_>,
     ) -> reqwest_middleware::Result<Response> {
-        let number = extensions.get::<AttemptNumber>().map(|n| n.0);
+        let number = extensions.get::<AttemptNumber>().map(AttemptNumber::get);
         self.seen.lock().unwrap().push((number, extensions.get::<Mark>().is_some()));
         extensions.insert(Mark);
         next.run(req, extensions).await

@@ -161,7 +161,12 @@ async fn final_statuses_are_returned_at_once() {
 async fn status_set_is_configurable() {
     let server = MockServer::start().await;
     script_statuses(&server, "/r", &[500, 503, 200]).await;
-    let (client, clock) = client(policy().with_retryable_statuses([500]).build().unwrap());
+    let (client, clock) = client(
+        policy()
+            .with_retryable_statuses([http::StatusCode::INTERNAL_SERVER_ERROR])
+            .build()
+            .unwrap(),
+    );
     let response = client.get(format!("{}/r", server.uri())).send().await.unwrap();
     // 500 is retried now, 503 is no longer.
     assert_eq!((response.status().as_u16(), hits(&server).await), (503, 2));
