@@ -11,7 +11,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use http::Extensions;
-use reqwest::{Method, Request, Response};
+use reqwest::{Method, Request, Response, StatusCode};
 use reqwest_middleware::{ClientWithMiddleware, Middleware, Next};
 use reqwest_retry::RetryTransientMiddleware;
 use reqwest_retry::policies::ExponentialBackoff;
@@ -99,7 +99,8 @@ fn first_cause<'a, T: std::error::Error + 'static>(
 /// Every 5xx, 408 and 429, as reqwest-retry — but, without a predicate,
 /// still only for requests that are safe to repeat.
 fn statuses_like_reqwest_retry() -> RetryConfigBuilder {
-    RetryConfig::builder().with_retryable_statuses((500..=599).chain([408, 429]))
+    let statuses = (500..=599).chain([408, 429]).filter_map(|code| StatusCode::from_u16(code).ok());
+    RetryConfig::builder().with_retryable_statuses(statuses)
 }
 // guide: end
 
@@ -135,7 +136,7 @@ fn without_redirects() -> (reqwest::Client, RetryConfigBuilder) {
 
 #[cfg(feature = "tracing")]
 // guide: warn_on_retry
-/// reqwest-retry's warn-level line before each retry.
+/// A warning before each retry and nothing else, as reqwest-retry logs.
 fn warn_on_retry(middleware: RetryMiddleware) -> RetryMiddleware {
     middleware.on_decision(|event| {
         if let Decision::Retry { after, reason } = event.decision {
@@ -549,6 +550,7 @@ async fn default_returns_errors_unwrapped() {
     let error = result.unwrap_err();
     assert!(error.is_connect() && !error.is_middleware(), "{error:?}");
     assert!(matches!(error, reqwest_middleware::Error::Reqwest(_)));
+    assert!(error.url().is_some());
     // The count reqwest-retry put in `RetryError::WithRetries` is in the report.
     assert_eq!((report.attempts, report.resend_count()), (4, 3));
 }
@@ -561,6 +563,7 @@ async fn reqwest_retry_wraps_every_error() {
             reqwest_middleware::ClientBuilder::new(bare_reqwest()).with(peer(retries)).build();
         let error = bounded("GET", client.get(&url).send()).await.unwrap_err();
         assert!(!error.is_connect() && error.is_middleware(), "{error:?}");
+        assert!(error.url().is_none());
         let reqwest_middleware::Error::Middleware(wrapped) = &error else { unreachable!() };
         let retry_error = wrapped.downcast_ref::<reqwest_retry::RetryError>().unwrap();
         match (retries, retry_error) {
@@ -832,6 +835,16 @@ mod logging {
         let log = logged(tracing::Level::DEBUG, wrap_ours(RetryMiddleware::default())).await;
         let line = log.lines().find(|l| l.contains("retrying request")).expect(&log);
         assert!(line.contains("DEBUG"), "{line}");
+    }
+
+    #[tokio::test]
+    async fn with_log_level_raises_every_event_to_warn() {
+        // guide: with_log_level
+        let middleware = RetryMiddleware::default().with_log_level(tracing::Level::WARN);
+        // guide: end
+        let log = logged(tracing::Level::WARN, wrap_ours(middleware)).await;
+        let line = log.lines().find(|l| l.contains("retrying request")).expect(&log);
+        assert!(line.contains("WARN"), "{line}");
     }
 
     #[tokio::test]
