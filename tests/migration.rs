@@ -802,6 +802,14 @@ mod logging {
     /// What `client` logs at `level` and above for a GET answered 503, 200.
     async fn logged(level: tracing::Level, client: ClientWithMiddleware) -> String {
         let (_server, url) = scripted(&[503, 200]).await;
+        // tracing caches per callsite, for the whole process, whether a
+        // subscriber wants it. While a single dispatcher is registered, a
+        // callsite first reached on a thread without a subscriber (another
+        // test's) is cached as unwanted, and this test's subscriber would
+        // never see it. A second dispatcher, wanting everything and writing
+        // nowhere, makes every new callsite ask all registered subscribers.
+        let sink = tracing_subscriber::fmt().with_max_level(tracing::Level::TRACE);
+        let _anchor = tracing::Dispatch::new(sink.with_writer(std::io::sink).finish());
         let captured = Captured::default();
         let writer = captured.clone();
         let subscriber = tracing_subscriber::fmt()
