@@ -183,8 +183,14 @@ impl RetryConfigBuilder {
     /// A custom predicate, consulted after every attempt before the built-in
     /// rules. Return `Some` to decide, `None` to fall back to the built-in
     /// rules. Whatever it says, a [`Retryability::WhenSafe`] outcome is still
-    /// retried only for requests that are safe to repeat. It is not consulted
-    /// for a request whose body cannot be copied, which is never retried.
+    /// retried only for requests that are safe to repeat, and an
+    /// [`Retryability::AnyMethod`] one is held to the same proof as the
+    /// built-in rules: with a client that may follow redirects (see
+    /// [`Redirects`]), a request that is not safe to repeat is not retried,
+    /// since the outcome may belong to a later hop. To repeat such a request
+    /// anyway, mark it [`SafeToRetry`](crate::SafeToRetry). The predicate is
+    /// not consulted for a request whose body cannot be copied, which is
+    /// never retried, nor for one sent with [`NoRetry`](crate::NoRetry).
     ///
     /// ```
     /// use reqwest_safe_retry::{Outcome, RetryConfig, Retryability};

@@ -37,9 +37,13 @@ pub(crate) fn classify_status(
     Some((retryability, RetryReason::Status(status)))
 }
 
-/// The built-in rules for a failed attempt.
-pub(crate) fn classify_error(error: &reqwest_middleware::Error) -> Verdict {
-    let error = reqwest_error(error)?;
+/// The built-in rules for a failed attempt of the request to `url`, when
+/// known.
+pub(crate) fn classify_error(
+    error: &reqwest_middleware::Error,
+    url: Option<&reqwest::Url>,
+) -> Verdict {
+    let error = reqwest_error(error, url)?;
     if error.is_connect() {
         // The request was never written. Retrying is safe for any method, but
         // only useful when the failure can pass: a refused or unreachable
@@ -71,13 +75,23 @@ pub(crate) fn classify_error(error: &reqwest_middleware::Error) -> Verdict {
 }
 
 /// The `reqwest::Error` behind an outcome, also when an inner middleware
-/// wrapped it in [`reqwest_middleware::Error::Middleware`].
-fn reqwest_error(error: &reqwest_middleware::Error) -> Option<&reqwest::Error> {
+/// wrapped it in [`reqwest_middleware::Error::Middleware`] — but only one
+/// about this request: an inner middleware may have made calls of its own
+/// (an audit log, a token refresh), and their failures say nothing about
+/// whether this request was processed.
+fn reqwest_error<'a>(
+    error: &'a reqwest_middleware::Error,
+    url: Option<&reqwest::Url>,
+) -> Option<&'a reqwest::Error> {
     match error {
         reqwest_middleware::Error::Reqwest(error) => Some(error),
         reqwest_middleware::Error::Middleware(error) => {
             let error: &(dyn StdError + 'static) = &**error;
-            sources(error).find_map(|e| e.downcast_ref::<reqwest::Error>())
+            let wrapped = sources(error).find_map(|e| e.downcast_ref::<reqwest::Error>())?;
+            match (wrapped.url(), url) {
+                (Some(theirs), Some(ours)) if theirs != ours => None,
+                _ => Some(wrapped),
+            }
         }
     }
 }
@@ -242,6 +256,6 @@ mod tests {
         let error = reqwest_middleware::Error::middleware(io::Error::from(
             io::ErrorKind::ConnectionRefused,
         ));
-        assert_eq!(classify_error(&error), None);
+        assert_eq!(classify_error(&error, None), None);
     }
 }

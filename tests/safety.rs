@@ -346,3 +346,43 @@ async fn predicate_is_consulted_on_the_last_attempt_too() {
     assert_eq!((report.attempts, report.stop), (2, StopReason::RetriesExhausted));
     assert_eq!(seen.get(), 2);
 }
+
+#[tokio::test]
+async fn a_blank_idempotency_key_does_not_make_a_post_safe() {
+    for kind in Kind::BOTH {
+        let (status, hits, _) = send(kind, Method::POST, &[503, 200], Some(" \t ")).await;
+        assert_eq!((status, hits), (503, 1), "{kind:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_predicates_any_method_is_held_to_the_redirect_rule() {
+    // A redirect-following client; the POST is answered 303 to a port where
+    // nothing listens. The predicate asks to retry connect errors for any
+    // method, but the refusal met the second hop, after the order was made.
+    let server = MockServer::start().await;
+    let refused = refused_address().await;
+    Mock::given(wiremock::matchers::path("/orders"))
+        .respond_with(ResponseTemplate::new(303).insert_header("Location", refused.as_str()))
+        .mount(&server)
+        .await;
+    let config = policy().with_predicate(|attempt| match attempt.outcome {
+        Outcome::Error(e) if e.is_connect() => Some(Retryability::AnyMethod),
+        _ => None,
+    });
+    let (client, _) = Kind::Following.client(config);
+    let slot = reqwest_safe_retry::ReportSlot::new();
+    let call = client.post(format!("{}/orders", server.uri())).body("order");
+    call.with_extension(slot.clone()).send().await.unwrap_err();
+    assert_eq!(hits(&server).await, 1);
+    assert_eq!(slot.get().unwrap().stop, StopReason::NotSafe);
+}
+
+#[tokio::test]
+async fn a_fragment_does_not_hide_the_first_hop() {
+    let server = MockServer::start().await;
+    script_statuses(&server, "/r", &[429, 201]).await;
+    let (client, _) = Kind::NotFollowing.client(policy());
+    let response = client.post(format!("{}/r#section", server.uri())).send().await.unwrap();
+    assert_eq!((response.status().as_u16(), hits(&server).await), (201, 2));
+}
