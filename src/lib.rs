@@ -168,6 +168,7 @@ mod clock;
 mod config;
 mod discard;
 mod error;
+mod events;
 mod extensions;
 mod jitter;
 mod middleware;

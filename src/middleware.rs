@@ -15,6 +15,7 @@ use crate::budget::Budget;
 use crate::clock::{Clock, TokioClock};
 use crate::config::RetryConfig;
 use crate::discard::{discard, first};
+use crate::events;
 use crate::extensions::NoRetry;
 use crate::jitter::{JitterSource, ThreadRngJitter};
 use crate::policy::{Policy, Shared};
@@ -56,6 +57,8 @@ impl RetryMiddleware {
             jitter: Arc::new(ThreadRngJitter),
             budget,
             hook: None,
+            #[cfg(feature = "tracing")]
+            log_level: tracing::Level::DEBUG,
         };
         Self { shared: Arc::new(shared) }
     }
@@ -94,6 +97,14 @@ impl RetryMiddleware {
         F: Fn(&RetryEvent<'_>) + Send + Sync + 'static,
     {
         Arc::make_mut(&mut self.shared).hook = Some(Arc::new(hook));
+        self
+    }
+
+    /// The level of the `tracing` events for retry decisions: debug by
+    /// default. (reqwest-retry users know this as `with_retry_log_level`.)
+    #[cfg(feature = "tracing")]
+    pub fn with_log_level(mut self, level: tracing::Level) -> Self {
+        Arc::make_mut(&mut self.shared).log_level = level;
         self
     }
 
@@ -147,12 +158,19 @@ impl Shared {
         next: Next<'a>,
     ) -> impl Future<Output = Result<Response>> + Send + 'a {
         let method = request.method().clone();
+        let server = events::server(self, &request);
         let mut pending = Some(request);
         async move {
             if extensions.get::<NoRetry>().is_some() {
                 let request = pending.take().expect("the request");
                 let outcome = next.run(request, extensions).await;
-                self.notify(1, &method, Decision::Stop(StopReason::Disabled));
+                events::notify(
+                    self,
+                    1,
+                    &method,
+                    server.as_deref(),
+                    Decision::Stop(StopReason::Disabled),
+                );
                 let stop = StopReason::Disabled;
                 let report = RetryReport { attempts: 1, total_wait: Duration::ZERO, stop };
                 return finish(extensions, None, outcome, report);
@@ -164,7 +182,12 @@ impl Shared {
             let mut caller: Option<Extensions> = None;
             loop {
                 let Ok((attempt, cut_at)) = policy.start(&mut pending) else {
-                    return self.expired(&policy, &method, extensions, caller.as_ref());
+                    return self.expired(
+                        &policy,
+                        (&method, server.as_deref()),
+                        extensions,
+                        caller.as_ref(),
+                    );
                 };
                 if pending.is_some() && caller.is_none() {
                     caller = Some(extensions.clone());
@@ -177,12 +200,17 @@ impl Shared {
                     Some(at) => match Box::pin(first(sent, self.clock.sleep_until(at))).await {
                         Some(outcome) => outcome,
                         None => {
-                            return self.expired(&policy, &method, extensions, caller.as_ref());
+                            return self.expired(
+                                &policy,
+                                (&method, server.as_deref()),
+                                extensions,
+                                caller.as_ref(),
+                            );
                         }
                     },
                 };
                 let decision = policy.decide(pending.as_ref(), &outcome);
-                self.notify(policy.attempts(), &method, decision);
+                events::notify(self, policy.attempts(), &method, server.as_deref(), decision);
                 let after = match decision {
                     // `decide` retries only while a copy is kept.
                     Decision::Retry { after, .. } if pending.is_some() => after,
@@ -211,38 +239,14 @@ impl Shared {
     fn expired(
         &self,
         policy: &Policy<'_>,
-        method: &Method,
+        (method, server): (&Method, Option<&str>),
         extensions: &mut Extensions,
         caller: Option<&Extensions>,
     ) -> Result<Response> {
         let stop = StopReason::DeadlineExceeded;
-        self.notify(policy.attempts(), method, Decision::Stop(stop));
+        events::notify(self, policy.attempts(), method, server, Decision::Stop(stop));
         let error = Error::middleware(policy.deadline_exceeded());
         finish(extensions, caller, Err(error), policy.report(stop))
-    }
-
-    fn notify(&self, attempt: u32, method: &Method, decision: Decision) {
-        #[cfg(feature = "tracing")]
-        match decision {
-            Decision::Retry { after, reason } => tracing::debug!(
-                attempt,
-                method = %method,
-                reason = %reason,
-                wait_ms = after.as_millis() as u64,
-                "retrying request"
-            ),
-            // A first answer that is final is the common case, not news.
-            Decision::Stop(StopReason::Final) if attempt == 1 => {}
-            Decision::Stop(reason) => tracing::debug!(
-                attempt,
-                method = %method,
-                reason = %reason,
-                "not retrying request"
-            ),
-        }
-        if let Some(hook) = &self.hook {
-            hook(&RetryEvent { attempt, method, decision });
-        }
     }
 }
 

@@ -37,6 +37,8 @@ pub(crate) struct Shared {
     pub(crate) jitter: Arc<dyn JitterSource>,
     pub(crate) budget: Option<Arc<Budget>>,
     pub(crate) hook: Option<Hook>,
+    #[cfg(feature = "tracing")]
+    pub(crate) log_level: tracing::Level,
 }
 
 /// One request's policy and progress.

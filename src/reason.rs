@@ -114,6 +114,43 @@ impl fmt::Display for StopReason {
     }
 }
 
+impl RetryReason {
+    /// A stable, low-cardinality label for metrics and logs: `status`,
+    /// `not_connected`, `not_sent`, `refused_stream`, `timeout`,
+    /// `connection_lost` or `custom`. The status code is not in it; read it
+    /// from [`RetryReason::Status`] if you want it as a label of its own.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            RetryReason::Status(_) => "status",
+            RetryReason::NotConnected => "not_connected",
+            RetryReason::NotSent => "not_sent",
+            RetryReason::RefusedStream => "refused_stream",
+            RetryReason::Timeout => "timeout",
+            RetryReason::ConnectionLost => "connection_lost",
+            RetryReason::Custom => "custom",
+        }
+    }
+}
+
+impl StopReason {
+    /// A stable, low-cardinality label for metrics and logs: `final`,
+    /// `not_safe`, `retries_exhausted`, `not_replayable`,
+    /// `retry_after_too_long`, `deadline_exceeded`, `budget_exhausted` or
+    /// `disabled`. No duration is ever part of it.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            StopReason::Final => "final",
+            StopReason::NotSafe => "not_safe",
+            StopReason::RetriesExhausted => "retries_exhausted",
+            StopReason::NotReplayable => "not_replayable",
+            StopReason::RetryAfterTooLong(_) => "retry_after_too_long",
+            StopReason::DeadlineExceeded => "deadline_exceeded",
+            StopReason::BudgetExhausted => "budget_exhausted",
+            StopReason::Disabled => "disabled",
+        }
+    }
+}
+
 impl fmt::Display for Retryability {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
@@ -146,6 +183,65 @@ mod tests {
         assert_eq!(retry.to_string(), "retry after 250ms (status 503)");
         let stop = Decision::Stop(StopReason::NotSafe);
         assert_eq!(stop.to_string(), "stop (request not safe to repeat)");
+    }
+
+    #[test]
+    fn metric_labels_are_stable_and_distinct() {
+        let retry: Vec<&str> = [
+            RetryReason::Status(StatusCode::BAD_GATEWAY),
+            RetryReason::NotConnected,
+            RetryReason::NotSent,
+            RetryReason::RefusedStream,
+            RetryReason::Timeout,
+            RetryReason::ConnectionLost,
+            RetryReason::Custom,
+        ]
+        .iter()
+        .map(RetryReason::as_str)
+        .collect();
+        assert_eq!(
+            retry,
+            [
+                "status",
+                "not_connected",
+                "not_sent",
+                "refused_stream",
+                "timeout",
+                "connection_lost",
+                "custom"
+            ]
+        );
+        let stop: Vec<&str> = [
+            StopReason::Final,
+            StopReason::NotSafe,
+            StopReason::RetriesExhausted,
+            StopReason::NotReplayable,
+            StopReason::RetryAfterTooLong(Duration::from_secs(90)),
+            StopReason::DeadlineExceeded,
+            StopReason::BudgetExhausted,
+            StopReason::Disabled,
+        ]
+        .iter()
+        .map(StopReason::as_str)
+        .collect();
+        assert_eq!(
+            stop,
+            [
+                "final",
+                "not_safe",
+                "retries_exhausted",
+                "not_replayable",
+                "retry_after_too_long",
+                "deadline_exceeded",
+                "budget_exhausted",
+                "disabled"
+            ]
+        );
+        // The same label whatever the duration: no durations in labels.
+        assert_eq!(
+            StopReason::RetryAfterTooLong(Duration::from_secs(1)).as_str(),
+            StopReason::RetryAfterTooLong(Duration::MAX).as_str()
+        );
     }
 
     #[test]

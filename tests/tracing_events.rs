@@ -45,10 +45,57 @@ async fn tracing_event_says_attempt_reason_and_wait_but_no_secrets() {
     let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
     let line = log.lines().find(|l| l.contains("retrying request")).expect(&log);
     assert!(line.contains("DEBUG"), "{line}");
-    assert!(line.contains("attempt=1"), "{line}");
-    assert!(line.contains("reason=status 503"), "{line}");
-    assert!(line.contains("wait_ms=100"), "{line}");
+    for field in [
+        "retrying request: status 503",
+        "attempt=1",
+        "http.request.method=GET",
+        "http.request.resend_count=0",
+        "server.address=\"127.0.0.1\"",
+        "error.type=\"503\"",
+        "retry.reason=\"status\"",
+        "wait_ms=100",
+    ] {
+        assert!(line.contains(field), "{field} missing: {line}");
+    }
     for secret in ["hunter2", "sekrit", "4242", "token"] {
         assert!(!log.contains(secret), "{secret} leaked: {log}");
     }
+}
+
+fn capture(level: tracing::Level) -> (Captured, tracing::subscriber::DefaultGuard) {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(level)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    (captured, tracing::subscriber::set_default(subscriber))
+}
+
+#[tokio::test]
+async fn the_log_level_is_configurable() {
+    let server = MockServer::start().await;
+    script_statuses(&server, "/r", &[503, 503]).await;
+    // A subscriber that only takes warnings sees the events raised to warn.
+    let (captured, _guard) = capture(tracing::Level::WARN);
+    let middleware =
+        reqwest_safe_retry::RetryMiddleware::new(policy().with_max_retries(1).build().unwrap())
+            .with_clock(reqwest_safe_retry::ManualClock::new())
+            .with_log_level(tracing::Level::WARN);
+    wrap(middleware).get(format!("{}/r", server.uri())).send().await.unwrap();
+    let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let retry = log.lines().find(|l| l.contains("retrying request")).expect(&log);
+    assert!(retry.contains("WARN"), "{retry}");
+    let stop = log.lines().find(|l| l.contains("not retrying request")).expect(&log);
+    assert!(stop.contains("retry.stop=\"retries_exhausted\""), "{stop}");
+    assert!(stop.contains("http.request.resend_count=1"), "{stop}");
+
+    // At the default level, the same subscriber sees nothing.
+    let (quiet, _guard) = capture(tracing::Level::WARN);
+    let server = MockServer::start().await;
+    script_statuses(&server, "/r", &[503, 503]).await;
+    let (client, _) = client(policy().with_max_retries(1).build().unwrap());
+    client.get(format!("{}/r", server.uri())).send().await.unwrap();
+    assert!(quiet.0.lock().unwrap().is_empty());
 }

@@ -1,0 +1,92 @@
+//! What the middleware tells the world after each attempt: a `tracing` event
+//! (feature `tracing`), and the caller's hook.
+//!
+//! Event fields follow OpenTelemetry's HTTP semantic conventions where one
+//! exists — `http.request.method`, `http.request.resend_count`,
+//! `server.address`, `error.type` — and say the rest plainly: `attempt`,
+//! `retry.reason` or `retry.stop` (the stable labels of
+//! [`RetryReason::as_str`](crate::RetryReason::as_str) and
+//! [`StopReason::as_str`](crate::StopReason::as_str)), `wait_ms`. Headers,
+//! bodies, paths and queries are never logged.
+
+use http::Method;
+use reqwest::Request;
+
+use crate::policy::Shared;
+use crate::reason::Decision;
+use crate::report::RetryEvent;
+
+/// The host to name in events, copied only when an event could be emitted.
+pub(crate) fn server(shared: &Shared, request: &Request) -> Option<Box<str>> {
+    #[cfg(feature = "tracing")]
+    if tracing::level_enabled!(shared.log_level) {
+        return request.url().host_str().map(Box::from);
+    }
+    let _ = (shared, request);
+    None
+}
+
+/// Emits the event for one decision, and calls the hook.
+pub(crate) fn notify(
+    shared: &Shared,
+    attempt: u32,
+    method: &Method,
+    server: Option<&str>,
+    decision: Decision,
+) {
+    #[cfg(feature = "tracing")]
+    emit(shared.log_level, attempt, method, server.unwrap_or_default(), decision);
+    let _ = server;
+    if let Some(hook) = &shared.hook {
+        hook(&RetryEvent { attempt, method, decision });
+    }
+}
+
+/// `tracing::event!` wants its level fixed at the call site.
+#[cfg(feature = "tracing")]
+macro_rules! event_at {
+    ($level:expr, $($rest:tt)+) => {
+        match $level {
+            tracing::Level::TRACE => tracing::event!(tracing::Level::TRACE, $($rest)+),
+            tracing::Level::DEBUG => tracing::event!(tracing::Level::DEBUG, $($rest)+),
+            tracing::Level::INFO => tracing::event!(tracing::Level::INFO, $($rest)+),
+            tracing::Level::WARN => tracing::event!(tracing::Level::WARN, $($rest)+),
+            _ => tracing::event!(tracing::Level::ERROR, $($rest)+),
+        }
+    };
+}
+
+#[cfg(feature = "tracing")]
+fn emit(level: tracing::Level, attempt: u32, method: &Method, server: &str, decision: Decision) {
+    let resends = attempt.saturating_sub(1);
+    match decision {
+        Decision::Retry { after, reason } => {
+            let error_type = match &reason {
+                crate::RetryReason::Status(status) => status.as_str(),
+                other => other.as_str(),
+            };
+            event_at!(
+                level,
+                attempt,
+                http.request.method = %method,
+                http.request.resend_count = resends,
+                server.address = server,
+                error.type = error_type,
+                retry.reason = reason.as_str(),
+                wait_ms = after.as_millis() as u64,
+                "retrying request: {reason}"
+            )
+        }
+        // A first answer that is final is the common case, not news.
+        Decision::Stop(crate::StopReason::Final) if attempt == 1 => {}
+        Decision::Stop(stop) => event_at!(
+            level,
+            attempt,
+            http.request.method = %method,
+            http.request.resend_count = resends,
+            server.address = server,
+            retry.stop = stop.as_str(),
+            "not retrying request: {stop}"
+        ),
+    }
+}
