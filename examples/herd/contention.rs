@@ -152,7 +152,7 @@ fn run_once(jitter: Option<Jitter>, clients: usize, run: u32) -> (u64, Duration,
         let config = RetryConfig::builder()
             .without_budget()
             .with_max_retries(1000)
-            .with_retryable_statuses([409])
+            .with_retryable_statuses([http::StatusCode::CONFLICT])
             .with_initial_backoff(initial)
             .with_max_backoff(max)
             .with_jitter(jitter.unwrap_or(Jitter::None))
