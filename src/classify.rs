@@ -50,7 +50,9 @@ pub(crate) fn classify_error(
         // peer, a connect timeout, a TLS handshake the peer cut off (an
         // overloaded load balancer does that). A certificate or protocol
         // error, or a name that does not resolve, fails the same way again.
-        let passing = error.is_timeout() || any_io(error, is_passing_connect_failure);
+        let passing = error.is_timeout()
+            || any_io(error, is_passing_connect_failure)
+            || is_temporary_dns_failure(error);
         return passing.then_some((Retryability::AnyMethod, RetryReason::NotConnected));
     }
     if chain_has_refused_stream(error) {
@@ -133,6 +135,27 @@ fn is_passing_connect_failure(kind: io::ErrorKind) -> bool {
     )
 }
 
+/// A name lookup that may succeed if tried again (a resolver timing out, a
+/// DNS server briefly unreachable: `EAI_AGAIN`), as against a name that does
+/// not exist (`NXDOMAIN`), which stays final.
+///
+/// A resolver that says so with a type is read by the type: an `io::Error`
+/// of kind `TimedOut` or `Interrupted` in the chain. The system resolver
+/// (`getaddrinfo`, behind reqwest's default) gives no code for it: Rust's
+/// standard library turns `EAI_AGAIN` into an uncategorised `io::Error`
+/// whose only trace is the C library's message. So, as a last resort, and
+/// only inside a connect error, its wording is recognised: glibc's
+/// "Temporary failure in name resolution" and musl's "Try again".
+fn is_temporary_dns_failure(error: &(dyn StdError + 'static)) -> bool {
+    sources(error).filter_map(|e| e.downcast_ref::<io::Error>()).any(|io| {
+        if matches!(io.kind(), io::ErrorKind::TimedOut | io::ErrorKind::Interrupted) {
+            return true;
+        }
+        let message = io.to_string();
+        message.contains("Temporary failure in name resolution") || message.ends_with("Try again")
+    })
+}
+
 /// HTTP/2 REFUSED_STREAM, or a GOAWAY without error: the server says it did
 /// not process the stream (RFC 9113, section 8.7).
 #[cfg(feature = "http2")]
@@ -183,6 +206,21 @@ mod tests {
         let certificate = io::Error::new(io::ErrorKind::InvalidData, "unknown issuer");
         let outer = Wrapper(Box::new(io::Error::other(certificate)));
         assert!(!any_io(&outer, is_passing_connect_failure));
+    }
+
+    #[test]
+    fn temporary_name_lookup_failures_are_told_from_names_that_do_not_exist() {
+        let lookup = |e: io::Error| is_temporary_dns_failure(&Wrapper(Box::new(e)));
+        assert!(lookup(io::Error::from(io::ErrorKind::TimedOut)));
+        assert!(lookup(io::Error::from(io::ErrorKind::Interrupted)));
+        // As std reports getaddrinfo's EAI_AGAIN (glibc, then musl).
+        let glibc = "failed to lookup address information: Temporary failure in name resolution";
+        assert!(lookup(io::Error::other(glibc)));
+        assert!(lookup(io::Error::other("failed to lookup address information: Try again")));
+        // EAI_NONAME, NXDOMAIN: final.
+        let nxdomain = "failed to lookup address information: Name or service not known";
+        assert!(!lookup(io::Error::other(nxdomain)));
+        assert!(!lookup(io::Error::from(io::ErrorKind::NotFound)));
     }
 
     #[test]

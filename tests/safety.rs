@@ -386,3 +386,77 @@ async fn a_fragment_does_not_hide_the_first_hop() {
     let response = client.post(format!("{}/r#section", server.uri())).send().await.unwrap();
     assert_eq!((response.status().as_u16(), hits(&server).await), (201, 2));
 }
+
+/// A resolver that fails its first lookups the way `failure` says, then
+/// resolves every name to `to`.
+struct Flaky {
+    failures: std::sync::atomic::AtomicUsize,
+    failure: fn() -> std::io::Error,
+    to: std::net::SocketAddr,
+}
+
+impl reqwest::dns::Resolve for Flaky {
+    fn resolve(&self, _: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let left = self.failures.load(std::sync::atomic::Ordering::SeqCst);
+        let (failure, to) = (self.failure, self.to);
+        if left > 0 {
+            self.failures.store(left - 1, std::sync::atomic::Ordering::SeqCst);
+        }
+        Box::pin(async move {
+            if left > 0 {
+                return Err(Box::new(failure()) as Box<dyn std::error::Error + Send + Sync>);
+            }
+            Ok(Box::new(std::iter::once(to)) as reqwest::dns::Addrs)
+        })
+    }
+}
+
+async fn through_flaky_dns(
+    kind: Kind,
+    failure: fn() -> std::io::Error,
+) -> (u16, usize, RetryReport) {
+    let server = MockServer::start().await;
+    script_statuses(&server, "/orders", &[201]).await;
+    let resolver =
+        Flaky { failures: std::sync::atomic::AtomicUsize::new(2), failure, to: *server.address() };
+    let mut inner = reqwest::Client::builder().dns_resolver(std::sync::Arc::new(resolver));
+    if kind == Kind::NotFollowing {
+        inner = inner.redirect(reqwest::redirect::Policy::none());
+    }
+    let clock = reqwest_safe_retry::ManualClock::new();
+    let middleware =
+        reqwest_safe_retry::RetryMiddleware::new(kind.config(policy())).with_clock(clock.clone());
+    let client =
+        reqwest_middleware::ClientBuilder::new(inner.build().unwrap()).with(middleware).build();
+    let slot = reqwest_safe_retry::ReportSlot::new();
+    let url = format!("http://orders.internal:{}/orders", server.address().port());
+    let result = client.post(url).body("order").with_extension(slot.clone()).send().await;
+    let status = result.map_or(0, |r| r.status().as_u16());
+    (status, hits(&server).await, slot.get().unwrap())
+}
+
+#[tokio::test]
+async fn a_temporary_dns_failure_is_retried_for_any_method_when_redirects_are_not_followed() {
+    let glibc = || {
+        std::io::Error::other(
+            "failed to lookup address information: Temporary failure in name resolution",
+        )
+    };
+    let timed_out = || std::io::Error::from(std::io::ErrorKind::TimedOut);
+    for failure in [glibc as fn() -> std::io::Error, timed_out] {
+        let (status, hits, report) = through_flaky_dns(Kind::NotFollowing, failure).await;
+        assert_eq!((status, hits, report.attempts), (201, 1, 3));
+    }
+    // With a client that may follow redirects, the failed lookup may have
+    // been a later hop's: the POST is not repeated.
+    let (status, hits, report) = through_flaky_dns(Kind::Following, timed_out).await;
+    assert_eq!((status, hits, report.stop), (0, 0, StopReason::NotSafe));
+}
+
+#[tokio::test]
+async fn a_name_that_does_not_exist_stays_final() {
+    let nxdomain =
+        || std::io::Error::other("failed to lookup address information: Name or service not known");
+    let (status, hits, report) = through_flaky_dns(Kind::NotFollowing, nxdomain).await;
+    assert_eq!((status, hits, report.attempts, report.stop), (0, 0, 1, StopReason::Final));
+}
