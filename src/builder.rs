@@ -8,7 +8,7 @@ use http::{HeaderName, StatusCode};
 
 use crate::backoff::Jitter;
 use crate::budget::RetryBudget;
-use crate::config::{Redirects, RetryConfig};
+use crate::config::{Redirects, RetryAfterOverCap, RetryConfig};
 use crate::error::ConfigError;
 use crate::predicate::Attempt;
 use crate::reason::Retryability;
@@ -100,6 +100,13 @@ impl RetryConfigBuilder {
     /// response handed to the caller at once, rather than retried early.
     pub fn with_max_retry_after(mut self, cap: Duration) -> Self {
         self.config.max_retry_after = cap;
+        self
+    }
+
+    /// What to do when `Retry-After` asks for more than `max_retry_after`:
+    /// return the response at once (the default) or wait the cap and retry.
+    pub fn with_retry_after_over_cap(mut self, over_cap: RetryAfterOverCap) -> Self {
+        self.config.retry_after_over_cap = over_cap;
         self
     }
 
@@ -287,6 +294,7 @@ mod tests {
         assert_eq!(config.idempotency_header(), "idempotency-key");
         assert_eq!(config.max_retry_after(), Duration::from_secs(30));
         assert!(config.retry_after_spread());
+        assert_eq!(config.retry_after_over_cap(), RetryAfterOverCap::ReturnResponse);
         assert_eq!(config.deadline(), None);
         assert_eq!(config.attempt_timeout(), None);
         assert_eq!(config.redirects(), Redirects::Followed);

@@ -184,7 +184,7 @@ pub use builder::RetryConfigBuilder;
 #[cfg(feature = "test-util")]
 pub use clock::ManualClock;
 pub use clock::{Clock, Sleep, TokioClock};
-pub use config::{Redirects, RetryConfig};
+pub use config::{Redirects, RetryAfterOverCap, RetryConfig};
 pub use error::{ConfigError, DeadlineExceeded};
 pub use extensions::{MaxRetries, NoRetry, RetryDeadline, SafeToRetry};
 #[cfg(feature = "test-util")]

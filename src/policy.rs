@@ -16,7 +16,7 @@ use crate::backoff::{Jitter, backoff, ceiling, scale};
 use crate::budget::{Account, Budget};
 use crate::classify::{self, Verdict};
 use crate::clock::Clock;
-use crate::config::{Redirects, RetryConfig};
+use crate::config::{Redirects, RetryAfterOverCap, RetryConfig};
 use crate::error::DeadlineExceeded;
 use crate::extensions::{MaxRetries, NoRetry, RetryDeadline, SafeToRetry};
 use crate::jitter::JitterSource;
@@ -212,10 +212,17 @@ impl<'a> Policy<'a> {
         let config = &self.shared.config;
         let (initial, max) = (config.initial_backoff, config.max_backoff);
         let retry = self.attempts - 1;
-        let after = match outcome.as_ref().ok().and_then(|response| self.asked(response)) {
-            Some(asked) if asked > config.max_retry_after => {
-                return Decision::Stop(StopReason::RetryAfterTooLong(asked));
-            }
+        let asked = outcome.as_ref().ok().and_then(|response| self.asked(response));
+        let asked = match asked {
+            Some(asked) if asked > config.max_retry_after => match config.retry_after_over_cap {
+                RetryAfterOverCap::ReturnResponse => {
+                    return Decision::Stop(StopReason::RetryAfterTooLong(asked));
+                }
+                RetryAfterOverCap::WaitTheCap => Some(config.max_retry_after),
+            },
+            asked => asked,
+        };
+        let after = match asked {
             // The server's word is a floor, not an appointment: clients told
             // the same thing come back spread over this retry's ceiling.
             Some(asked) if config.retry_after_spread && config.jitter != Jitter::None => {
