@@ -33,6 +33,8 @@ pub const STOPS: &str = "http_client_retry_stops_total";
 pub const WAITS: &str = "http_client_retry_wait_seconds";
 /// What a server asked for when its `Retry-After` was over the cap, in
 /// seconds: whether the cap should move is read here, never in a label.
+/// With `RetryAfterOverCap::WaitTheCap` such an ask is not a stop but a
+/// retry waiting the cap, and shows only in the wait histogram.
 pub const REFUSED_RETRY_AFTER: &str = "http_client_retry_after_refused_seconds";
 
 /// The decision hook: `RetryMiddleware::on_decision(record)`.
