@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use reqwest::Method;
 use reqwest_safe_retry::{
-    Clock, FixedJitter, Jitter, ManualClock, Redirects, ReportSlot, RetryConfig, RetryMiddleware,
+    FixedJitter, Jitter, ManualClock, Redirects, ReportSlot, RetryConfig, RetryMiddleware,
     StopReason,
 };
 use wiremock::matchers::any;
