@@ -8,10 +8,9 @@ use http::{HeaderName, StatusCode};
 
 use crate::backoff::Jitter;
 use crate::budget::RetryBudget;
-use crate::config::{Redirects, RetryConfig};
+use crate::config::{Redirects, RetryAfterOverCap, RetryConfig};
 use crate::error::ConfigError;
-use crate::predicate::Attempt;
-use crate::reason::Retryability;
+use crate::predicate::{Attempt, Verdict};
 
 /// Builds a [`RetryConfig`]; nothing is checked until [`build`](Self::build).
 #[derive(Debug, Clone)]
@@ -103,6 +102,13 @@ impl RetryConfigBuilder {
         self
     }
 
+    /// What to do when `Retry-After` asks for more than `max_retry_after`:
+    /// return the response at once (the default) or wait the cap and retry.
+    pub fn with_retry_after_over_cap(mut self, over_cap: RetryAfterOverCap) -> Self {
+        self.config.retry_after_over_cap = over_cap;
+        self
+    }
+
     /// Whether to spread a wait the server asked for (on by default).
     ///
     /// `Retry-After` says "not before", and a fleet told "5 seconds", or the
@@ -182,9 +188,15 @@ impl RetryConfigBuilder {
 
     /// A custom predicate, consulted after every attempt before the built-in
     /// rules. Return `Some` to decide, `None` to fall back to the built-in
-    /// rules. Whatever it says, a [`Retryability::WhenSafe`] outcome is still
-    /// retried only for requests that are safe to repeat. It is not consulted
-    /// for a request whose body cannot be copied, which is never retried.
+    /// rules. Whatever it says, a [`Retryability::WhenSafe`](crate::Retryability::WhenSafe) outcome is still
+    /// retried only for requests that are safe to repeat, and an
+    /// [`Retryability::AnyMethod`](crate::Retryability::AnyMethod) one is held to the same proof as the
+    /// built-in rules: with a client that may follow redirects (see
+    /// [`Redirects`]), a request that is not safe to repeat is not retried,
+    /// since the outcome may belong to a later hop. To repeat such a request
+    /// anyway, mark it [`SafeToRetry`](crate::SafeToRetry). The predicate is
+    /// not consulted for a request whose body cannot be copied, which is
+    /// never retried, nor for one sent with [`NoRetry`](crate::NoRetry).
     ///
     /// ```
     /// use reqwest_safe_retry::{Outcome, RetryConfig, Retryability};
@@ -199,11 +211,15 @@ impl RetryConfigBuilder {
     ///     .unwrap();
     /// # let _ = config;
     /// ```
-    pub fn with_predicate<F>(mut self, predicate: F) -> Self
+    ///
+    /// It may also choose the wait before the retry it asks for, with a
+    /// [`Verdict`](crate::Verdict) instead of a bare `Retryability`.
+    pub fn with_predicate<F, V>(mut self, predicate: F) -> Self
     where
-        F: Fn(&Attempt<'_>) -> Option<Retryability> + Send + Sync + 'static,
+        F: Fn(&Attempt<'_>) -> Option<V> + Send + Sync + 'static,
+        V: Into<Verdict>,
     {
-        self.config.predicate = Some(Arc::new(predicate));
+        self.config.predicate = Some(Arc::new(move |attempt| predicate(attempt).map(Into::into)));
         self
     }
 
@@ -281,6 +297,7 @@ mod tests {
         assert_eq!(config.idempotency_header(), "idempotency-key");
         assert_eq!(config.max_retry_after(), Duration::from_secs(30));
         assert!(config.retry_after_spread());
+        assert_eq!(config.retry_after_over_cap(), RetryAfterOverCap::ReturnResponse);
         assert_eq!(config.deadline(), None);
         assert_eq!(config.attempt_timeout(), None);
         assert_eq!(config.redirects(), Redirects::Followed);

@@ -18,14 +18,14 @@ use http::StatusCode;
 use crate::reason::{RetryReason, Retryability};
 
 /// How far an outcome may be retried and why; `None` when it is final.
-pub(crate) type Verdict = Option<(Retryability, RetryReason)>;
+pub(crate) type Class = Option<(Retryability, RetryReason)>;
 
 /// The built-in rules for a response status.
 pub(crate) fn classify_status(
     status: StatusCode,
     retryable: &[StatusCode],
     any_method_429: bool,
-) -> Verdict {
+) -> Class {
     if !retryable.contains(&status) {
         return None;
     }
@@ -37,16 +37,22 @@ pub(crate) fn classify_status(
     Some((retryability, RetryReason::Status(status)))
 }
 
-/// The built-in rules for a failed attempt.
-pub(crate) fn classify_error(error: &reqwest_middleware::Error) -> Verdict {
-    let error = reqwest_error(error)?;
+/// The built-in rules for a failed attempt of the request to `url`, when
+/// known.
+pub(crate) fn classify_error(
+    error: &reqwest_middleware::Error,
+    url: Option<&reqwest::Url>,
+) -> Class {
+    let error = reqwest_error(error, url)?;
     if error.is_connect() {
         // The request was never written. Retrying is safe for any method, but
         // only useful when the failure can pass: a refused or unreachable
         // peer, a connect timeout, a TLS handshake the peer cut off (an
         // overloaded load balancer does that). A certificate or protocol
         // error, or a name that does not resolve, fails the same way again.
-        let passing = error.is_timeout() || any_io(error, is_passing_connect_failure);
+        let passing = error.is_timeout()
+            || any_io(error, is_passing_connect_failure)
+            || is_temporary_dns_failure(error);
         return passing.then_some((Retryability::AnyMethod, RetryReason::NotConnected));
     }
     if chain_has_refused_stream(error) {
@@ -71,13 +77,23 @@ pub(crate) fn classify_error(error: &reqwest_middleware::Error) -> Verdict {
 }
 
 /// The `reqwest::Error` behind an outcome, also when an inner middleware
-/// wrapped it in [`reqwest_middleware::Error::Middleware`].
-fn reqwest_error(error: &reqwest_middleware::Error) -> Option<&reqwest::Error> {
+/// wrapped it in [`reqwest_middleware::Error::Middleware`] — but only one
+/// about this request: an inner middleware may have made calls of its own
+/// (an audit log, a token refresh), and their failures say nothing about
+/// whether this request was processed.
+fn reqwest_error<'a>(
+    error: &'a reqwest_middleware::Error,
+    url: Option<&reqwest::Url>,
+) -> Option<&'a reqwest::Error> {
     match error {
         reqwest_middleware::Error::Reqwest(error) => Some(error),
         reqwest_middleware::Error::Middleware(error) => {
             let error: &(dyn StdError + 'static) = &**error;
-            sources(error).find_map(|e| e.downcast_ref::<reqwest::Error>())
+            let wrapped = sources(error).find_map(|e| e.downcast_ref::<reqwest::Error>())?;
+            match (wrapped.url(), url) {
+                (Some(theirs), Some(ours)) if theirs != ours => None,
+                _ => Some(wrapped),
+            }
         }
     }
 }
@@ -117,6 +133,27 @@ fn is_passing_connect_failure(kind: io::ErrorKind) -> bool {
             | io::ErrorKind::UnexpectedEof
             | io::ErrorKind::BrokenPipe
     )
+}
+
+/// A name lookup that may succeed if tried again (a resolver timing out, a
+/// DNS server briefly unreachable: `EAI_AGAIN`), as against a name that does
+/// not exist (`NXDOMAIN`), which stays final.
+///
+/// A resolver that says so with a type is read by the type: an `io::Error`
+/// of kind `TimedOut` or `Interrupted` in the chain. The system resolver
+/// (`getaddrinfo`, behind reqwest's default) gives no code for it: Rust's
+/// standard library turns `EAI_AGAIN` into an uncategorised `io::Error`
+/// whose only trace is the C library's message. So, as a last resort, and
+/// only inside a connect error, its wording is recognised: glibc's
+/// "Temporary failure in name resolution" and musl's "Try again".
+fn is_temporary_dns_failure(error: &(dyn StdError + 'static)) -> bool {
+    sources(error).filter_map(|e| e.downcast_ref::<io::Error>()).any(|io| {
+        if matches!(io.kind(), io::ErrorKind::TimedOut | io::ErrorKind::Interrupted) {
+            return true;
+        }
+        let message = io.to_string();
+        message.contains("Temporary failure in name resolution") || message.ends_with("Try again")
+    })
 }
 
 /// HTTP/2 REFUSED_STREAM, or a GOAWAY without error: the server says it did
@@ -169,6 +206,21 @@ mod tests {
         let certificate = io::Error::new(io::ErrorKind::InvalidData, "unknown issuer");
         let outer = Wrapper(Box::new(io::Error::other(certificate)));
         assert!(!any_io(&outer, is_passing_connect_failure));
+    }
+
+    #[test]
+    fn temporary_name_lookup_failures_are_told_from_names_that_do_not_exist() {
+        let lookup = |e: io::Error| is_temporary_dns_failure(&Wrapper(Box::new(e)));
+        assert!(lookup(io::Error::from(io::ErrorKind::TimedOut)));
+        assert!(lookup(io::Error::from(io::ErrorKind::Interrupted)));
+        // As std reports getaddrinfo's EAI_AGAIN (glibc, then musl).
+        let glibc = "failed to lookup address information: Temporary failure in name resolution";
+        assert!(lookup(io::Error::other(glibc)));
+        assert!(lookup(io::Error::other("failed to lookup address information: Try again")));
+        // EAI_NONAME, NXDOMAIN: final.
+        let nxdomain = "failed to lookup address information: Name or service not known";
+        assert!(!lookup(io::Error::other(nxdomain)));
+        assert!(!lookup(io::Error::from(io::ErrorKind::NotFound)));
     }
 
     #[test]
@@ -242,6 +294,6 @@ mod tests {
         let error = reqwest_middleware::Error::middleware(io::Error::from(
             io::ErrorKind::ConnectionRefused,
         ));
-        assert_eq!(classify_error(&error), None);
+        assert_eq!(classify_error(&error, None), None);
     }
 }

@@ -213,7 +213,10 @@ mod manual {
                 if clock.now() >= deadline {
                     return Poll::Ready(());
                 }
-                clock.lock().waiting.push(cx.waker().clone());
+                let mut state = clock.lock();
+                if !state.waiting.iter().any(|w| w.will_wake(cx.waker())) {
+                    state.waiting.push(cx.waker().clone());
+                }
                 Poll::Pending
             }))
         }

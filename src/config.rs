@@ -27,6 +27,7 @@ use crate::predicate::Predicate;
 /// | `429 for any method` | yes | the server refused before doing anything |
 /// | `idempotency_header` | `Idempotency-Key` | the de-facto header for deduplicated POSTs |
 /// | `max_retry_after` | 30 s | a server may ask us to wait, not to hang; longer asks are returned to the caller |
+/// | `retry_after_over_cap` | [`RetryAfterOverCap::ReturnResponse`] | the caller, not the middleware, decides whether to wait longer than the cap |
 /// | `retry_after_spread` | on | `Retry-After` is a floor: clients told the same thing come back spread over the retry's backoff ceiling, not in one instant |
 /// | `deadline` | none | the caller owns the deadline; set one to bound attempts and waits together |
 /// | `attempt_timeout` | none | the request's or the client's own timeout bounds each attempt |
@@ -45,6 +46,7 @@ pub struct RetryConfig {
     pub(crate) idempotency_header: HeaderName,
     pub(crate) max_retry_after: Duration,
     pub(crate) retry_after_spread: bool,
+    pub(crate) retry_after_over_cap: RetryAfterOverCap,
     pub(crate) deadline: Option<Duration>,
     pub(crate) attempt_timeout: Option<Duration>,
     pub(crate) redirects: Redirects,
@@ -70,6 +72,7 @@ impl Default for RetryConfig {
             idempotency_header: HeaderName::from_static("idempotency-key"),
             max_retry_after: Duration::from_secs(30),
             retry_after_spread: true,
+            retry_after_over_cap: RetryAfterOverCap::ReturnResponse,
             deadline: None,
             attempt_timeout: None,
             redirects: Redirects::Followed,
@@ -126,6 +129,11 @@ impl RetryConfig {
         self.deadline
     }
 
+    /// What happens when `Retry-After` asks for more than `max_retry_after`.
+    pub fn retry_after_over_cap(&self) -> RetryAfterOverCap {
+        self.retry_after_over_cap
+    }
+
     /// Whether a wait the server asked for is spread upwards by a random
     /// part of the retry's backoff ceiling.
     pub fn retry_after_spread(&self) -> bool {
@@ -169,6 +177,7 @@ impl fmt::Debug for RetryConfig {
             .field("idempotency_header", &self.idempotency_header)
             .field("max_retry_after", &self.max_retry_after)
             .field("retry_after_spread", &self.retry_after_spread)
+            .field("retry_after_over_cap", &self.retry_after_over_cap)
             .field("deadline", &self.deadline)
             .field("attempt_timeout", &self.attempt_timeout)
             .field("redirects", &self.redirects)
@@ -227,4 +236,35 @@ pub enum Redirects {
     /// never saw it. A response whose URL differs from the request's is still
     /// treated as the answer of a later hop.
     NotFollowed,
+}
+
+/// What the middleware does when a server's `Retry-After` asks for longer than
+/// [`max_retry_after`](RetryConfig::max_retry_after).
+///
+/// ```
+/// use std::time::Duration;
+/// use reqwest_safe_retry::{RetryAfterOverCap, RetryConfig};
+///
+/// // As the Go round-tripper and the orders client in the design notes do:
+/// // wait at most 5 s, then try again.
+/// let config = RetryConfig::builder()
+///     .with_max_retry_after(Duration::from_secs(5))
+///     .with_retry_after_over_cap(RetryAfterOverCap::WaitTheCap)
+///     .build()?;
+/// # Ok::<(), reqwest_safe_retry::ConfigError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum RetryAfterOverCap {
+    /// Hand the response to the caller at once, with
+    /// [`StopReason::RetryAfterTooLong`](crate::StopReason::RetryAfterTooLong)
+    /// saying how long the server asked for. The default: retrying before
+    /// the server said it would be ready is likely wasted, and whether to
+    /// wait an hour is the caller's call.
+    #[default]
+    ReturnResponse,
+    /// Wait the cap, then retry, as if the server had asked for exactly the
+    /// cap (spread as any `Retry-After` wait is). The retry may well meet the
+    /// same answer; the retry count and the budget still bound how often.
+    WaitTheCap,
 }

@@ -184,14 +184,14 @@ pub use builder::RetryConfigBuilder;
 #[cfg(feature = "test-util")]
 pub use clock::ManualClock;
 pub use clock::{Clock, Sleep, TokioClock};
-pub use config::{Redirects, RetryConfig};
+pub use config::{Redirects, RetryAfterOverCap, RetryConfig};
 pub use error::{ConfigError, DeadlineExceeded};
 pub use extensions::{MaxRetries, NoRetry, RetryDeadline, SafeToRetry};
 #[cfg(feature = "test-util")]
 pub use jitter::FixedJitter;
 pub use jitter::{JitterSource, SeededJitter, ThreadRngJitter};
 pub use middleware::RetryMiddleware;
-pub use predicate::{Attempt, Outcome};
+pub use predicate::{Attempt, Outcome, Verdict};
 pub use reason::{Decision, RetryReason, Retryability, StopReason};
 pub use report::{AttemptNumber, ReportSlot, RetryEvent, RetryReport};
 pub use retry_after::parse_retry_after;

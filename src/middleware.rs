@@ -5,7 +5,6 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
 
 use http::{Extensions, Method};
 use reqwest::{Request, Response};
@@ -16,7 +15,6 @@ use crate::clock::{Clock, TokioClock};
 use crate::config::RetryConfig;
 use crate::discard::{discard, first};
 use crate::events;
-use crate::extensions::NoRetry;
 use crate::jitter::{JitterSource, ThreadRngJitter};
 use crate::policy::{Policy, Shared};
 use crate::reason::{Decision, StopReason};
@@ -161,20 +159,6 @@ impl Shared {
         let server = events::server(self, &request);
         let mut pending = Some(request);
         async move {
-            if extensions.get::<NoRetry>().is_some() {
-                let request = pending.take().expect("the request");
-                let outcome = next.run(request, extensions).await;
-                events::notify(
-                    self,
-                    1,
-                    &method,
-                    server.as_deref(),
-                    Decision::Stop(StopReason::Disabled),
-                );
-                let stop = StopReason::Disabled;
-                let report = RetryReport { attempts: 1, total_wait: Duration::ZERO, stop };
-                return finish(extensions, None, outcome, report);
-            }
             let mut policy = Policy::new(self, pending.as_ref().expect("the request"), extensions);
             // What the caller attached: every attempt starts from it, so
             // nothing an attempt added below this middleware leaks into the
@@ -211,13 +195,9 @@ impl Shared {
                 };
                 let decision = policy.decide(pending.as_ref(), &outcome);
                 events::notify(self, policy.attempts(), &method, server.as_deref(), decision);
+                // `decide` retries only while a copy is kept in `pending`.
                 let after = match decision {
-                    // `decide` retries only while a copy is kept.
-                    Decision::Retry { after, .. } if pending.is_some() => after,
-                    Decision::Retry { .. } => {
-                        let report = policy.report(StopReason::NotReplayable);
-                        return finish(extensions, caller.as_ref(), outcome, report);
-                    }
+                    Decision::Retry { after, .. } => after,
                     Decision::Stop(stop) => {
                         return finish(extensions, caller.as_ref(), outcome, policy.report(stop));
                     }
@@ -258,8 +238,8 @@ fn finish(
     mut outcome: Result<Response>,
     report: RetryReport,
 ) -> Result<Response> {
-    if report.attempts > 1 {
-        match caller.and_then(|caller| caller.get::<AttemptNumber>()) {
+    if let Some(caller) = caller {
+        match caller.get::<AttemptNumber>() {
             Some(theirs) => extensions.insert(*theirs),
             None => extensions.remove::<AttemptNumber>(),
         };

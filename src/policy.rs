@@ -14,11 +14,11 @@ use reqwest_middleware::Result;
 
 use crate::backoff::{Jitter, backoff, ceiling, scale};
 use crate::budget::{Account, Budget};
-use crate::classify::{self, Verdict};
+use crate::classify::{self, Class};
 use crate::clock::Clock;
-use crate::config::{Redirects, RetryConfig};
+use crate::config::{Redirects, RetryAfterOverCap, RetryConfig};
 use crate::error::DeadlineExceeded;
-use crate::extensions::{MaxRetries, RetryDeadline, SafeToRetry};
+use crate::extensions::{MaxRetries, NoRetry, RetryDeadline, SafeToRetry};
 use crate::jitter::JitterSource;
 use crate::predicate::{Attempt, Outcome};
 use crate::reason::{Decision, RetryReason, Retryability, StopReason};
@@ -46,6 +46,8 @@ pub(crate) struct Policy<'a> {
     shared: &'a Shared,
     /// Idempotent method, idempotency key, or [`SafeToRetry`].
     safe: bool,
+    /// [`NoRetry`]: sent once, within the deadline and attempt timeout.
+    disabled: bool,
     max_retries: u32,
     /// When the call started.
     start: Instant,
@@ -66,11 +68,19 @@ impl<'a> Policy<'a> {
     pub(crate) fn new(shared: &'a Shared, request: &Request, extensions: &Extensions) -> Self {
         let config = &shared.config;
         let start = shared.clock.now();
-        let account = shared.budget.as_ref().map(|budget| budget.account(request.url(), start));
+        let disabled = extensions.get::<NoRetry>().is_some();
+        let account = match &shared.budget {
+            Some(budget) if !disabled => Some(budget.account(request.url(), start)),
+            _ => None,
+        };
         Self {
             shared,
             safe: extensions.get::<SafeToRetry>().is_some() || is_safe(config, request),
-            max_retries: extensions.get::<MaxRetries>().map_or(config.max_retries, MaxRetries::get),
+            disabled,
+            max_retries: match disabled {
+                true => 0,
+                false => extensions.get::<MaxRetries>().map_or(config.max_retries, MaxRetries::get),
+            },
             start,
             deadline: extensions.get::<RetryDeadline>().map(RetryDeadline::get).or(config.deadline),
             account,
@@ -114,7 +124,8 @@ impl<'a> Policy<'a> {
             None => None,
         };
         self.attempts += 1;
-        let keep = self.attempts <= self.max_retries || self.shared.config.predicate().is_some();
+        let keep = !self.disabled
+            && (self.attempts <= self.max_retries || self.shared.config.predicate().is_some());
         let copy = if keep { pending.as_ref().and_then(Request::try_clone) } else { None };
         // The loop stops once the request went out without a copy kept, so
         // `pending` is always there to copy or take.
@@ -127,7 +138,8 @@ impl<'a> Policy<'a> {
         let (timeout, cut_at) = match (visible, left) {
             (visible, None) => (visible, None),
             (Some(visible), Some((_, left))) => (Some(visible.min(left)), None),
-            (None, Some((now, left))) => (None, Some(now + left)),
+            // A deadline too far off for an `Instant` never cuts.
+            (None, Some((now, left))) => (None, now.checked_add(left)),
         };
         // Only when it changes: reqwest keeps the timeout in the request's
         // extensions, and writing one there allocates their map.
@@ -150,7 +162,11 @@ impl<'a> Policy<'a> {
         request: Option<&Request>,
         outcome: &Result<Response>,
     ) -> Decision {
-        let (retryability, reason) = match self.verdict(request, outcome) {
+        if self.disabled {
+            return Decision::Stop(StopReason::Disabled);
+        }
+        let (class, chosen) = self.verdict(request, outcome);
+        let (retryability, reason) = match class {
             None => {
                 // A final answer pays towards later retries.
                 if let (Some(budget), Some(account)) = (&self.shared.budget, &self.account) {
@@ -164,20 +180,25 @@ impl<'a> Policy<'a> {
         if let (Some(budget), Some(account)) = (&self.shared.budget, &self.account) {
             budget.note_failure(account, now);
         }
+        let elapsed = now.saturating_duration_since(self.start);
+        if self.deadline.is_some_and(|limit| elapsed >= limit) {
+            // Whatever else is true, the deadline is why this is the end.
+            return Decision::Stop(StopReason::DeadlineExceeded);
+        }
         let first_hop = || match (self.shared.config.redirects, outcome, request) {
             (Redirects::Followed, ..) => false,
             (Redirects::NotFollowed, Ok(response), Some(request)) => {
-                response.url() == request.url()
+                same_resource(response.url(), request.url())
             }
             (Redirects::NotFollowed, ..) => true,
         };
         let safe_to_repeat = match retryability {
             // (`verdict` answers `None` for a predicate's `Never`.)
             Retryability::WhenSafe | Retryability::Never => self.safe,
-            // A predicate's word is explicit: it sees the response's URL too.
-            Retryability::AnyMethod if reason == RetryReason::Custom => true,
             // The server did not act on *this hop*; that proves the request
             // unprocessed only if no earlier hop answered with a redirect.
+            // A predicate's `AnyMethod` is held to the same proof: an error
+            // carries the original URL whatever hop failed.
             Retryability::AnyMethod => self.safe || first_hop(),
         };
         if !safe_to_repeat {
@@ -192,27 +213,41 @@ impl<'a> Policy<'a> {
         let config = &self.shared.config;
         let (initial, max) = (config.initial_backoff, config.max_backoff);
         let retry = self.attempts - 1;
-        let after = match outcome.as_ref().ok().and_then(|response| self.asked(response)) {
-            Some(asked) if asked > config.max_retry_after => {
-                return Decision::Stop(StopReason::RetryAfterTooLong(asked));
-            }
-            // The server's word is a floor, not an appointment: clients told
-            // the same thing come back spread over this retry's ceiling.
-            Some(asked) if config.retry_after_spread && config.jitter != Jitter::None => {
-                let spread = scale(ceiling(initial, max, retry), self.shared.jitter.unit());
-                asked.saturating_add(spread)
-            }
-            Some(asked) => asked,
-            None => {
-                let unit = self.shared.jitter.unit();
-                self.previous_wait =
-                    backoff(config.jitter, initial, max, retry, self.previous_wait, unit);
-                self.previous_wait
-            }
+        let asked = outcome.as_ref().ok().and_then(|response| self.asked(response));
+        let asked = match asked {
+            // A predicate's chosen wait replaces the server's and ours.
+            _ if chosen.is_some() => None,
+            Some(asked) if asked > config.max_retry_after => match config.retry_after_over_cap {
+                RetryAfterOverCap::ReturnResponse => {
+                    return Decision::Stop(StopReason::RetryAfterTooLong(asked));
+                }
+                RetryAfterOverCap::WaitTheCap => Some(config.max_retry_after),
+            },
+            asked => asked,
+        };
+        let after = match (chosen, asked) {
+            (Some(chosen), _) => chosen,
+            (None, asked) => match asked {
+                // The server's word is a floor, not an appointment: clients told
+                // the same thing come back spread over this retry's ceiling.
+                Some(asked) if config.retry_after_spread && config.jitter != Jitter::None => {
+                    let spread = scale(ceiling(initial, max, retry), self.shared.jitter.unit());
+                    asked.saturating_add(spread)
+                }
+                Some(asked) => asked,
+                None => {
+                    let unit = self.shared.jitter.unit();
+                    self.previous_wait =
+                        backoff(config.jitter, initial, max, retry, self.previous_wait, unit);
+                    self.previous_wait
+                }
+            },
         };
         if let Some(limit) = self.deadline {
-            // A wait that ends at the deadline leaves no time to send.
-            if now.saturating_duration_since(self.start).saturating_add(after) >= limit {
+            // A wait must leave time to send: one that ends within
+            // `MIN_ATTEMPT` of the deadline would trade the answer in hand
+            // for a certain timeout (timers fire a little late).
+            if elapsed.saturating_add(after).saturating_add(MIN_ATTEMPT) > limit {
                 return Decision::Stop(StopReason::DeadlineExceeded);
             }
         }
@@ -240,24 +275,30 @@ impl<'a> Policy<'a> {
     }
 
     /// The predicate's verdict if it gives one, else the built-in rules'.
-    fn verdict(&self, request: Option<&Request>, outcome: &Result<Response>) -> Verdict {
+    fn verdict(
+        &self,
+        request: Option<&Request>,
+        outcome: &Result<Response>,
+    ) -> (Class, Option<Duration>) {
         if let (Some(predicate), Some(request)) = (self.shared.config.predicate(), request) {
             let attempt = Attempt { request, number: self.attempts, outcome: Outcome::of(outcome) };
-            match predicate(&attempt) {
-                Some(Retryability::Never) => return None,
-                Some(retryability) => return Some((retryability, RetryReason::Custom)),
-                None => {}
+            if let Some(verdict) = predicate(&attempt) {
+                return match verdict.retryability() {
+                    Retryability::Never => (None, None),
+                    retryability => (Some((retryability, RetryReason::Custom)), verdict.wait()),
+                };
             }
         }
         let config = &self.shared.config;
-        match outcome {
+        let class = match outcome {
             Ok(response) => classify::classify_status(
                 response.status(),
                 &config.retryable_statuses,
                 config.retry_429_any_method,
             ),
-            Err(error) => classify::classify_error(error),
-        }
+            Err(error) => classify::classify_error(error, request.map(Request::url)),
+        };
+        (class, None)
     }
 
     /// Attempts started so far.
@@ -271,8 +312,22 @@ impl<'a> Policy<'a> {
     }
 }
 
-/// An idempotent method, or a non-empty idempotency key.
+/// The least time a retry must have left before the deadline.
+const MIN_ATTEMPT: Duration = Duration::from_millis(10);
+
+/// An idempotent method, or an idempotency key that is not blank.
 fn is_safe(config: &RetryConfig, request: &Request) -> bool {
     request.method().is_idempotent()
-        || request.headers().get(&config.idempotency_header).is_some_and(|key| !key.is_empty())
+        || request
+            .headers()
+            .get(&config.idempotency_header)
+            .is_some_and(|key| key.as_bytes().iter().any(|b| !b.is_ascii_whitespace()))
+}
+
+/// The same resource: scheme, host, port, path and query. reqwest drops the
+/// fragment from a response's URL, and user information says nothing about
+/// which server answered.
+fn same_resource(a: &reqwest::Url, b: &reqwest::Url) -> bool {
+    (a.scheme(), a.host_str(), a.port_or_known_default(), a.path(), a.query())
+        == (b.scheme(), b.host_str(), b.port_or_known_default(), b.path(), b.query())
 }

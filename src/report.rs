@@ -116,7 +116,8 @@ impl ReportSlot {
 #[derive(Debug, Clone, Copy)]
 #[non_exhaustive]
 pub struct RetryEvent<'a> {
-    /// The attempt just made, starting at 1.
+    /// The attempt just made, starting at 1; 0 when the deadline passed
+    /// before anything was sent.
     pub attempt: u32,
     /// The request's method.
     pub method: &'a Method,

@@ -149,3 +149,24 @@ async fn hook_sees_every_decision() {
     };
     assert_eq!(*seen.lock().unwrap(), [(1, retry), (2, Decision::Stop(StopReason::Final))]);
 }
+
+#[tokio::test]
+async fn an_initialiser_makes_every_request_of_a_client_safe_to_retry() {
+    let server = MockServer::start().await;
+    script_statuses(&server, "/orders", &[503, 201]).await;
+    let middleware = RetryMiddleware::new(policy().build().unwrap()).with_clock(ManualClock::new());
+    let orders = reqwest_middleware::ClientBuilder::new(bare_reqwest())
+        .with_init(reqwest_middleware::Extension(SafeToRetry))
+        .with(middleware)
+        .build();
+    let response =
+        orders.post(format!("{}/orders", server.uri())).body("order 7").send().await.unwrap();
+    assert_eq!((response.status().as_u16(), hits(&server).await), (201, 2));
+    // Without the initialiser the same POST is sent once.
+    let server = MockServer::start().await;
+    script_statuses(&server, "/orders", &[503, 201]).await;
+    let (plain, _) = client(policy().build().unwrap());
+    let response =
+        plain.post(format!("{}/orders", server.uri())).body("order 7").send().await.unwrap();
+    assert_eq!((response.status().as_u16(), hits(&server).await), (503, 1));
+}

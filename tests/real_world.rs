@@ -154,23 +154,21 @@ async fn an_attempt_timeout_is_not_retried_for_a_post_without_a_key() {
 }
 
 #[tokio::test]
-async fn a_wait_that_would_end_at_the_deadline_is_not_started() {
-    let server = MockServer::start().await;
-    script_statuses(&server, "/r", &[503, 200]).await;
-    // The first wait is 100 ms: exactly the deadline, leaving no time to send.
-    let (first, clock) = client(policy().with_deadline(100 * MS).build().unwrap());
-    let response = first.get(format!("{}/r", server.uri())).send().await.unwrap();
-    let report = RetryReport::from_response(&response);
-    assert_eq!((response.status().as_u16(), report.stop), (503, StopReason::DeadlineExceeded));
-    assert!(clock.sleeps().is_empty());
-    // A nanosecond more and it is.
-    let server = MockServer::start().await;
-    script_statuses(&server, "/r", &[503, 200]).await;
-    let longer = policy().with_deadline(100 * MS + Duration::from_nanos(1)).build().unwrap();
-    let (again, clock) = client(longer);
-    let response = again.get(format!("{}/r", server.uri())).send().await.unwrap();
-    assert_eq!(response.status(), 200);
-    assert_eq!(clock.sleeps(), [100 * MS]);
+async fn a_wait_that_would_leave_under_10_ms_to_send_is_not_started() {
+    // The first wait is 100 ms; a retry needs 10 ms after it.
+    let cases = [(110 * MS - Duration::from_nanos(1), 503, 0), (110 * MS, 200, 1)];
+    for (deadline, status, waits) in cases {
+        let server = MockServer::start().await;
+        script_statuses(&server, "/r", &[503, 200]).await;
+        let (deadlined, clock) = client(policy().with_deadline(deadline).build().unwrap());
+        let response = deadlined.get(format!("{}/r", server.uri())).send().await.unwrap();
+        assert_eq!(response.status(), status, "{deadline:?}");
+        assert_eq!(clock.sleeps().len(), waits, "{deadline:?}");
+        if status == 503 {
+            let report = RetryReport::from_response(&response);
+            assert_eq!(report.stop, StopReason::DeadlineExceeded);
+        }
+    }
 }
 
 #[tokio::test]
@@ -332,4 +330,99 @@ async fn an_unsupported_version_is_final() {
     assert!(!error.is_connect(), "{error:?}");
     assert_eq!(slot.get().unwrap().stop, StopReason::Final);
     assert_eq!(connections.get(), 1);
+}
+
+// ---- Edges found by trying to break the promises ----
+
+#[tokio::test]
+async fn a_deadline_too_far_off_for_an_instant_is_no_deadline() {
+    let server = MockServer::start().await;
+    script_statuses(&server, "/r", &[503, 200]).await;
+    let (far, _) = client(policy().with_deadline(Duration::MAX).build().unwrap());
+    let url = format!("{}/r", server.uri());
+    assert_eq!(far.get(&url).send().await.unwrap().status(), 200);
+    let (plain, _) = client(policy().build().unwrap());
+    let call = plain.get(&url).with_extension(RetryDeadline::new(Duration::MAX)).send();
+    assert_eq!(call.await.unwrap().status(), 200);
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_retry_still_keeps_the_deadline_and_the_attempt_timeout() {
+    for config in [
+        policy().with_deadline(Duration::from_secs(2)),
+        policy().with_attempt_timeout(Duration::from_secs(2)),
+    ] {
+        let (url, connections) = raw_server(vec![Raw::Stall]).await;
+        let middleware = RetryMiddleware::new(config.build().unwrap()).with_clock(TokioClock);
+        let slot = ReportSlot::new();
+        let start = tokio::time::Instant::now();
+        let call = wrap(middleware)
+            .get(&url)
+            .with_extension(reqwest_safe_retry::NoRetry)
+            .with_extension(slot.clone())
+            .send();
+        let error = bounded("a NoRetry call", call).await.unwrap_err();
+        assert!(error.is_timeout() || deadline_error(&error).is_some(), "{error:?}");
+        assert_eq!(start.elapsed(), Duration::from_secs(2));
+        let report = slot.get().unwrap();
+        assert!(matches!(report.stop, StopReason::Disabled | StopReason::DeadlineExceeded));
+        assert_eq!((report.attempts, connections.get()), (1, 1));
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_post_cut_by_the_deadline_says_so_with_or_without_a_timeout_of_its_own() {
+    for own in [None, Some(Duration::from_secs(60))] {
+        let (url, _) = raw_server(vec![Raw::Stall]).await;
+        let middleware = RetryMiddleware::new(policy().build().unwrap()).with_clock(TokioClock);
+        let slot = ReportSlot::new();
+        let mut call = wrap(middleware)
+            .post(&url)
+            .body("order")
+            .with_extension(RetryDeadline::new(Duration::from_secs(3)))
+            .with_extension(slot.clone());
+        if let Some(own) = own {
+            call = call.timeout(own);
+        }
+        bounded("the call", call.send()).await.unwrap_err();
+        assert_eq!(slot.get().unwrap().stop, StopReason::DeadlineExceeded, "{own:?}");
+    }
+}
+
+/// Sends the request on, then makes a call of its own (an audit log, say)
+/// to `audit`, and returns that call's error wrapped if it fails.
+struct Auditing {
+    audit: String,
+}
+
+#[async_trait::async_trait]
+impl Middleware for Auditing {
+    async fn handle(
+        &self,
+        req: Request,
+        extensions: &mut Extensions,
+        next: Next<'_>,
+    ) -> reqwest_middleware::Result<Response> {
+        let response = next.run(req, extensions).await?;
+        match reqwest::Client::new().post(&self.audit).send().await {
+            Ok(_) => Ok(response),
+            Err(e) => Err(reqwest_middleware::Error::middleware(Context(e))),
+        }
+    }
+}
+
+#[tokio::test]
+async fn another_calls_wrapped_error_says_nothing_about_this_request() {
+    let server = MockServer::start().await;
+    script_statuses(&server, "/orders", &[201]).await;
+    let audit = refused_address().await;
+    let retry = RetryMiddleware::new(policy().build().unwrap())
+        .with_clock(ManualClock::new())
+        .with_jitter_source(FixedJitter::TOP);
+    let client = ClientBuilder::new(bare_reqwest()).with(retry).with(Auditing { audit }).build();
+    let slot = ReportSlot::new();
+    let call = client.post(format!("{}/orders", server.uri())).body("order");
+    call.with_extension(slot.clone()).send().await.unwrap_err();
+    assert_eq!(hits(&server).await, 1, "the order was created once");
+    assert_eq!(slot.get().unwrap().stop, StopReason::Final);
 }

@@ -5,7 +5,7 @@
 mod support;
 
 use reqwest::Method;
-use reqwest_safe_retry::{Outcome, RetryReport, Retryability, StopReason};
+use reqwest_safe_retry::{Outcome, RetryReport, Retryability, StopReason, Verdict};
 use support::*;
 use wiremock::matchers::any;
 use wiremock::{Mock, MockServer, ResponseTemplate};
@@ -345,4 +345,167 @@ async fn predicate_is_consulted_on_the_last_attempt_too() {
     let report = RetryReport::from_response(&response);
     assert_eq!((report.attempts, report.stop), (2, StopReason::RetriesExhausted));
     assert_eq!(seen.get(), 2);
+}
+
+#[tokio::test]
+async fn a_blank_idempotency_key_does_not_make_a_post_safe() {
+    for kind in Kind::BOTH {
+        let (status, hits, _) = send(kind, Method::POST, &[503, 200], Some(" \t ")).await;
+        assert_eq!((status, hits), (503, 1), "{kind:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_predicates_any_method_is_held_to_the_redirect_rule() {
+    // A redirect-following client; the POST is answered 303 to a port where
+    // nothing listens. The predicate asks to retry connect errors for any
+    // method, but the refusal met the second hop, after the order was made.
+    let server = MockServer::start().await;
+    let refused = refused_address().await;
+    Mock::given(wiremock::matchers::path("/orders"))
+        .respond_with(ResponseTemplate::new(303).insert_header("Location", refused.as_str()))
+        .mount(&server)
+        .await;
+    let config = policy().with_predicate(|attempt| match attempt.outcome {
+        Outcome::Error(e) if e.is_connect() => Some(Retryability::AnyMethod),
+        _ => None,
+    });
+    let (client, _) = Kind::Following.client(config);
+    let slot = reqwest_safe_retry::ReportSlot::new();
+    let call = client.post(format!("{}/orders", server.uri())).body("order");
+    call.with_extension(slot.clone()).send().await.unwrap_err();
+    assert_eq!(hits(&server).await, 1);
+    assert_eq!(slot.get().unwrap().stop, StopReason::NotSafe);
+}
+
+#[tokio::test]
+async fn a_fragment_does_not_hide_the_first_hop() {
+    let server = MockServer::start().await;
+    script_statuses(&server, "/r", &[429, 201]).await;
+    let (client, _) = Kind::NotFollowing.client(policy());
+    let response = client.post(format!("{}/r#section", server.uri())).send().await.unwrap();
+    assert_eq!((response.status().as_u16(), hits(&server).await), (201, 2));
+}
+
+/// A resolver that fails its first lookups the way `failure` says, then
+/// resolves every name to `to`.
+struct Flaky {
+    failures: std::sync::atomic::AtomicUsize,
+    failure: fn() -> std::io::Error,
+    to: std::net::SocketAddr,
+}
+
+impl reqwest::dns::Resolve for Flaky {
+    fn resolve(&self, _: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let left = self.failures.load(std::sync::atomic::Ordering::SeqCst);
+        let (failure, to) = (self.failure, self.to);
+        if left > 0 {
+            self.failures.store(left - 1, std::sync::atomic::Ordering::SeqCst);
+        }
+        Box::pin(async move {
+            if left > 0 {
+                return Err(Box::new(failure()) as Box<dyn std::error::Error + Send + Sync>);
+            }
+            Ok(Box::new(std::iter::once(to)) as reqwest::dns::Addrs)
+        })
+    }
+}
+
+async fn through_flaky_dns(
+    kind: Kind,
+    failure: fn() -> std::io::Error,
+) -> (u16, usize, RetryReport) {
+    let server = MockServer::start().await;
+    script_statuses(&server, "/orders", &[201]).await;
+    let resolver =
+        Flaky { failures: std::sync::atomic::AtomicUsize::new(2), failure, to: *server.address() };
+    let mut inner = reqwest::Client::builder().dns_resolver(std::sync::Arc::new(resolver));
+    if kind == Kind::NotFollowing {
+        inner = inner.redirect(reqwest::redirect::Policy::none());
+    }
+    let clock = reqwest_safe_retry::ManualClock::new();
+    let middleware =
+        reqwest_safe_retry::RetryMiddleware::new(kind.config(policy())).with_clock(clock.clone());
+    let client =
+        reqwest_middleware::ClientBuilder::new(inner.build().unwrap()).with(middleware).build();
+    let slot = reqwest_safe_retry::ReportSlot::new();
+    let url = format!("http://orders.internal:{}/orders", server.address().port());
+    let result = client.post(url).body("order").with_extension(slot.clone()).send().await;
+    let status = result.map_or(0, |r| r.status().as_u16());
+    (status, hits(&server).await, slot.get().unwrap())
+}
+
+#[tokio::test]
+async fn a_temporary_dns_failure_is_retried_for_any_method_when_redirects_are_not_followed() {
+    let glibc = || {
+        std::io::Error::other(
+            "failed to lookup address information: Temporary failure in name resolution",
+        )
+    };
+    let timed_out = || std::io::Error::from(std::io::ErrorKind::TimedOut);
+    for failure in [glibc as fn() -> std::io::Error, timed_out] {
+        let (status, hits, report) = through_flaky_dns(Kind::NotFollowing, failure).await;
+        assert_eq!((status, hits, report.attempts), (201, 1, 3));
+    }
+    // With a client that may follow redirects, the failed lookup may have
+    // been a later hop's: the POST is not repeated.
+    let (status, hits, report) = through_flaky_dns(Kind::Following, timed_out).await;
+    assert_eq!((status, hits, report.stop), (0, 0, StopReason::NotSafe));
+}
+
+#[tokio::test]
+async fn a_name_that_does_not_exist_stays_final() {
+    let nxdomain =
+        || std::io::Error::other("failed to lookup address information: Name or service not known");
+    let (status, hits, report) = through_flaky_dns(Kind::NotFollowing, nxdomain).await;
+    assert_eq!((status, hits, report.attempts, report.stop), (0, 0, 1, StopReason::Final));
+}
+
+#[tokio::test]
+async fn a_predicate_can_choose_the_wait_of_the_retry_it_asks_for() {
+    let server = MockServer::start().await;
+    script(
+        &server,
+        "/r",
+        vec![
+            ResponseTemplate::new(409).insert_header("Retry-After", "7"),
+            ResponseTemplate::new(409),
+            ResponseTemplate::new(200),
+        ],
+    )
+    .await;
+    let config = policy().with_predicate(|attempt| match attempt.outcome {
+        Outcome::Response(r) if r.status() == 409 => Some(
+            Verdict::new(Retryability::WhenSafe)
+                .after(std::time::Duration::from_millis(250) * attempt.number),
+        ),
+        _ => None,
+    });
+    let (client, clock) = client(config.build().unwrap());
+    let response = client.get(format!("{}/r", server.uri())).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    // Its own waits, not the backoff's and not the server's Retry-After.
+    assert_eq!(clock.sleeps(), [250 * MS, 500 * MS]);
+}
+
+#[tokio::test]
+async fn a_predicates_wait_still_answers_to_safety_and_the_deadline() {
+    let wait = |_: &reqwest_safe_retry::Attempt<'_>| {
+        Some(Verdict::new(Retryability::WhenSafe).after(std::time::Duration::from_secs(10)))
+    };
+    // Not safe: a wait does not make a POST repeatable.
+    let server = MockServer::start().await;
+    script_statuses(&server, "/r", &[418, 200]).await;
+    let (unsafe_post, _) = client(policy().with_predicate(wait).build().unwrap());
+    let response = unsafe_post.post(format!("{}/r", server.uri())).send().await.unwrap();
+    assert_eq!((response.status().as_u16(), hits(&server).await), (418, 1));
+    // Past the deadline: the wait is not started.
+    let server = MockServer::start().await;
+    script_statuses(&server, "/r", &[418, 200]).await;
+    let config = policy().with_predicate(wait).with_deadline(std::time::Duration::from_secs(5));
+    let (client, clock) = client(config.build().unwrap());
+    let response = client.get(format!("{}/r", server.uri())).send().await.unwrap();
+    let report = RetryReport::from_response(&response);
+    assert_eq!((response.status().as_u16(), report.stop), (418, StopReason::DeadlineExceeded));
+    assert!(clock.sleeps().is_empty());
 }

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use reqwest_safe_retry::{
-    Clock, FixedJitter, Jitter, ManualClock, RetryMiddleware, RetryReport, Sleep, StopReason,
+    Clock, FixedJitter, Jitter, ManualClock, RetryAfterOverCap, RetryMiddleware, RetryReport,
+    Sleep, StopReason,
 };
 use support::*;
 use tokio::sync::Notify;
@@ -166,6 +167,22 @@ async fn retry_after_over_the_cap_returns_the_response_at_once() {
     assert_eq!(report.stop, StopReason::RetryAfterTooLong(Duration::from_secs(3600)));
     assert_eq!(hits(&server).await, 1);
     assert!(clock.sleeps().is_empty());
+}
+
+#[tokio::test]
+async fn retry_after_over_the_cap_can_wait_the_cap_and_retry() {
+    let server = MockServer::start().await;
+    script(&server, "/r", vec![unavailable_with_retry_after("3600"), ResponseTemplate::new(200)])
+        .await;
+    let config = policy()
+        .with_max_retry_after(Duration::from_secs(5))
+        .with_retry_after_over_cap(RetryAfterOverCap::WaitTheCap)
+        .with_retry_after_spread(false);
+    let (client, clock) = client(config.build().unwrap());
+    let response = get(&client, &server).await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(clock.sleeps(), [Duration::from_secs(5)]);
+    assert_eq!(hits(&server).await, 2);
 }
 
 #[tokio::test]

@@ -1,0 +1,159 @@
+//! A herd of clients against a simulated server, in virtual time.
+//!
+//! Every request goes through a real `reqwest_middleware` stack; the last
+//! middleware plays the server and answers without a network. Time is tokio's
+//! paused clock, so minutes of simulated traffic take a moment, and our
+//! jitter is seeded, so our rows are the same on every run. (The peer,
+//! reqwest-retry, draws its jitter from the thread's generator; its rows vary
+//! a little from run to run.)
+//!
+//! Four models:
+//!
+//! 1. Outage then recovery: clients send requests at a steady rate; the server
+//!    answers 503 to everything for a while, then serves up to a capacity per
+//!    second and answers 503 beyond it. Also drawn as a chart.
+//! 2. Contention, after the AWS Architecture Blog's "Exponential Backoff And
+//!    Jitter": each client needs one successful optimistic-concurrency write.
+//! 3. No synchronized return: a thousand clients told `Retry-After: 5` at once.
+//! 4. The fleet grid: a total outage for 1 to 1000 client processes at 0.1 to
+//!    1000 requests a second each, for the crate's budget and other designs
+//!    (the old budget, tower's, gRPC's, the AWS SDKs'). Its last line is the
+//!    largest amplification of the crate's default.
+//!
+//! Run with `cargo run --release --example herd -- [chart.svg] [--clients N]
+//! [--processes P] [--reserve R]`: the first model's clients are spread over P
+//! processes, each with its own middleware and so its own budget; the
+//! `+ budget` policies' budget holds a reserve of R retries (default 1, the
+//! crate's default).
+
+mod chart;
+mod contention;
+mod fleet;
+mod policy;
+mod sim;
+mod spread;
+
+use std::time::Duration;
+
+use policy::Policy;
+use sim::{Outage, Summary, run_outage};
+
+fn secs(d: Duration) -> String {
+    format!("{:.2}s", d.as_secs_f64())
+}
+
+fn outage_table(rows: &[Summary]) {
+    println!(
+        "{:<38} {:>9} {:>6} {:>7} {:>8} {:>8} {:>8} {:>8} {:>10}",
+        "policy", "calls", "ampl.", "peak/s", "p50", "p99", "max", "success", "recovered"
+    );
+    for r in rows {
+        let recovered = r.recovered.map_or("never".to_owned(), |s| format!("+{s}s"));
+        println!(
+            "{:<38} {:>9} {:>6.2} {:>7} {:>8} {:>8} {:>8} {:>7.1}% {:>10}",
+            r.name,
+            r.calls,
+            r.amplification(),
+            r.peak,
+            secs(r.p50),
+            secs(r.p99),
+            secs(r.max),
+            r.success * 100.0,
+            recovered
+        );
+    }
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let mut chart = None;
+    let mut clients = 1000;
+    let mut processes = 1;
+    let mut reserve = 1;
+    while let Some(arg) = args.next() {
+        let mut number = |name: &str| -> usize {
+            args.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| {
+                eprintln!("{name} takes a positive whole number");
+                std::process::exit(2)
+            })
+        };
+        match arg.as_str() {
+            "--clients" => clients = number("--clients").max(1),
+            "--processes" => processes = number("--processes").max(1),
+            "--reserve" => {
+                reserve = match u32::try_from(number("--reserve")) {
+                    Ok(r) if r <= 1000 => r,
+                    _ => {
+                        eprintln!("--reserve takes 0 to 1000 retries");
+                        std::process::exit(2)
+                    }
+                }
+            }
+            _ if arg.starts_with("--") => {
+                eprintln!("usage: herd [chart.svg] [--clients N] [--processes P] [--reserve R]");
+                std::process::exit(2);
+            }
+            _ => chart = Some(arg),
+        }
+    }
+    let processes = processes.min(clients);
+    // Each client sends one request every 2 s.
+    let interval = 2.0;
+    let model = Outage {
+        processes,
+        rate: clients as f64 / interval / processes as f64,
+        issue_for: Duration::from_secs(60),
+        outage: (Duration::from_secs(10), Duration::from_secs(30)),
+        capacity: (clients as f64 * 0.6).max(1.0).floor(),
+        reserve,
+    };
+
+    println!(
+        "Outage then recovery: {clients} clients in {processes} process(es), one request each \
+         per {interval}s for {}s; all 503 from {}s to {}s, then at most {} served per second \
+         (a token bucket holding one second's worth).",
+        model.issue_for.as_secs(),
+        model.outage.0.as_secs(),
+        model.outage.1.as_secs(),
+        model.capacity
+    );
+    println!(
+        "Policies: 3 retries, 500 ms initial backoff, 30 s cap (the crate's defaults); \
+         \"+ budget\": the crate's budget with a reserve of {reserve} (each final answer earns \
+         0.1 retry, kept 10 s); \"new default\": RetryConfig::default().\n"
+    );
+    let rows: Vec<Summary> =
+        Policy::outage_tables().into_iter().map(|p| run_outage(p, model)).collect();
+    outage_table(&rows);
+
+    println!("\nTotal outage for the whole run (every call fails):\n");
+    let total: Vec<Summary> =
+        Policy::outage_tables().into_iter().map(|p| run_outage(p, model.total())).collect();
+    outage_table(&total);
+
+    if let Some(path) = chart {
+        let title = format!(
+            "Server load per second: {clients} clients, outage {}–{} s, capacity {}/s",
+            model.outage.0.as_secs(),
+            model.outage.1.as_secs(),
+            model.capacity
+        );
+        match std::fs::write(&path, chart::svg(&rows, &title, model.outage)) {
+            Ok(()) => println!("\nwrote the outage-then-recovery load chart to {path}"),
+            Err(error) => {
+                eprintln!("could not write {path}: {error}");
+                std::process::exit(1);
+            }
+        }
+    }
+
+    println!();
+    contention::run();
+
+    println!();
+    spread::run();
+
+    println!();
+    let worst = fleet::grid();
+    println!("\nfleet grid: max amplification {worst:.2} (default)");
+}
