@@ -12,12 +12,13 @@ use std::time::Duration;
 
 use http::Extensions;
 use reqwest::{Method, Request, Response, StatusCode};
-use reqwest_middleware::{ClientWithMiddleware, Middleware, Next};
+use reqwest_middleware::{ClientBuilder, ClientWithMiddleware, Extension, Middleware, Next};
 use reqwest_retry::RetryTransientMiddleware;
 use reqwest_retry::policies::ExponentialBackoff;
 use reqwest_safe_retry::{
-    Decision, FixedJitter, Jitter, ManualClock, Outcome, Redirects, ReportSlot, RetryConfig,
-    RetryConfigBuilder, RetryMiddleware, RetryReport, Retryability, SafeToRetry, StopReason,
+    Decision, FixedJitter, Jitter, ManualClock, Outcome, Redirects, ReportSlot, RetryAfterOverCap,
+    RetryConfig, RetryConfigBuilder, RetryMiddleware, RetryReport, Retryability, SafeToRetry,
+    StopReason,
 };
 use support::tls_server::{Handshake, tls_server, untrusting_client};
 use support::*;
@@ -30,8 +31,8 @@ use wiremock::{MockServer, ResponseTemplate};
 
 // guide: like_reqwest_retry
 /// reqwest-retry 0.9 as most code uses it —
-/// `RetryTransientMiddleware::new_with_policy(ExponentialBackoff::builder().build_with_max_retries(3))`
-/// — as far as it can be had here (Retry-After is still honoured).
+/// `RetryTransientMiddleware::new_with_policy(ExponentialBackoff::builder().build_with_max_retries(3))`.
+/// Use it on a client built with `every_request_safe` (below).
 fn like_reqwest_retry() -> RetryConfigBuilder {
     RetryConfig::builder()
         // ExponentialBackoff::builder(): 1 s doubling up to 30 min, full jitter.
@@ -42,7 +43,12 @@ fn like_reqwest_retry() -> RetryConfigBuilder {
         .with_max_retries(3)
         // No retry budget there.
         .without_budget()
-        // Its classification, for every method, whatever the redirects.
+        // Retry-After ignored: whatever the server asks for is over a cap of
+        // zero, so the wait is zero plus the spread, which with full jitter
+        // is the backoff itself.
+        .with_max_retry_after(Duration::ZERO)
+        .with_retry_after_over_cap(RetryAfterOverCap::WaitTheCap)
+        // Its classification.
         .with_predicate(|attempt| {
             Some(if reqwest_retry_would_retry(&attempt.outcome) {
                 Retryability::AnyMethod
@@ -93,6 +99,12 @@ fn first_cause<'a, T: std::error::Error + 'static>(
 ) -> Option<&'a T> {
     std::iter::successors(error.source(), |&e| e.source()).find_map(|e| e.downcast_ref::<T>())
 }
+
+/// reqwest-retry repeats any request, whatever its method and whatever
+/// redirects the client followed: mark every request safe to repeat.
+fn every_request_safe(client: ClientBuilder) -> ClientBuilder {
+    client.with_init(Extension(SafeToRetry))
+}
 // guide: end
 
 // guide: statuses_like_reqwest_retry
@@ -105,8 +117,9 @@ fn statuses_like_reqwest_retry() -> RetryConfigBuilder {
 // guide: end
 
 // guide: every_connect_error
-/// Retry every connect error for any method, as reqwest-retry does: a name
-/// that does not resolve and a certificate that is not trusted too.
+/// Retry every connect error, as reqwest-retry does: a name that does not
+/// exist and a certificate that is not trusted too. For any method where
+/// redirects are ruled out (`without_redirects`), else when safe to repeat.
 fn every_connect_error() -> RetryConfigBuilder {
     RetryConfig::builder().with_predicate(|attempt| match attempt.outcome {
         Outcome::Error(error) if error.is_connect() => Some(Retryability::AnyMethod),
@@ -148,7 +161,8 @@ fn warn_on_retry(middleware: RetryMiddleware) -> RetryMiddleware {
 
 // guide: retry_201
 /// reqwest-retry's `RetryableStrategy` example (`Retry201`), ported: a 201
-/// is retried, no other response is, errors follow the built-in rules.
+/// is retried (for any method where redirects are ruled out, as the built-in
+/// rules' 429), no other response is, errors follow the built-in rules.
 fn retry_201() -> RetryConfigBuilder {
     RetryConfig::builder().with_predicate(|attempt| match attempt.outcome {
         Outcome::Response(response) if response.status() == 201 => Some(Retryability::AnyMethod),
@@ -207,17 +221,18 @@ fn peer(max_retries: u32) -> RetryTransientMiddleware<ExponentialBackoff> {
 enum Stack {
     /// reqwest-retry, 3 retries, waits of zero.
     Peer,
-    /// This crate with [`like_reqwest_retry`], on a manual clock.
+    /// This crate with [`like_reqwest_retry`] on a client built with
+    /// [`every_request_safe`], on a manual clock.
     Recipe,
 }
 
 /// `inner` behind `stack`, with [`Calls`] below it; the clock is ours.
 fn stack(stack: Stack, inner: reqwest::Client) -> (ClientWithMiddleware, Calls, ManualClock) {
     let (calls, clock) = (Calls::default(), ManualClock::new());
-    let builder = reqwest_middleware::ClientBuilder::new(inner);
+    let builder = ClientBuilder::new(inner);
     let builder = match stack {
         Stack::Peer => builder.with(peer(3)),
-        Stack::Recipe => builder.with(
+        Stack::Recipe => every_request_safe(builder).with(
             RetryMiddleware::new(like_reqwest_retry().build().unwrap())
                 .with_clock(clock.clone())
                 .with_jitter_source(FixedJitter::TOP),
@@ -280,7 +295,21 @@ impl reqwest::dns::Resolve for NoSuchHost {
     }
 }
 
-fn unresolving_client(resolver: &NoSuchHost) -> reqwest::Client {
+/// A resolver whose every look-up times out at once, as a DNS server that is
+/// briefly unreachable; counts the look-ups.
+#[derive(Clone, Default)]
+struct DnsTimeout(Counter);
+
+impl reqwest::dns::Resolve for DnsTimeout {
+    fn resolve(&self, _: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        self.0.bump();
+        Box::pin(async { Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into()) })
+    }
+}
+
+fn unresolving_client(
+    resolver: &(impl reqwest::dns::Resolve + Clone + 'static),
+) -> reqwest::Client {
     reqwest::Client::builder()
         .dns_resolver(std::sync::Arc::new(resolver.clone()))
         .redirect(reqwest::redirect::Policy::none())
@@ -401,16 +430,17 @@ async fn like_reqwest_retry_waits_as_reqwest_retrys_default_backoff() {
 }
 
 #[tokio::test]
-async fn like_reqwest_retry_still_honours_retry_after() {
-    // The one thing the recipe cannot undo: the server's 2 s, spread by up
-    // to this retry's ceiling (1 s), where reqwest-retry waits its backoff.
+async fn like_reqwest_retry_ignores_retry_after() {
+    // Asked for 2 s, then 60 s (over the default cap), the recipe waits its
+    // backoff: with jitter at the top, the ceilings, 1 s then 2 s.
     let server = MockServer::start().await;
-    let busy = ResponseTemplate::new(503).insert_header("Retry-After", "2");
-    script(&server, "/r", vec![busy, ResponseTemplate::new(200)]).await;
+    let busy = |seconds| ResponseTemplate::new(503).insert_header("Retry-After", seconds);
+    script(&server, "/r", vec![busy("2"), busy("60"), ResponseTemplate::new(200)]).await;
     let (client, _, clock) = stack(Stack::Recipe, bare_reqwest());
-    let (result, _) = send(&client, Method::GET, &format!("{}/r", server.uri())).await;
+    let (result, _) = send(&client, Method::POST, &format!("{}/r", server.uri())).await;
     assert_eq!(result.unwrap().status(), 200);
-    assert_eq!(clock.sleeps(), [Duration::from_secs(3)]);
+    assert_eq!(hits(&server).await, 3);
+    assert_eq!(clock.sleeps(), [Duration::from_secs(1), Duration::from_secs(2)]);
 }
 
 // ---------------------------------------------------------------------------
@@ -506,7 +536,7 @@ async fn statuses_like_reqwest_retry_retry_500_and_408_when_safe() {
 // ---------------------------------------------------------------------------
 
 #[tokio::test]
-async fn default_does_not_retry_dns_or_certificate_failures() {
+async fn default_does_not_retry_a_missing_name_or_a_bad_certificate() {
     let resolver = NoSuchHost::default();
     let (client, _) = ours(unresolving_client(&resolver), RetryConfig::default());
     let (result, report) = send(&client, Method::GET, "http://orders.invalid/").await;
@@ -521,19 +551,32 @@ async fn default_does_not_retry_dns_or_certificate_failures() {
 }
 
 #[tokio::test]
+async fn default_retries_a_temporary_dns_failure_like_a_refused_connection() {
+    // For a POST too, once redirects are ruled out; until the reserve of one
+    // retry is spent.
+    let resolver = DnsTimeout::default();
+    let config = RetryConfig::builder().with_redirects(Redirects::NotFollowed).build().unwrap();
+    let (client, _) = ours(unresolving_client(&resolver), config);
+    let (result, report) = send(&client, Method::POST, "http://orders.invalid/").await;
+    assert!(result.unwrap_err().is_connect());
+    assert_eq!((report.attempts, report.stop), (2, StopReason::BudgetExhausted));
+    assert_eq!(resolver.0.get(), 2);
+}
+
+#[tokio::test]
 async fn every_connect_error_retries_dns_and_certificate_failures() {
     // Retried until the budget's reserve of one retry is spent: nothing
     // answers, so nothing earns another.
     let resolver = NoSuchHost::default();
     let (client, _) = ours(unresolving_client(&resolver), every_connect_error().build().unwrap());
-    let (result, report) = send(&client, Method::POST, "http://orders.invalid/").await;
+    let (result, report) = send(&client, Method::GET, "http://orders.invalid/").await;
     assert!(result.unwrap_err().is_connect());
     assert_eq!((report.attempts, report.stop), (2, StopReason::BudgetExhausted));
     assert_eq!(resolver.0.get(), 2);
 
     let (url, connections, _) = tls_server(vec![Handshake::Complete]).await;
     let (client, _) = ours(untrusting_client(), every_connect_error().build().unwrap());
-    let (result, report) = send(&client, Method::POST, &url).await;
+    let (result, report) = send(&client, Method::GET, &url).await;
     assert!(result.unwrap_err().is_connect());
     assert_eq!((report.attempts, connections.get()), (2, 2));
 }
@@ -750,8 +793,8 @@ async fn an_error_another_middleware_wrapped_is_still_read_here() {
     let (url, connections) = raw_server(vec![Raw::Close, Raw::Reply(OK_CLOSE)]).await;
     let middleware = RetryMiddleware::new(like_reqwest_retry().build().unwrap());
     let middleware = middleware.with_clock(ManualClock::new());
-    let client =
-        reqwest_middleware::ClientBuilder::new(bare_reqwest()).with(middleware).with(Wrapping);
+    let client = every_request_safe(ClientBuilder::new(bare_reqwest())).with(middleware);
+    let client = client.with(Wrapping);
     let error = bounded("GET", client.build().get(&url).send()).await.unwrap_err();
     assert!(error.is_middleware(), "{error:?}");
     assert_eq!(connections.get(), 1);
@@ -765,7 +808,7 @@ async fn an_error_another_middleware_wrapped_is_still_read_here() {
 async fn retry_201_retries_a_201_and_no_other_response() {
     let (server, url) = scripted(&[201, 200]).await;
     let (client, _) = client(retry_201().build().unwrap());
-    let (result, _) = send(&client, Method::POST, &url).await;
+    let (result, _) = send(&client, Method::GET, &url).await;
     assert_eq!((result.unwrap().status().as_u16(), hits(&server).await), (200, 2));
 
     let (server, url) = scripted(&[503, 200]).await;
