@@ -10,8 +10,7 @@ use crate::backoff::Jitter;
 use crate::budget::RetryBudget;
 use crate::config::{Redirects, RetryAfterOverCap, RetryConfig};
 use crate::error::ConfigError;
-use crate::predicate::Attempt;
-use crate::reason::Retryability;
+use crate::predicate::{Attempt, Verdict};
 
 /// Builds a [`RetryConfig`]; nothing is checked until [`build`](Self::build).
 #[derive(Debug, Clone)]
@@ -243,9 +242,9 @@ impl RetryConfigBuilder {
 
     /// A custom predicate, consulted after every attempt before the built-in
     /// rules. Return `Some` to decide, `None` to fall back to the built-in
-    /// rules. Whatever it says, a [`Retryability::WhenSafe`] outcome is still
+    /// rules. Whatever it says, a [`Retryability::WhenSafe`](crate::Retryability::WhenSafe) outcome is still
     /// retried only for requests that are safe to repeat, and an
-    /// [`Retryability::AnyMethod`] one is held to the same proof as the
+    /// [`Retryability::AnyMethod`](crate::Retryability::AnyMethod) one is held to the same proof as the
     /// built-in rules: with a client that may follow redirects (see
     /// [`Redirects`]), a request that is not safe to repeat is not retried,
     /// since the outcome may belong to a later hop. To repeat such a request
@@ -266,11 +265,15 @@ impl RetryConfigBuilder {
     ///     .unwrap();
     /// # let _ = config;
     /// ```
-    pub fn with_predicate<F>(mut self, predicate: F) -> Self
+    ///
+    /// It may also choose the wait before the retry it asks for, with a
+    /// [`Verdict`](crate::Verdict) instead of a bare `Retryability`.
+    pub fn with_predicate<F, V>(mut self, predicate: F) -> Self
     where
-        F: Fn(&Attempt<'_>) -> Option<Retryability> + Send + Sync + 'static,
+        F: Fn(&Attempt<'_>) -> Option<V> + Send + Sync + 'static,
+        V: Into<Verdict>,
     {
-        self.config.predicate = Some(Arc::new(predicate));
+        self.config.predicate = Some(Arc::new(move |attempt| predicate(attempt).map(Into::into)));
         self
     }
 

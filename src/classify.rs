@@ -18,14 +18,14 @@ use http::StatusCode;
 use crate::reason::{RetryReason, Retryability};
 
 /// How far an outcome may be retried and why; `None` when it is final.
-pub(crate) type Verdict = Option<(Retryability, RetryReason)>;
+pub(crate) type Class = Option<(Retryability, RetryReason)>;
 
 /// The built-in rules for a response status.
 pub(crate) fn classify_status(
     status: StatusCode,
     retryable: &[StatusCode],
     any_method_429: bool,
-) -> Verdict {
+) -> Class {
     if !retryable.contains(&status) {
         return None;
     }
@@ -42,7 +42,7 @@ pub(crate) fn classify_status(
 pub(crate) fn classify_error(
     error: &reqwest_middleware::Error,
     url: Option<&reqwest::Url>,
-) -> Verdict {
+) -> Class {
     let error = reqwest_error(error, url)?;
     if error.is_connect() {
         // The request was never written. Retrying is safe for any method, but

@@ -192,7 +192,7 @@ pub use extensions::{MaxRetries, NoRetry, RetryDeadline, SafeToRetry};
 pub use jitter::FixedJitter;
 pub use jitter::{JitterSource, SeededJitter, ThreadRngJitter};
 pub use middleware::RetryMiddleware;
-pub use predicate::{Attempt, Outcome};
+pub use predicate::{Attempt, Outcome, Verdict};
 pub use reason::{Decision, RetryReason, Retryability, StopReason};
 pub use report::{AttemptNumber, ReportSlot, RetryEvent, RetryReport};
 pub use retry_after::parse_retry_after;

@@ -14,7 +14,7 @@ use reqwest_middleware::Result;
 
 use crate::backoff::{Jitter, backoff, ceiling, scale};
 use crate::budget::{Account, Budget};
-use crate::classify::{self, Verdict};
+use crate::classify::{self, Class};
 use crate::clock::Clock;
 use crate::config::{Redirects, RetryAfterOverCap, RetryConfig};
 use crate::error::DeadlineExceeded;
@@ -165,7 +165,8 @@ impl<'a> Policy<'a> {
         if self.disabled {
             return Decision::Stop(StopReason::Disabled);
         }
-        let (retryability, reason) = match self.verdict(request, outcome) {
+        let (class, chosen) = self.verdict(request, outcome);
+        let (retryability, reason) = match class {
             None => {
                 // A final answer pays towards later retries.
                 if let (Some(budget), Some(account)) = (&self.shared.budget, &self.account) {
@@ -214,6 +215,8 @@ impl<'a> Policy<'a> {
         let retry = self.attempts - 1;
         let asked = outcome.as_ref().ok().and_then(|response| self.asked(response));
         let asked = match asked {
+            // A predicate's chosen wait replaces the server's and ours.
+            _ if chosen.is_some() => None,
             Some(asked) if asked > config.max_retry_after => match config.retry_after_over_cap {
                 RetryAfterOverCap::ReturnResponse => {
                     return Decision::Stop(StopReason::RetryAfterTooLong(asked));
@@ -222,20 +225,23 @@ impl<'a> Policy<'a> {
             },
             asked => asked,
         };
-        let after = match asked {
-            // The server's word is a floor, not an appointment: clients told
-            // the same thing come back spread over this retry's ceiling.
-            Some(asked) if config.retry_after_spread && config.jitter != Jitter::None => {
-                let spread = scale(ceiling(initial, max, retry), self.shared.jitter.unit());
-                asked.saturating_add(spread)
-            }
-            Some(asked) => asked,
-            None => {
-                let unit = self.shared.jitter.unit();
-                self.previous_wait =
-                    backoff(config.jitter, initial, max, retry, self.previous_wait, unit);
-                self.previous_wait
-            }
+        let after = match (chosen, asked) {
+            (Some(chosen), _) => chosen,
+            (None, asked) => match asked {
+                // The server's word is a floor, not an appointment: clients told
+                // the same thing come back spread over this retry's ceiling.
+                Some(asked) if config.retry_after_spread && config.jitter != Jitter::None => {
+                    let spread = scale(ceiling(initial, max, retry), self.shared.jitter.unit());
+                    asked.saturating_add(spread)
+                }
+                Some(asked) => asked,
+                None => {
+                    let unit = self.shared.jitter.unit();
+                    self.previous_wait =
+                        backoff(config.jitter, initial, max, retry, self.previous_wait, unit);
+                    self.previous_wait
+                }
+            },
         };
         if let Some(limit) = self.deadline {
             // A wait must leave time to send: one that ends within
@@ -269,24 +275,30 @@ impl<'a> Policy<'a> {
     }
 
     /// The predicate's verdict if it gives one, else the built-in rules'.
-    fn verdict(&self, request: Option<&Request>, outcome: &Result<Response>) -> Verdict {
+    fn verdict(
+        &self,
+        request: Option<&Request>,
+        outcome: &Result<Response>,
+    ) -> (Class, Option<Duration>) {
         if let (Some(predicate), Some(request)) = (self.shared.config.predicate(), request) {
             let attempt = Attempt { request, number: self.attempts, outcome: Outcome::of(outcome) };
-            match predicate(&attempt) {
-                Some(Retryability::Never) => return None,
-                Some(retryability) => return Some((retryability, RetryReason::Custom)),
-                None => {}
+            if let Some(verdict) = predicate(&attempt) {
+                return match verdict.retryability() {
+                    Retryability::Never => (None, None),
+                    retryability => (Some((retryability, RetryReason::Custom)), verdict.wait()),
+                };
             }
         }
         let config = &self.shared.config;
-        match outcome {
+        let class = match outcome {
             Ok(response) => classify::classify_status(
                 response.status(),
                 &config.retryable_statuses,
                 config.retry_429_any_method,
             ),
             Err(error) => classify::classify_error(error, request.map(Request::url)),
-        }
+        };
+        (class, None)
     }
 
     /// Whether a retry may follow the first attempt, and when the deadline

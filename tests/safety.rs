@@ -5,7 +5,7 @@
 mod support;
 
 use reqwest::Method;
-use reqwest_safe_retry::{Outcome, RetryReport, Retryability, StopReason};
+use reqwest_safe_retry::{Outcome, RetryReport, Retryability, StopReason, Verdict};
 use support::*;
 use wiremock::matchers::any;
 use wiremock::{Mock, MockServer, ResponseTemplate};
@@ -459,4 +459,53 @@ async fn a_name_that_does_not_exist_stays_final() {
         || std::io::Error::other("failed to lookup address information: Name or service not known");
     let (status, hits, report) = through_flaky_dns(Kind::NotFollowing, nxdomain).await;
     assert_eq!((status, hits, report.attempts, report.stop), (0, 0, 1, StopReason::Final));
+}
+
+#[tokio::test]
+async fn a_predicate_can_choose_the_wait_of_the_retry_it_asks_for() {
+    let server = MockServer::start().await;
+    script(
+        &server,
+        "/r",
+        vec![
+            ResponseTemplate::new(409).insert_header("Retry-After", "7"),
+            ResponseTemplate::new(409),
+            ResponseTemplate::new(200),
+        ],
+    )
+    .await;
+    let config = policy().with_predicate(|attempt| match attempt.outcome {
+        Outcome::Response(r) if r.status() == 409 => Some(
+            Verdict::new(Retryability::WhenSafe)
+                .after(std::time::Duration::from_millis(250) * attempt.number),
+        ),
+        _ => None,
+    });
+    let (client, clock) = client(config.build().unwrap());
+    let response = client.get(format!("{}/r", server.uri())).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    // Its own waits, not the backoff's and not the server's Retry-After.
+    assert_eq!(clock.sleeps(), [250 * MS, 500 * MS]);
+}
+
+#[tokio::test]
+async fn a_predicates_wait_still_answers_to_safety_and_the_deadline() {
+    let wait = |_: &reqwest_safe_retry::Attempt<'_>| {
+        Some(Verdict::new(Retryability::WhenSafe).after(std::time::Duration::from_secs(10)))
+    };
+    // Not safe: a wait does not make a POST repeatable.
+    let server = MockServer::start().await;
+    script_statuses(&server, "/r", &[418, 200]).await;
+    let (unsafe_post, _) = client(policy().with_predicate(wait).build().unwrap());
+    let response = unsafe_post.post(format!("{}/r", server.uri())).send().await.unwrap();
+    assert_eq!((response.status().as_u16(), hits(&server).await), (418, 1));
+    // Past the deadline: the wait is not started.
+    let server = MockServer::start().await;
+    script_statuses(&server, "/r", &[418, 200]).await;
+    let config = policy().with_predicate(wait).with_deadline(std::time::Duration::from_secs(5));
+    let (client, clock) = client(config.build().unwrap());
+    let response = client.get(format!("{}/r", server.uri())).send().await.unwrap();
+    let report = RetryReport::from_response(&response);
+    assert_eq!((response.status().as_u16(), report.stop), (418, StopReason::DeadlineExceeded));
+    assert!(clock.sleeps().is_empty());
 }

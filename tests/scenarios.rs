@@ -82,9 +82,9 @@ async fn transport_get_server_stays_down() {
 }
 
 #[tokio::test]
-async fn transport_dropped_before_polled_sends_nothing() {
-    let row = transport("GET, dropped before it was polled").await;
-    check(&row, "dropped", 0, 0, &[], None);
+async fn transport_cancelled_during_the_wait_returns_at_once_and_sends_nothing_more() {
+    let row = transport("GET, cancelled during the wait").await;
+    check(&row, "cancelled", 1, 1, &[100], None);
 }
 
 #[tokio::test]

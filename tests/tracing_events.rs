@@ -99,3 +99,18 @@ async fn the_log_level_is_configurable() {
     client.get(format!("{}/r", server.uri())).send().await.unwrap();
     assert!(quiet.0.lock().unwrap().is_empty());
 }
+
+#[tokio::test]
+async fn a_first_answer_that_is_final_emits_nothing() {
+    let server = MockServer::start().await;
+    script_statuses(&server, "/ok", &[200]).await;
+    script_statuses(&server, "/missing", &[404]).await;
+    let (captured, _guard) = capture(tracing::Level::TRACE);
+    let (client, _) = client(policy().build().unwrap());
+    for at in ["/ok", "/missing"] {
+        client.get(format!("{}{at}", server.uri())).send().await.unwrap();
+    }
+    let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    // Neither "retrying request" nor "not retrying request".
+    assert!(!log.contains("retrying request"), "{log}");
+}

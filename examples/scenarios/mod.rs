@@ -23,7 +23,8 @@ pub struct Scenario {
     /// listens, so the connection is refused.
     pub statuses: Option<&'static [u16]>,
     pub idempotency_key: Option<&'static str>,
-    /// Send the request future to its drop before polling it.
+    /// Cancel the call while it waits before its first retry: drop its
+    /// future, as a caller that gave up would.
     pub cancelled: bool,
 }
 
@@ -111,7 +112,7 @@ pub fn roundtripper_table() -> (RetryConfig, Vec<Scenario>) {
         Scenario::post("POST with Idempotency-Key", &[503, 200], Some("k-1")),
         Scenario::get("GET a missing page", &[404]),
         Scenario::get("GET, server stays down", &[503]),
-        Scenario { cancelled: true, ..Scenario::get("GET, dropped before it was polled", &[503]) },
+        Scenario { cancelled: true, ..Scenario::get("GET, cancelled during the wait", &[503]) },
         Scenario { statuses: None, ..Scenario::get("GET, connection refused", &[]) },
         Scenario { statuses: None, ..Scenario::post("POST, connection refused", &[], None) },
     ];
@@ -170,8 +171,13 @@ pub async fn run(config: &RetryConfig, jitter: FixedJitter, scenario: &Scenario)
         None => refused_address().await,
     };
     let clock = ManualClock::new();
-    let middleware =
-        RetryMiddleware::new(config.clone()).with_clock(clock.clone()).with_jitter_source(jitter);
+    let gate = WaitGate::new(clock.clone());
+    let middleware = RetryMiddleware::new(config.clone()).with_jitter_source(jitter);
+    let middleware = if scenario.cancelled {
+        middleware.with_clock(gate.clone())
+    } else {
+        middleware.with_clock(clock.clone())
+    };
     let inner = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()
@@ -186,8 +192,15 @@ pub async fn run(config: &RetryConfig, jitter: FixedJitter, scenario: &Scenario)
         request = request.header("Idempotency-Key", key);
     }
     let (result, request_id) = if scenario.cancelled {
-        drop(request.send());
-        ("dropped".to_owned(), None)
+        // The call runs until the middleware starts its first wait, a wait
+        // that would not end by itself; then the caller gives up.
+        let call = tokio::spawn(request.send());
+        let waiting = tokio::time::timeout(Duration::from_secs(10), gate.started());
+        waiting.await.expect("the middleware starts a wait");
+        call.abort();
+        let ended = tokio::time::timeout(Duration::from_secs(10), call).await;
+        let cancelled = ended.expect("cancelling returns at once").is_err_and(|e| e.is_cancelled());
+        (if cancelled { "cancelled" } else { "not cancelled" }.to_owned(), None)
     } else {
         match request.send().await {
             Ok(response) => {
@@ -206,7 +219,8 @@ pub async fn run(config: &RetryConfig, jitter: FixedJitter, scenario: &Scenario)
     Row {
         label: scenario.label,
         result,
-        attempts: slot.get().map_or(0, |report| report.attempts),
+        // A cancelled call leaves no report: it never finished.
+        attempts: slot.get().map_or(received_len(&server).await, |report| report.attempts),
         reached: received.len(),
         waits: clock.sleeps(),
         stop: slot.get().map(|report| report.stop),
@@ -230,4 +244,44 @@ async fn refused_address() -> String {
     let addr = listener.local_addr().expect("bound address");
     drop(listener);
     format!("http://{addr}/orders")
+}
+
+/// The requests `server` has received.
+async fn received_len(server: &MockServer) -> u32 {
+    server.received_requests().await.map_or(0, |r| r.len() as u32)
+}
+
+/// A clock whose waits never end by themselves, recorded on a manual clock,
+/// and which says when the first one starts: a call can be cancelled in the
+/// middle of a wait.
+#[derive(Debug, Clone)]
+struct WaitGate {
+    clock: ManualClock,
+    started: std::sync::Arc<tokio::sync::Notify>,
+}
+
+impl WaitGate {
+    fn new(clock: ManualClock) -> Self {
+        Self { clock, started: Default::default() }
+    }
+
+    async fn started(&self) {
+        self.started.notified().await;
+    }
+}
+
+impl reqwest_safe_retry::Clock for WaitGate {
+    fn now(&self) -> std::time::Instant {
+        self.clock.now()
+    }
+
+    fn wall_time(&self) -> std::time::SystemTime {
+        self.clock.wall_time()
+    }
+
+    fn sleep(&self, duration: Duration) -> reqwest_safe_retry::Sleep {
+        drop(self.clock.sleep(duration));
+        self.started.notify_one();
+        Box::pin(std::future::pending())
+    }
 }
