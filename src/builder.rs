@@ -186,6 +186,60 @@ impl RetryConfigBuilder {
         self
     }
 
+    /// Reads a streamed request body into memory, up to `max_bytes`, before
+    /// the first attempt, so that it can be sent again. Off by default.
+    ///
+    /// A body given as bytes is shared by every attempt. One given as a
+    /// stream (`reqwest::Body::wrap_stream`, `reqwest::Body::wrap`) cannot be
+    /// copied: by default it is sent once and its outcome returned, with
+    /// [`StopReason::NotReplayable`](crate::StopReason::NotReplayable) when it
+    /// would have been retried. With this on:
+    ///
+    /// - a stream that ends within `max_bytes` is replaced by the bytes read,
+    ///   and the request is retried like any other;
+    /// - a longer stream is still sent whole, once: the bytes read, then the
+    ///   rest of the stream as it comes. It is not retried (`NotReplayable`).
+    ///   At most `max_bytes` plus the one chunk that went over are held;
+    /// - a stream that fails while it is read is sent as far as it got, then
+    ///   fails the same way, so reqwest reports the body error as it would
+    ///   without the middleware. It is not retried;
+    /// - a stream with trailers is sent once, as it came, trailers included.
+    ///
+    /// Reading waits on whatever produces the stream, before the first
+    /// attempt. That time counts against the deadline, measured from when
+    /// the middleware gets the request: if it passes while the stream is
+    /// read, nothing is sent and the caller gets
+    /// [`DeadlineExceeded`](crate::DeadlineExceeded). Reading also waits no
+    /// longer than the attempt's timeout, if the middleware can see one (the
+    /// request's own or the attempt timeout): then it stops, and the body is
+    /// sent once as it is, the attempt timed from when it is sent. The
+    /// client's timeout cannot be seen, and starts only then.
+    ///
+    /// Nothing is read for a request that cannot be retried anyway
+    /// ([`NoRetry`](crate::NoRetry), no retries allowed), nor for a body that
+    /// says it is longer than `max_bytes`. A body read whole is an ordinary
+    /// bytes body to reqwest too, which then also follows a 307 or 308
+    /// redirect with it.
+    ///
+    /// ```
+    /// use reqwest_safe_retry::RetryConfig;
+    ///
+    /// // Streams of up to 256 KiB can be retried.
+    /// let config = RetryConfig::builder().with_stream_buffering(256 * 1024).build()?;
+    /// assert_eq!(config.stream_buffering(), Some(256 * 1024));
+    /// # Ok::<(), reqwest_safe_retry::ConfigError>(())
+    /// ```
+    pub fn with_stream_buffering(mut self, max_bytes: usize) -> Self {
+        self.config.stream_buffering = Some(max_bytes);
+        self
+    }
+
+    /// Turns stream buffering off: a streamed body is sent once.
+    pub fn without_stream_buffering(mut self) -> Self {
+        self.config.stream_buffering = None;
+        self
+    }
+
     /// A custom predicate, consulted after every attempt before the built-in
     /// rules. Return `Some` to decide, `None` to fall back to the built-in
     /// rules. Whatever it says, a [`Retryability::WhenSafe`](crate::Retryability::WhenSafe) outcome is still
@@ -230,8 +284,8 @@ impl RetryConfigBuilder {
     /// A [`ConfigError`] naming the first invalid field: `initial_backoff`
     /// greater than `max_backoff`, a retryable status outside 400–599, an
     /// idempotency header that is not a valid header name, a zero `deadline`
-    /// or `attempt_timeout`, or a budget ratio outside 0–1 or window outside
-    /// 100 ms–1 h.
+    /// or `attempt_timeout`, a zero `stream_buffering` limit, or a budget
+    /// ratio outside 0–1 or window outside 100 ms–1 h.
     pub fn build(self) -> Result<RetryConfig, ConfigError> {
         let mut config = self.config;
         if config.initial_backoff > config.max_backoff {
@@ -276,6 +330,12 @@ impl RetryConfigBuilder {
                 "must be greater than zero; use `without_attempt_timeout` for none".to_owned(),
             ));
         }
+        if config.stream_buffering == Some(0) {
+            return Err(ConfigError::new(
+                "stream_buffering",
+                "must be greater than zero; use `without_stream_buffering` for none".to_owned(),
+            ));
+        }
         Ok(config)
     }
 }
@@ -304,6 +364,7 @@ mod tests {
         assert_eq!(config.drain_limit(), 64 * 1024);
         assert_eq!(config.budget(), Some(&RetryBudget::default()));
         assert!(config.predicate().is_none());
+        assert_eq!(config.stream_buffering(), None);
     }
 
     #[test]
@@ -328,6 +389,7 @@ mod tests {
             (RetryConfig::builder().with_idempotency_header(""), "idempotency_header"),
             (RetryConfig::builder().with_deadline(Duration::ZERO), "deadline"),
             (RetryConfig::builder().with_attempt_timeout(Duration::ZERO), "attempt_timeout"),
+            (RetryConfig::builder().with_stream_buffering(0), "stream_buffering"),
             (
                 RetryConfig::builder().with_budget(RetryBudget::default().with_ratio(2.0)),
                 "budget.ratio",
@@ -381,5 +443,9 @@ mod tests {
             timed.to_builder().without_attempt_timeout().build().unwrap().attempt_timeout(),
             None
         );
+        let buffering = timed.to_builder().with_stream_buffering(1).build().unwrap();
+        assert_eq!(buffering.to_builder().build().unwrap().stream_buffering(), Some(1));
+        let off = buffering.to_builder().without_stream_buffering().build().unwrap();
+        assert_eq!(off.stream_buffering(), None);
     }
 }

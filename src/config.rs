@@ -35,6 +35,7 @@ use crate::predicate::Predicate;
 /// | `drain_limit` | 64 KiB | enough to finish a typical error body so the connection is reused, small enough to bound memory |
 /// | `budget` | [`RetryBudget::default`]: a tenth of a retry earned per final answer, a reserve of one, per host | the extra load of an outage stays bounded for any number of processes |
 /// | `predicate` | none | the built-in rules above |
+/// | `stream_buffering` | off | a streamed request body is sent once, never held in memory; see [`with_stream_buffering`](crate::RetryConfigBuilder::with_stream_buffering) |
 #[derive(Clone)]
 pub struct RetryConfig {
     pub(crate) max_retries: u32,
@@ -53,6 +54,7 @@ pub struct RetryConfig {
     pub(crate) drain_limit: usize,
     pub(crate) budget: Option<RetryBudget>,
     pub(crate) predicate: Option<Predicate>,
+    pub(crate) stream_buffering: Option<usize>,
 }
 
 impl Default for RetryConfig {
@@ -79,6 +81,7 @@ impl Default for RetryConfig {
             drain_limit: 64 * 1024,
             budget: Some(RetryBudget::default()),
             predicate: None,
+            stream_buffering: None,
         }
     }
 }
@@ -160,6 +163,12 @@ impl RetryConfig {
         self.budget.as_ref()
     }
 
+    /// How much of a streamed request body is read into memory so that it
+    /// can be sent again, if that is on.
+    pub fn stream_buffering(&self) -> Option<usize> {
+        self.stream_buffering
+    }
+
     pub(crate) fn predicate(&self) -> Option<&Predicate> {
         self.predicate.as_ref()
     }
@@ -184,6 +193,7 @@ impl fmt::Debug for RetryConfig {
             .field("drain_limit", &self.drain_limit)
             .field("budget", &self.budget)
             .field("predicate", &self.predicate.as_ref().map(|_| "<fn>"))
+            .field("stream_buffering", &self.stream_buffering)
             .finish()
     }
 }

@@ -29,7 +29,10 @@ impl ConfigError {
 /// whose `is_timeout()` is true. It cannot when the attempt has no timeout
 /// the middleware can see (setting one would replace the client's own
 /// default, which may be shorter), nor when the time ran out during a wait,
-/// after the previous outcome was discarded. Then the caller gets this error,
+/// after the previous outcome was discarded, or while a streamed body was
+/// read before the first attempt (see
+/// [`with_stream_buffering`](crate::RetryConfigBuilder::with_stream_buffering)).
+/// Then the caller gets this error,
 /// inside [`reqwest_middleware::Error::Middleware`]:
 ///
 /// ```

@@ -177,6 +177,7 @@ mod predicate;
 mod reason;
 mod report;
 mod retry_after;
+mod rewind;
 
 pub use backoff::Jitter;
 pub use budget::{BudgetScope, RetryBudget};

@@ -19,6 +19,7 @@ use crate::jitter::{JitterSource, ThreadRngJitter};
 use crate::policy::{Policy, Shared};
 use crate::reason::{Decision, StopReason};
 use crate::report::{AttemptNumber, ReportSlot, RetryEvent, RetryReport};
+use crate::rewind::Rewind;
 
 /// The retry middleware for `reqwest_middleware`.
 ///
@@ -160,6 +161,10 @@ impl Shared {
         let mut pending = Some(request);
         async move {
             let mut policy = Policy::new(self, pending.as_ref().expect("the request"), extensions);
+            if let Some(rewind) = Rewind::new(self, &policy, &mut pending) {
+                // Boxed: only a streamed body, with stream buffering on, pays.
+                Box::pin(rewind.run()).await;
+            }
             // What the caller attached: every attempt starts from it, so
             // nothing an attempt added below this middleware leaks into the
             // next one.

@@ -301,6 +301,13 @@ impl<'a> Policy<'a> {
         (class, None)
     }
 
+    /// Whether a retry may follow the first attempt, and when the deadline
+    /// passes, if there is one: what reading a streamed body must respect.
+    pub(crate) fn rewind_bounds(&self) -> (bool, Option<Instant>) {
+        let deadline = self.deadline.and_then(|limit| self.start.checked_add(limit));
+        (!self.disabled && self.max_retries > 0, deadline)
+    }
+
     /// Attempts started so far.
     pub(crate) fn attempts(&self) -> u32 {
         self.attempts

@@ -1,0 +1,364 @@
+//! Reading a streamed request body into memory before the first attempt, up
+//! to a limit, so that the request can be sent again; see
+//! [`with_stream_buffering`](crate::RetryConfigBuilder::with_stream_buffering).
+//!
+//! A body that ends within the limit becomes a bytes body, which reqwest
+//! copies for every attempt. Any other is sent once, whole and as it came:
+//! the bytes read, then what was not read ([`Replay`]). At most the limit
+//! plus the one chunk that went over it is held.
+
+use std::future::poll_fn;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use hyper::body::{Body as HttpBody, Bytes, Frame, SizeHint};
+use reqwest::{Body, Request};
+
+use crate::clock::Clock;
+use crate::discard::first;
+use crate::policy::{Policy, Shared};
+
+/// A streamed body to read before the first attempt.
+pub(crate) struct Rewind<'a> {
+    request: &'a mut Request,
+    limit: usize,
+    clock: &'a dyn Clock,
+    /// When to stop waiting on the stream: the deadline, or the attempt's
+    /// visible timeout from now, whichever comes first.
+    cut_at: Option<Instant>,
+}
+
+impl<'a> Rewind<'a> {
+    /// The body to read, if stream buffering is on, a retry may follow and
+    /// the request's body is a stream.
+    pub(crate) fn new(
+        shared: &'a Shared,
+        policy: &Policy<'_>,
+        pending: &'a mut Option<Request>,
+    ) -> Option<Self> {
+        let limit = shared.config.stream_buffering?;
+        let (may_retry, deadline) = policy.rewind_bounds();
+        let request = pending.as_mut().filter(|_| may_retry)?;
+        request.body().filter(|body| body.as_bytes().is_none())?;
+        let timeout = match (request.timeout().copied(), shared.config.attempt_timeout) {
+            (Some(own), Some(configured)) => Some(own.min(configured)),
+            (own, configured) => own.or(configured),
+        };
+        let timeout_at = timeout.and_then(|timeout| shared.clock.now().checked_add(timeout));
+        let cut_at = match (deadline, timeout_at) {
+            (Some(deadline), Some(timeout_at)) => Some(deadline.min(timeout_at)),
+            (deadline, timeout_at) => deadline.or(timeout_at),
+        };
+        Some(Self { request, limit, clock: &*shared.clock, cut_at })
+    }
+
+    /// Reads the body until it ends, goes over the limit, fails, or the time
+    /// to wait for it is up, and puts back the body to send.
+    pub(crate) async fn run(self) {
+        let Some(body) = self.request.body_mut().take() else { return };
+        let mut reader = Reader::new(body, self.limit);
+        let end = match self.cut_at {
+            None => reader.read().await,
+            Some(at) => {
+                first(reader.read(), self.clock.sleep_until(at)).await.unwrap_or(End::Stopped(None))
+            }
+        };
+        *self.request.body_mut() = Some(reader.into_body(end));
+    }
+}
+
+/// How reading a body ended.
+#[derive(Debug)]
+enum End {
+    /// The body ended within the limit.
+    Whole,
+    /// Reading stopped with the body unfinished: with the frame that went
+    /// over the limit, or trailers, or nothing when the time was up.
+    Stopped(Option<Frame<Bytes>>),
+    /// The body failed.
+    Failed(reqwest::Error),
+}
+
+/// A body being read into memory.
+struct Reader {
+    body: Body,
+    prefix: Vec<u8>,
+    limit: usize,
+}
+
+impl Reader {
+    fn new(body: Body, limit: usize) -> Self {
+        Self { body, prefix: Vec::new(), limit }
+    }
+
+    /// Reads frames while they fit. Cancel-safe: a frame is kept as soon as
+    /// it arrives, and the body and the bytes read stay here.
+    async fn read(&mut self) -> End {
+        if self.body.size_hint().lower() > self.limit as u64 {
+            // Declared longer than the limit: reading would be wasted.
+            return End::Stopped(None);
+        }
+        loop {
+            let frame = poll_fn(|cx| Pin::new(&mut self.body).poll_frame(cx)).await;
+            let data = match frame {
+                None => return End::Whole,
+                Some(Err(error)) => return End::Failed(error),
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(data) => data,
+                    Err(trailers) => return End::Stopped(Some(trailers)),
+                },
+            };
+            if data.len() > self.limit - self.prefix.len() {
+                return End::Stopped(Some(Frame::data(data)));
+            }
+            self.append(&data);
+        }
+    }
+
+    /// Appends `data`, which fits, growing the buffer by doubling but never
+    /// past the limit.
+    fn append(&mut self, data: &[u8]) {
+        let needed = self.prefix.len() + data.len();
+        if needed > self.prefix.capacity() {
+            let grown = self.prefix.capacity().saturating_mul(2).min(self.limit).max(needed);
+            self.prefix.reserve_exact(grown - self.prefix.len());
+        }
+        self.prefix.extend_from_slice(data);
+    }
+
+    /// The body to send after reading ended with `end`.
+    fn into_body(self, end: End) -> Body {
+        let prefix = Some(Bytes::from(self.prefix)).filter(|prefix| !prefix.is_empty());
+        let (held, tail) = match end {
+            End::Whole => return Body::from(prefix.unwrap_or_default()),
+            // Nothing read: the body as it came.
+            End::Stopped(None) if prefix.is_none() => return self.body,
+            End::Stopped(held) => (held, Tail::Rest(self.body)),
+            End::Failed(error) => (None, Tail::Failed(Some(error))),
+        };
+        Body::wrap(Replay { prefix, held, tail })
+    }
+}
+
+/// A body sent once: the bytes read, the frame that stopped the reading,
+/// then the rest of the original body, or its error.
+#[derive(Debug)]
+struct Replay {
+    prefix: Option<Bytes>,
+    held: Option<Frame<Bytes>>,
+    tail: Tail,
+}
+
+#[derive(Debug)]
+enum Tail {
+    Rest(Body),
+    /// The error reading failed with, until it is yielded.
+    Failed(Option<reqwest::Error>),
+}
+
+impl HttpBody for Replay {
+    type Data = Bytes;
+    type Error = reqwest::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, reqwest::Error>>> {
+        let this = self.get_mut();
+        if let Some(prefix) = this.prefix.take() {
+            return Poll::Ready(Some(Ok(Frame::data(prefix))));
+        }
+        if let Some(held) = this.held.take() {
+            return Poll::Ready(Some(Ok(held)));
+        }
+        match &mut this.tail {
+            Tail::Rest(body) => Pin::new(body).poll_frame(cx),
+            Tail::Failed(error) => Poll::Ready(error.take().map(Err)),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        let held = self.held.as_ref().and_then(Frame::data_ref).map_or(0, Bytes::len);
+        let front = (self.prefix.as_ref().map_or(0, Bytes::len) + held) as u64;
+        match &self.tail {
+            Tail::Rest(body) => {
+                let rest = body.size_hint();
+                let mut hint = SizeHint::new();
+                hint.set_lower(rest.lower().saturating_add(front));
+                if let Some(upper) = rest.upper().and_then(|upper| upper.checked_add(front)) {
+                    hint.set_upper(upper);
+                }
+                hint
+            }
+            // Never exact: a body of known length would be sent with a
+            // `Content-Length`, and could end, complete, before its error.
+            Tail::Failed(_) => {
+                let mut hint = SizeHint::new();
+                hint.set_lower(front);
+                hint
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.prefix.is_none()
+            && self.held.is_none()
+            && match &self.tail {
+                Tail::Rest(body) => body.is_end_stream(),
+                Tail::Failed(error) => error.is_none(),
+            }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use http::HeaderMap;
+
+    use super::*;
+
+    /// Yields its frames, counting the data bytes handed out, then ends or
+    /// fails.
+    struct Counting {
+        frames: VecDeque<Frame<Bytes>>,
+        fail: bool,
+        polled: Arc<AtomicUsize>,
+    }
+
+    impl Counting {
+        fn chunks(count: usize, size: usize) -> (Self, Arc<AtomicUsize>) {
+            let frames = (0..count).map(|i| Frame::data(Bytes::from(vec![i as u8; size])));
+            let polled = Arc::new(AtomicUsize::new(0));
+            (Self { frames: frames.collect(), fail: false, polled: polled.clone() }, polled)
+        }
+    }
+
+    impl HttpBody for Counting {
+        type Data = Bytes;
+        type Error = std::io::Error;
+
+        fn poll_frame(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
+            let this = self.get_mut();
+            match this.frames.pop_front() {
+                Some(frame) => {
+                    let len = frame.data_ref().map_or(0, Bytes::len);
+                    this.polled.fetch_add(len, Ordering::SeqCst);
+                    Poll::Ready(Some(Ok(frame)))
+                }
+                None if std::mem::take(&mut this.fail) => {
+                    Poll::Ready(Some(Err(std::io::Error::other("producer failed"))))
+                }
+                None => Poll::Ready(None),
+            }
+        }
+    }
+
+    async fn read(body: Body, limit: usize) -> Body {
+        let mut reader = Reader::new(body, limit);
+        let end = reader.read().await;
+        reader.into_body(end)
+    }
+
+    /// Every frame of `body`: data as bytes, trailers as their header count,
+    /// an error as its message.
+    async fn frames(mut body: Body) -> Vec<Result<Result<Bytes, usize>, String>> {
+        let mut out = Vec::new();
+        while let Some(frame) = poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await {
+            out.push(match frame {
+                Ok(frame) => Ok(frame.into_data().map_err(|t| t.trailers_ref().unwrap().len())),
+                Err(error) => {
+                    let error: &(dyn std::error::Error + 'static) = &error;
+                    let chain = std::iter::successors(Some(error), |e| e.source());
+                    Err(chain.map(ToString::to_string).collect::<Vec<_>>().join(": "))
+                }
+            });
+        }
+        out
+    }
+
+    fn concat(frames: &[Result<Result<Bytes, usize>, String>]) -> Vec<u8> {
+        frames.iter().filter_map(|f| f.as_ref().ok()?.as_ref().ok()).flatten().copied().collect()
+    }
+
+    #[tokio::test]
+    async fn a_body_within_the_limit_becomes_bytes() {
+        let (body, polled) = Counting::chunks(4, 1000);
+        let body = read(Body::wrap(body), 4000).await;
+        let expected: Vec<u8> = (0..4u8).flat_map(|i| [i; 1000]).collect();
+        assert_eq!(body.as_bytes(), Some(&expected[..]));
+        assert_eq!(polled.load(Ordering::SeqCst), 4000);
+    }
+
+    #[tokio::test]
+    async fn a_longer_body_is_read_to_the_limit_plus_one_chunk_and_sent_whole() {
+        let (limit, chunk) = (64 * 1024, 16 * 1024);
+        let (body, polled) = Counting::chunks(256, chunk); // 4 MiB
+        let body = read(Body::wrap(body), limit).await;
+        assert_eq!(polled.load(Ordering::SeqCst), limit + chunk, "held at most limit + a chunk");
+        assert!(body.as_bytes().is_none(), "sent once");
+        let sent = concat(&frames(body).await);
+        let expected: Vec<u8> = (0..256usize).flat_map(|i| [i as u8; 16 * 1024]).collect();
+        assert_eq!(polled.load(Ordering::SeqCst), 256 * chunk);
+        assert!(sent == expected, "every byte, in order");
+    }
+
+    #[tokio::test]
+    async fn the_buffer_never_grows_past_the_limit() {
+        let (body, _) = Counting::chunks(1000, 7);
+        let mut reader = Reader::new(Body::wrap(body), 5000);
+        let end = reader.read().await;
+        assert!(matches!(end, End::Stopped(Some(_))));
+        assert_eq!(reader.prefix.len(), 4998);
+        assert!(reader.prefix.capacity() <= 5000, "{}", reader.prefix.capacity());
+    }
+
+    #[tokio::test]
+    async fn a_failing_body_replays_what_was_read_then_fails() {
+        let (mut body, _) = Counting::chunks(2, 3);
+        body.fail = true;
+        let body = read(Body::wrap(body), 1024).await;
+        assert!(body.as_bytes().is_none());
+        assert!(HttpBody::size_hint(&body).exact().is_none(), "never sent with a length");
+        let frames = frames(body).await;
+        assert_eq!(frames.len(), 2, "{frames:?}");
+        assert_eq!(concat(&frames), [0, 0, 0, 1, 1, 1]);
+        assert!(frames[1].as_ref().unwrap_err().contains("producer failed"), "{frames:?}");
+    }
+
+    #[tokio::test]
+    async fn trailers_are_sent_once_as_they_came() {
+        let (mut body, _) = Counting::chunks(2, 3);
+        let mut trailers = HeaderMap::new();
+        trailers.insert("checksum", "abc".parse().unwrap());
+        body.frames.push_back(Frame::trailers(trailers));
+        let body = read(Body::wrap(body), 1024).await;
+        assert!(body.as_bytes().is_none(), "a bytes body has no trailers");
+        let frames = frames(body).await;
+        assert_eq!(frames, [Ok(Ok(Bytes::from_static(&[0, 0, 0, 1, 1, 1]))), Ok(Err(1))]);
+    }
+
+    #[tokio::test]
+    async fn a_body_declared_longer_than_the_limit_is_not_read() {
+        let body = Body::wrap(http_body_util::Full::new(Bytes::from(vec![7u8; 100])));
+        let body = read(body, 99).await;
+        assert!(body.as_bytes().is_none());
+        assert_eq!(HttpBody::size_hint(&body).exact(), Some(100));
+    }
+
+    #[tokio::test]
+    async fn the_length_of_a_replayed_body_stays_known() {
+        let mut reader =
+            Reader::new(Body::wrap(http_body_util::Full::new(Bytes::from(vec![1; 10]))), 99);
+        reader.prefix.extend_from_slice(b"abc");
+        let body = reader.into_body(End::Stopped(Some(Frame::data(Bytes::from_static(b"de")))));
+        assert_eq!(HttpBody::size_hint(&body).exact(), Some(15));
+        assert_eq!(concat(&frames(body).await).len(), 15);
+    }
+}
