@@ -33,6 +33,7 @@ async fn tracing_event_says_attempt_reason_and_wait_but_no_secrets() {
         .with_ansi(false)
         .with_writer(move || writer.clone())
         .finish();
+    let _anchor = interest_anchor();
     let _guard = tracing::subscriber::set_default(subscriber);
     let (client, _) = client(policy().build().unwrap());
     client
@@ -62,6 +63,16 @@ async fn tracing_event_says_attempt_reason_and_wait_but_no_secrets() {
     }
 }
 
+/// tracing caches, per callsite and for the whole process, whether any
+/// subscriber wants it; while a single dispatcher is registered, a callsite
+/// first reached where no subscriber wants it is cached as unwanted, and a
+/// later test's subscriber would never see it. A second dispatcher that
+/// wants everything and writes nowhere keeps every callsite asking.
+fn interest_anchor() -> tracing::Dispatch {
+    let sink = tracing_subscriber::fmt().with_max_level(tracing::Level::TRACE);
+    tracing::Dispatch::new(sink.with_writer(std::io::sink).finish())
+}
+
 fn capture(level: tracing::Level) -> (Captured, tracing::subscriber::DefaultGuard) {
     let captured = Captured::default();
     let writer = captured.clone();
@@ -78,6 +89,7 @@ async fn the_log_level_is_configurable() {
     let server = MockServer::start().await;
     script_statuses(&server, "/r", &[503, 503]).await;
     // A subscriber that only takes warnings sees the events raised to warn.
+    let _anchor = interest_anchor();
     let (captured, _guard) = capture(tracing::Level::WARN);
     let middleware =
         reqwest_safe_retry::RetryMiddleware::new(policy().with_max_retries(1).build().unwrap())
@@ -92,6 +104,7 @@ async fn the_log_level_is_configurable() {
     assert!(stop.contains("http.request.resend_count=1"), "{stop}");
 
     // At the default level, the same subscriber sees nothing.
+    let _anchor = interest_anchor();
     let (quiet, _guard) = capture(tracing::Level::WARN);
     let server = MockServer::start().await;
     script_statuses(&server, "/r", &[503, 503]).await;
@@ -105,6 +118,7 @@ async fn a_first_answer_that_is_final_emits_nothing() {
     let server = MockServer::start().await;
     script_statuses(&server, "/ok", &[200]).await;
     script_statuses(&server, "/missing", &[404]).await;
+    let _anchor = interest_anchor();
     let (captured, _guard) = capture(tracing::Level::TRACE);
     let (client, _) = client(policy().build().unwrap());
     for at in ["/ok", "/missing"] {
