@@ -185,20 +185,20 @@ mod tests {
         assert_eq!(stop.to_string(), "stop (request not safe to repeat)");
     }
 
+    /// One of each reason.
+    const REASONS: [RetryReason; 7] = [
+        RetryReason::Status(StatusCode::BAD_GATEWAY),
+        RetryReason::NotConnected,
+        RetryReason::NotSent,
+        RetryReason::RefusedStream,
+        RetryReason::Timeout,
+        RetryReason::ConnectionLost,
+        RetryReason::Custom,
+    ];
+
     #[test]
     fn metric_labels_are_stable_and_distinct() {
-        let retry: Vec<&str> = [
-            RetryReason::Status(StatusCode::BAD_GATEWAY),
-            RetryReason::NotConnected,
-            RetryReason::NotSent,
-            RetryReason::RefusedStream,
-            RetryReason::Timeout,
-            RetryReason::ConnectionLost,
-            RetryReason::Custom,
-        ]
-        .iter()
-        .map(RetryReason::as_str)
-        .collect();
+        let retry: Vec<&str> = REASONS.iter().map(RetryReason::as_str).collect();
         assert_eq!(
             retry,
             [

@@ -751,27 +751,6 @@ async fn a_streaming_body_is_sent_once_here_and_refused_by_reqwest_retry() {
     assert_eq!(hits(&server).await, 0);
 }
 
-/// Below a retry layer: hands reqwest's errors up wrapped, as some
-/// middlewares do.
-struct Wrapping;
-
-#[async_trait::async_trait]
-impl Middleware for Wrapping {
-    async fn handle(
-        &self,
-        req: Request,
-        extensions: &mut Extensions,
-        next: Next<'_>,
-    ) -> reqwest_middleware::Result<Response> {
-        match next.run(req, extensions).await {
-            Err(reqwest_middleware::Error::Reqwest(error)) => {
-                Err(reqwest_middleware::Error::middleware(error))
-            }
-            other => other,
-        }
-    }
-}
-
 #[tokio::test]
 async fn an_error_another_middleware_wrapped_is_still_read_here() {
     // A GET whose connection closes before the answer, then a 200.

@@ -247,31 +247,6 @@ async fn each_attempt_starts_from_the_callers_extensions() {
 
 // ---- Errors that inner middlewares wrap ----
 
-/// Wraps every reqwest error in `Error::Middleware`, as middlewares that add
-/// context do.
-struct Wrapping;
-
-#[derive(Debug, thiserror::Error)]
-#[error("while calling the orders service")]
-struct Context(#[source] reqwest::Error);
-
-#[async_trait::async_trait]
-impl Middleware for Wrapping {
-    async fn handle(
-        &self,
-        req: Request,
-        extensions: &mut Extensions,
-        next: Next<'_>,
-    ) -> reqwest_middleware::Result<Response> {
-        match next.run(req, extensions).await {
-            Err(reqwest_middleware::Error::Reqwest(e)) => {
-                Err(reqwest_middleware::Error::middleware(Context(e)))
-            }
-            other => other,
-        }
-    }
-}
-
 #[tokio::test]
 async fn a_wrapped_reqwest_error_is_classified_by_what_it_wraps() {
     let url = refused_address().await;

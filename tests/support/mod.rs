@@ -290,3 +290,29 @@ impl reqwest_middleware::Middleware for Answers {
         Ok(http::Response::builder().status(status).body("").unwrap().into())
     }
 }
+
+/// Wraps every reqwest error in `Error::Middleware`, as middlewares that add
+/// context do.
+pub struct Wrapping;
+
+/// The context `Wrapping` adds.
+#[derive(Debug, thiserror::Error)]
+#[error("while calling the orders service")]
+pub struct Context(#[source] pub reqwest::Error);
+
+#[async_trait::async_trait]
+impl reqwest_middleware::Middleware for Wrapping {
+    async fn handle(
+        &self,
+        req: reqwest::Request,
+        extensions: &mut http::Extensions,
+        next: reqwest_middleware::Next<'_>,
+    ) -> reqwest_middleware::Result<reqwest::Response> {
+        match next.run(req, extensions).await {
+            Err(reqwest_middleware::Error::Reqwest(e)) => {
+                Err(reqwest_middleware::Error::middleware(Context(e)))
+            }
+            other => other,
+        }
+    }
+}
