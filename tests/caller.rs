@@ -170,3 +170,28 @@ async fn an_initialiser_makes_every_request_of_a_client_safe_to_retry() {
         plain.post(format!("{}/orders", server.uri())).body("order 7").send().await.unwrap();
     assert_eq!((response.status().as_u16(), hits(&server).await), (503, 1));
 }
+
+/// What a caller logs of a report (`{}`): each stop reason reads
+/// differently, and an over-long `Retry-After` says what was asked.
+#[test]
+fn every_stop_reason_reads_differently() {
+    let texts: Vec<String> = [
+        StopReason::Final,
+        StopReason::NotSafe,
+        StopReason::RetriesExhausted,
+        StopReason::NotReplayable,
+        StopReason::RetryAfterTooLong(Duration::from_secs(90)),
+        StopReason::DeadlineExceeded,
+        StopReason::BudgetExhausted,
+        StopReason::Disabled,
+    ]
+    .iter()
+    .map(ToString::to_string)
+    .collect();
+    assert!(texts[4].contains("90s"), "{}", texts[4]);
+    let mut unique = texts.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), texts.len(), "{texts:?}");
+    assert!(texts.iter().all(|text| !text.is_empty()), "{texts:?}");
+}

@@ -257,3 +257,68 @@ async fn a_stalled_stream_under_an_attempt_timeout_is_sent_once_and_times_out() 
     assert_eq!((report.attempts, report.stop), (1, StopReason::NotReplayable));
     assert!(connections.get() <= 1);
 }
+
+/// On tokio's clock, paused: a request's own timeout shorter than the
+/// attempt timeout bounds the wait for the stream, as it bounds the attempt;
+/// a deadline further off does not stretch it.
+#[tokio::test(start_paused = true)]
+async fn a_stalled_stream_waits_no_longer_than_the_requests_own_shorter_timeout() {
+    let (url, connections) = raw_server(vec![Raw::Stall]).await;
+    let config = policy()
+        .with_stream_buffering(64 * KIB)
+        .with_attempt_timeout(Duration::from_secs(5))
+        .with_deadline(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let client = wrap(RetryMiddleware::new(config).with_jitter_source(FixedJitter::TOP));
+    let slot = ReportSlot::new();
+    let start = tokio::time::Instant::now();
+    let send = client
+        .put(&url)
+        .timeout(Duration::from_secs(1))
+        .body(stalled(b"order="))
+        .with_extension(slot.clone())
+        .send();
+    let error = tokio::time::timeout(Duration::from_secs(60), send)
+        .await
+        .expect("the request's timeout bounds the wait for the stream")
+        .unwrap_err();
+    assert!(error.is_timeout(), "{error}");
+    // One second reading, one second sending: not five, nor thirty.
+    let elapsed = start.elapsed();
+    assert!(elapsed <= Duration::from_secs(2) + 100 * MS, "{elapsed:?}");
+    let report = slot.get().unwrap();
+    assert_eq!((report.attempts, report.stop), (1, StopReason::NotReplayable));
+    assert!(connections.get() <= 1);
+}
+
+/// On tokio's clock, paused: a deadline nearer than the attempt timeout ends
+/// the wait for the stream at the deadline, with nothing sent.
+#[tokio::test(start_paused = true)]
+async fn a_stalled_stream_stops_at_a_deadline_nearer_than_the_attempt_timeout() {
+    let (url, connections) = raw_server(vec![Raw::Reply(OK_CLOSE)]).await;
+    let config = policy()
+        .with_stream_buffering(64 * KIB)
+        .with_attempt_timeout(Duration::from_secs(10))
+        .with_deadline(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let client = wrap(RetryMiddleware::new(config).with_jitter_source(FixedJitter::TOP));
+    let slot = ReportSlot::new();
+    let start = tokio::time::Instant::now();
+    let send = client.put(&url).body(stalled(b"order=")).with_extension(slot.clone()).send();
+    let error = tokio::time::timeout(Duration::from_secs(60), send)
+        .await
+        .expect("the deadline ends the wait for the stream")
+        .unwrap_err();
+    assert_eq!(start.elapsed(), Duration::from_secs(2));
+    match &error {
+        reqwest_middleware::Error::Middleware(e) => {
+            assert!(e.is::<DeadlineExceeded>(), "{e}")
+        }
+        other => panic!("{other}"),
+    }
+    let report = slot.get().unwrap();
+    assert_eq!((report.attempts, report.stop), (0, StopReason::DeadlineExceeded));
+    assert_eq!(connections.get(), 0, "nothing was sent");
+}

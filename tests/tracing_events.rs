@@ -128,3 +128,29 @@ async fn a_first_answer_that_is_final_emits_nothing() {
     // Neither "retrying request" nor "not retrying request".
     assert!(!log.contains("retrying request"), "{log}");
 }
+
+#[tokio::test]
+async fn every_log_level_is_the_one_asked_for() {
+    use tracing::Level;
+    for level in [Level::TRACE, Level::DEBUG, Level::INFO, Level::WARN, Level::ERROR] {
+        let _anchor = interest_anchor();
+        let (captured, _guard) = capture(Level::TRACE);
+        let config = policy().with_max_retries(1).build().unwrap();
+        let middleware = reqwest_safe_retry::RetryMiddleware::new(config)
+            .with_clock(reqwest_safe_retry::ManualClock::new())
+            .with_log_level(level);
+        let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
+            .with(middleware)
+            .with(Answers::new(&[503]))
+            .build();
+        client.get("http://127.0.0.1:9/r").send().await.unwrap();
+        let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+        let retry = log.lines().find(|l| l.contains("retrying request: ")).expect(&log);
+        let stop = log.lines().find(|l| l.contains("not retrying request: ")).expect(&log);
+        assert!(!retry.contains("not retrying"), "{log}");
+        for line in [retry, stop] {
+            // `<timestamp> <LEVEL> <target>: <message>`
+            assert_eq!(line.split_whitespace().nth(1), Some(level.as_str()), "{line}");
+        }
+    }
+}

@@ -293,3 +293,17 @@ async fn default_clock_waits_in_tokio_time() {
     // the waits exactly.
     assert_eq!(start.elapsed(), 300 * MS);
 }
+
+#[tokio::test]
+async fn a_deadline_can_be_removed_from_a_copy_of_the_policy() {
+    let bounded = policy().with_deadline(Duration::from_secs(1)).build().unwrap();
+    let unbounded = bounded.to_builder().without_deadline().build().unwrap();
+    assert_eq!(RetryMiddleware::new(unbounded.clone()).config().deadline(), None);
+    // The wait that `deadline_counts_retry_after_waits` refuses is made.
+    let server = MockServer::start().await;
+    script(&server, "/r", vec![unavailable_with_retry_after("2"), ResponseTemplate::new(200)])
+        .await;
+    let (client, clock) = client(unbounded);
+    assert_eq!(get(&client, &server).await.status(), 200);
+    assert_eq!(clock.sleeps(), [2100 * MS]);
+}
