@@ -11,8 +11,8 @@ use http::Extensions;
 use reqwest::{Request, Response};
 use reqwest_middleware::{ClientBuilder, ClientWithMiddleware, Middleware, Next};
 use reqwest_safe_retry::{
-    DeadlineExceeded, Decision, FixedJitter, ManualClock, ReportSlot, RetryConfigBuilder,
-    RetryMiddleware, RetryReason, RetryReport, StopReason, TokioClock,
+    DeadlineExceeded, Decision, FixedJitter, ManualClock, Outcome, ReportSlot, RetryBudget,
+    RetryConfigBuilder, RetryMiddleware, RetryReason, RetryReport, StopReason, TokioClock,
 };
 use support::{MS, bare_reqwest, policy, read_request};
 use tokio::io::AsyncWriteExt;
@@ -48,13 +48,20 @@ enum Step {
 struct Go(Arc<Notify>);
 
 impl Go {
-    async fn wait(&self) {
-        // Bounded: a missed signal resets anyway, and the test says what
-        // it saw.
-        let _ = tokio::time::timeout(Duration::from_secs(5), self.0.notified()).await;
+    /// Writes `bytes`, waits for the word (said after the write: a word said
+    /// for an earlier answer does not count), then resets the connection.
+    async fn write_then_reset(&self, socket: &mut tokio::net::TcpStream, bytes: &[u8]) {
+        let word = self.0.notified();
+        tokio::pin!(word);
+        word.as_mut().enable();
+        let _ = socket.write_all(bytes).await;
+        // Bounded: a missed word resets anyway, and the test says what it saw.
+        let _ = tokio::time::timeout(Duration::from_secs(5), word).await;
+        socket.set_zero_linger().expect("SO_LINGER can be set");
     }
+
     fn go(&self) {
-        self.0.notify_one();
+        self.0.notify_waiters();
     }
 }
 
@@ -89,11 +96,8 @@ async fn server(script: Vec<Step>, go: Go) -> (String, Arc<Mutex<usize>>) {
                             }
                         }
                         Step::ResetMidBody => {
-                            let _ = socket
-                                .write_all(format!("{}{half}", head(BODY.len())).as_bytes())
-                                .await;
-                            go.wait().await;
-                            socket.set_zero_linger().expect("SO_LINGER can be set");
+                            let answer = format!("{}{half}", head(BODY.len()));
+                            go.write_then_reset(&mut socket, answer.as_bytes()).await;
                             return;
                         }
                         Step::ChunksThenReset => {
@@ -102,9 +106,7 @@ async fn server(script: Vec<Step>, go: Go) -> (String, Arc<Mutex<usize>>) {
                                 "a".repeat(5),
                                 "b".repeat(20)
                             );
-                            let _ = socket.write_all(answer.as_bytes()).await;
-                            go.wait().await;
-                            socket.set_zero_linger().expect("SO_LINGER can be set");
+                            go.write_then_reset(&mut socket, answer.as_bytes()).await;
                             return;
                         }
                         Step::StallMidBody => {
@@ -374,4 +376,50 @@ async fn a_status_that_would_be_retried_is_not_read() {
     let response = bounded("the GET", client.get(&url).send()).await.unwrap();
     assert_eq!(response.status(), 503);
     assert_eq!(RetryReport::from_response(&response).stop, StopReason::RetriesExhausted);
+}
+
+#[tokio::test]
+async fn a_broken_body_earns_nothing_and_a_whole_one_earns_a_retry() {
+    // No reserve, a whole retry earned per final answer: only answers pay.
+    let go = Go::default();
+    let script = vec![Step::ResetMidBody, Step::Whole, Step::ResetMidBody, Step::Whole];
+    let (url, requests) = server(script, go.clone()).await;
+    let budget = RetryBudget::default().with_reserve(0).with_ratio(1.0);
+    let (client, _, reasons) = client(buffering().with_budget(budget), &go);
+    // A broken body is a failure: it pays for nothing, not even its own retry.
+    let slot = ReportSlot::new();
+    let call = client.get(&url).with_extension(slot.clone()).send();
+    let error = bounded("the first GET", call).await.unwrap_err();
+    assert_eq!(kinds(reqwest_error(&error)), (false, true, false), "{error:?}");
+    let report = slot.get().unwrap();
+    assert_eq!((report.attempts, report.stop), (1, StopReason::BudgetExhausted));
+    // A body read whole is a final answer: it earns the next call's retry.
+    let whole = bounded("the second GET", client.get(&url).send()).await.unwrap();
+    assert_eq!(whole.text().await.unwrap(), BODY);
+    let retried = bounded("the third GET", client.get(&url).send()).await.unwrap();
+    assert_eq!(RetryReport::from_response(&retried).attempts, 2);
+    assert_eq!(retried.text().await.unwrap(), BODY);
+    assert_eq!(*requests.lock().unwrap(), 4);
+    assert_eq!(*reasons.lock().unwrap(), [RetryReason::ConnectionLost]);
+}
+
+#[tokio::test]
+async fn a_predicate_sees_the_body_in_memory_or_its_error() {
+    let go = Go::default();
+    let (url, requests) = server(vec![Step::ResetMidBody, Step::Whole], go.clone()).await;
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let record = seen.clone();
+    let config = buffering().with_predicate(move |attempt| {
+        record.lock().unwrap().push(match attempt.outcome {
+            Outcome::Response(response) => format!("{:?}", response.content_length()),
+            _ => "error".to_owned(),
+        });
+        None::<reqwest_safe_retry::Retryability>
+    });
+    let (client, _, reasons) = client(config, &go);
+    let response = bounded("the GET", client.get(&url).send()).await.unwrap();
+    assert_eq!(response.text().await.unwrap(), BODY);
+    assert_eq!(*seen.lock().unwrap(), ["error".to_owned(), format!("Some({})", BODY.len())]);
+    assert_eq!(*reasons.lock().unwrap(), [RetryReason::ConnectionLost]);
+    assert_eq!(*requests.lock().unwrap(), 2);
 }
