@@ -240,6 +240,78 @@ impl RetryConfigBuilder {
         self
     }
 
+    /// Reads the body of a final response into memory, up to `max_bytes`,
+    /// inside the attempt, so that a body that breaks while it is read is
+    /// retried like any other failed attempt. Off by default.
+    ///
+    /// Without it, the middleware returns a response as soon as its headers
+    /// arrive: a connection reset, a timeout or a message cut short while
+    /// the caller reads the body reaches the caller, and is never retried.
+    /// With it, for a request a body failure could be retried for (safe to
+    /// repeat, retries allowed, a body that can be sent again), the
+    /// middleware reads the body of a response whose status the built-in
+    /// rules would not retry, before it decides (a predicate is asked after
+    /// the read, about the response in memory or the body's error):
+    ///
+    /// - a body that ends within `max_bytes` comes back in memory: the same
+    ///   status, headers, extensions and URL, with the bytes read as its
+    ///   body. Reading it cannot fail any more;
+    /// - a body that breaks while it is read makes the attempt a failure:
+    ///   a reset or a message cut short as
+    ///   [`RetryReason::ConnectionLost`](crate::RetryReason::ConnectionLost),
+    ///   a timeout as [`RetryReason::Timeout`](crate::RetryReason::Timeout).
+    ///   It is retried as those are before the headers, with the same
+    ///   backoff, and counts against the retry budget as a failure (a body
+    ///   read whole counts as a final answer). When it is not retried (the
+    ///   last attempt, the deadline too close, the budget spent), the call
+    ///   fails with the very `reqwest::Error` the caller's own
+    ///   `response.bytes()` would have met, in
+    ///   `reqwest_middleware::Error::Reqwest`: `is_decode()`, `is_timeout()`
+    ///   and the source chain answer as they would, and `url()` is the
+    ///   response's. A predicate sees it as the attempt's error. A body that
+    ///   fails for another reason (a malformed chunk) is final, returned the
+    ///   same way;
+    /// - a body longer than `max_bytes` (by its `Content-Length`, or once
+    ///   read past it) is returned as it streams: the bytes read, then the
+    ///   rest as it comes. Its answer is final, and an error later in the
+    ///   body is the caller's, as without this option. At most `max_bytes`
+    ///   plus one chunk is held.
+    ///
+    /// The read is part of the attempt: the attempt's timeout (the
+    /// request's own, the attempt timeout, or the client's, which reqwest
+    /// applies to the body too) and the deadline bound it. When the
+    /// deadline is raced on the middleware's clock, the read is inside the
+    /// race, and the caller gets
+    /// [`DeadlineExceeded`](crate::DeadlineExceeded) if it passes.
+    ///
+    /// Nothing changes for a request that cannot be retried after a body
+    /// failure: one not safe to repeat (a POST without an idempotency key),
+    /// [`NoRetry`](crate::NoRetry), no retries allowed, or a streamed body
+    /// sent once. Nor for a response the rules would retry (a 503, say)
+    /// that is returned because no retry may follow: it comes back as it
+    /// streams.
+    ///
+    /// ```
+    /// use reqwest_safe_retry::RetryConfig;
+    ///
+    /// // Bodies of up to 1 MiB come back in memory, and are retried when
+    /// // they break.
+    /// let config = RetryConfig::builder().with_response_buffering(1024 * 1024).build()?;
+    /// assert_eq!(config.response_buffering(), Some(1024 * 1024));
+    /// # Ok::<(), reqwest_safe_retry::ConfigError>(())
+    /// ```
+    pub fn with_response_buffering(mut self, max_bytes: usize) -> Self {
+        self.config.response_buffering = Some(max_bytes);
+        self
+    }
+
+    /// Turns response buffering off: a response is returned once its
+    /// headers arrive.
+    pub fn without_response_buffering(mut self) -> Self {
+        self.config.response_buffering = None;
+        self
+    }
+
     /// A custom predicate, consulted after every attempt before the built-in
     /// rules. Return `Some` to decide, `None` to fall back to the built-in
     /// rules. Whatever it says, a [`Retryability::WhenSafe`](crate::Retryability::WhenSafe) outcome is still
@@ -284,7 +356,8 @@ impl RetryConfigBuilder {
     /// A [`ConfigError`] naming the first invalid field: `initial_backoff`
     /// greater than `max_backoff`, a retryable status outside 400–599, an
     /// idempotency header that is not a valid header name, a zero `deadline`
-    /// or `attempt_timeout`, a zero `stream_buffering` limit, or a budget
+    /// or `attempt_timeout`, a zero `stream_buffering` or
+    /// `response_buffering` limit, or a budget
     /// ratio outside 0–1 or window outside 100 ms–1 h.
     pub fn build(self) -> Result<RetryConfig, ConfigError> {
         let mut config = self.config;
@@ -336,6 +409,12 @@ impl RetryConfigBuilder {
                 "must be greater than zero; use `without_stream_buffering` for none".to_owned(),
             ));
         }
+        if config.response_buffering == Some(0) {
+            return Err(ConfigError::new(
+                "response_buffering",
+                "must be greater than zero; use `without_response_buffering` for none".to_owned(),
+            ));
+        }
         Ok(config)
     }
 }
@@ -365,6 +444,7 @@ mod tests {
         assert_eq!(config.budget(), Some(&RetryBudget::default()));
         assert!(config.predicate().is_none());
         assert_eq!(config.stream_buffering(), None);
+        assert_eq!(config.response_buffering(), None);
     }
 
     #[test]
@@ -390,6 +470,7 @@ mod tests {
             (RetryConfig::builder().with_deadline(Duration::ZERO), "deadline"),
             (RetryConfig::builder().with_attempt_timeout(Duration::ZERO), "attempt_timeout"),
             (RetryConfig::builder().with_stream_buffering(0), "stream_buffering"),
+            (RetryConfig::builder().with_response_buffering(0), "response_buffering"),
             (
                 RetryConfig::builder().with_budget(RetryBudget::default().with_ratio(2.0)),
                 "budget.ratio",
@@ -447,5 +528,9 @@ mod tests {
         assert_eq!(buffering.to_builder().build().unwrap().stream_buffering(), Some(1));
         let off = buffering.to_builder().without_stream_buffering().build().unwrap();
         assert_eq!(off.stream_buffering(), None);
+        let reading = off.to_builder().with_response_buffering(1).build().unwrap();
+        assert_eq!(reading.to_builder().build().unwrap().response_buffering(), Some(1));
+        let off = reading.to_builder().without_response_buffering().build().unwrap();
+        assert_eq!(off.response_buffering(), None);
     }
 }

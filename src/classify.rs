@@ -102,7 +102,7 @@ fn reqwest_error<'a>(
 /// answers `source()` with the *wrapped error's* source, skipping the wrapped
 /// error itself, so the walk steps into it with `get_ref` instead: that is
 /// where rustls leaves a handshake's real cause.
-fn sources<'a>(
+pub(crate) fn sources<'a>(
     error: &'a (dyn StdError + 'static),
 ) -> impl Iterator<Item = &'a (dyn StdError + 'static)> {
     std::iter::successors(Some(error), |&e| match e.downcast_ref::<io::Error>() {
@@ -111,11 +111,14 @@ fn sources<'a>(
     })
 }
 
-fn any_io(error: &(dyn StdError + 'static), test: fn(io::ErrorKind) -> bool) -> bool {
+pub(crate) fn any_io(error: &(dyn StdError + 'static), test: fn(io::ErrorKind) -> bool) -> bool {
     sources(error).filter_map(|e| e.downcast_ref::<io::Error>()).any(|io| test(io.kind()))
 }
 
-fn any_hyper(error: &(dyn StdError + 'static), test: impl Fn(&hyper::Error) -> bool) -> bool {
+pub(crate) fn any_hyper(
+    error: &(dyn StdError + 'static),
+    test: impl Fn(&hyper::Error) -> bool,
+) -> bool {
     sources(error).filter_map(|e| e.downcast_ref::<hyper::Error>()).any(test)
 }
 

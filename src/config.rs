@@ -36,6 +36,7 @@ use crate::predicate::Predicate;
 /// | `budget` | [`RetryBudget::default`]: a tenth of a retry earned per final answer, a reserve of one, per host | the extra load of an outage stays bounded for any number of processes |
 /// | `predicate` | none | the built-in rules above |
 /// | `stream_buffering` | off | a streamed request body is sent once, never held in memory; see [`with_stream_buffering`](crate::RetryConfigBuilder::with_stream_buffering) |
+/// | `response_buffering` | off | a response is returned once its headers arrive, its body the caller's to read; see [`with_response_buffering`](crate::RetryConfigBuilder::with_response_buffering) |
 #[derive(Clone)]
 pub struct RetryConfig {
     pub(crate) max_retries: u32,
@@ -55,6 +56,7 @@ pub struct RetryConfig {
     pub(crate) budget: Option<RetryBudget>,
     pub(crate) predicate: Option<Predicate>,
     pub(crate) stream_buffering: Option<usize>,
+    pub(crate) response_buffering: Option<usize>,
 }
 
 impl Default for RetryConfig {
@@ -82,6 +84,7 @@ impl Default for RetryConfig {
             budget: Some(RetryBudget::default()),
             predicate: None,
             stream_buffering: None,
+            response_buffering: None,
         }
     }
 }
@@ -169,6 +172,13 @@ impl RetryConfig {
         self.stream_buffering
     }
 
+    /// How much of a final response's body the middleware reads into
+    /// memory, inside the attempt, so that a body that breaks while it is
+    /// read can be retried, if that is on.
+    pub fn response_buffering(&self) -> Option<usize> {
+        self.response_buffering
+    }
+
     pub(crate) fn predicate(&self) -> Option<&Predicate> {
         self.predicate.as_ref()
     }
@@ -194,6 +204,7 @@ impl fmt::Debug for RetryConfig {
             .field("budget", &self.budget)
             .field("predicate", &self.predicate.as_ref().map(|_| "<fn>"))
             .field("stream_buffering", &self.stream_buffering)
+            .field("response_buffering", &self.response_buffering)
             .finish()
     }
 }

@@ -174,6 +174,7 @@ mod jitter;
 mod middleware;
 mod policy;
 mod predicate;
+mod read_body;
 mod reason;
 mod report;
 mod retry_after;

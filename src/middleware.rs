@@ -17,6 +17,7 @@ use crate::discard::{discard, first};
 use crate::events;
 use crate::jitter::{JitterSource, ThreadRngJitter};
 use crate::policy::{Policy, Shared};
+use crate::read_body;
 use crate::reason::{Decision, StopReason};
 use crate::report::{AttemptNumber, ReportSlot, RetryEvent, RetryReport};
 use crate::rewind::Rewind;
@@ -165,6 +166,15 @@ impl Shared {
                 // Boxed: only a streamed body, with stream buffering on, pays.
                 Box::pin(rewind.run()).await;
             }
+            // Response bodies are read only where their failure could be
+            // retried: the request is safe to repeat, retries are allowed,
+            // and its body can be sent again.
+            let reading = self.config.response_buffering.filter(|_| {
+                policy.may_retry_body_failures()
+                    && pending.as_ref().is_some_and(|request| {
+                        request.body().is_none_or(|body| body.as_bytes().is_some())
+                    })
+            });
             // What the caller attached: every attempt starts from it, so
             // nothing an attempt added below this middleware leaks into the
             // next one.
@@ -182,7 +192,18 @@ impl Shared {
                     caller = Some(extensions.clone());
                 }
                 let sent = next.clone().run(attempt, extensions);
-                let outcome = match cut_at {
+                // The body is read inside the attempt, so the deadline's race
+                // below bounds it too.
+                let config = &self.config;
+                let sent = async move {
+                    let outcome = sent.await;
+                    match reading {
+                        None => (outcome, false),
+                        // Boxed: only calls that read bodies pay for it.
+                        Some(limit) => Box::pin(read_body::settle(config, outcome, limit)).await,
+                    }
+                };
+                let (outcome, body_failed) = match cut_at {
                     None => sent.await,
                     // Boxed: only calls with a deadline and no visible
                     // timeout pay for the race's state.
@@ -198,7 +219,7 @@ impl Shared {
                         }
                     },
                 };
-                let decision = policy.decide(pending.as_ref(), &outcome);
+                let decision = policy.decide(pending.as_ref(), &outcome, body_failed);
                 events::notify(self, policy.attempts(), &method, server.as_deref(), decision);
                 // `decide` retries only while a copy is kept in `pending`.
                 let after = match decision {

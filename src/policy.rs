@@ -156,16 +156,19 @@ impl<'a> Policy<'a> {
     }
 
     /// What follows an attempt: retry after a wait, or stop, and why.
-    /// `request` is the copy kept for another attempt, if one was made.
+    /// `request` is the copy kept for another attempt, if one was made;
+    /// `body_failed` when the outcome is the error a response's body failed
+    /// with while the middleware read it.
     pub(crate) fn decide(
         &mut self,
         request: Option<&Request>,
         outcome: &Result<Response>,
+        body_failed: bool,
     ) -> Decision {
         if self.disabled {
             return Decision::Stop(StopReason::Disabled);
         }
-        let (class, chosen) = self.verdict(request, outcome);
+        let (class, chosen) = self.verdict(request, outcome, body_failed);
         let (retryability, reason) = match class {
             None => {
                 // A final answer pays towards later retries.
@@ -279,6 +282,7 @@ impl<'a> Policy<'a> {
         &self,
         request: Option<&Request>,
         outcome: &Result<Response>,
+        body_failed: bool,
     ) -> (Class, Option<Duration>) {
         if let (Some(predicate), Some(request)) = (self.shared.config.predicate(), request) {
             let attempt = Attempt { request, number: self.attempts, outcome: Outcome::of(outcome) };
@@ -296,6 +300,7 @@ impl<'a> Policy<'a> {
                 &config.retryable_statuses,
                 config.retry_429_any_method,
             ),
+            Err(error) if body_failed => crate::read_body::classify_body_error(error),
             Err(error) => classify::classify_error(error, request.map(Request::url)),
         };
         (class, None)
@@ -306,6 +311,13 @@ impl<'a> Policy<'a> {
     pub(crate) fn rewind_bounds(&self) -> (bool, Option<Instant>) {
         let deadline = self.deadline.and_then(|limit| self.start.checked_add(limit));
         (!self.disabled && self.max_retries > 0, deadline)
+    }
+
+    /// Whether a body that fails while it is read could be retried: the
+    /// request is safe to repeat and retries are allowed. (Whether its body
+    /// can be sent again is the caller's to check.)
+    pub(crate) fn may_retry_body_failures(&self) -> bool {
+        !self.disabled && self.max_retries > 0 && self.safe
     }
 
     /// Attempts started so far.

@@ -73,9 +73,12 @@ impl From<Retryability> for Verdict {
 #[derive(Debug, Clone, Copy)]
 #[non_exhaustive]
 pub enum Outcome<'a> {
-    /// The server answered; the body has not been read.
+    /// The server answered; the body has not been read, unless
+    /// [response buffering](crate::RetryConfigBuilder::with_response_buffering)
+    /// read it into memory.
     Response(&'a Response),
-    /// The attempt failed without a response.
+    /// The attempt failed without a response, or its body failed while
+    /// response buffering read it.
     Error(&'a reqwest_middleware::Error),
 }
 

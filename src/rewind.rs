@@ -116,15 +116,8 @@ impl Reader {
         }
     }
 
-    /// Appends `data`, which fits, growing the buffer by doubling but never
-    /// past the limit.
     fn append(&mut self, data: &[u8]) {
-        let needed = self.prefix.len() + data.len();
-        if needed > self.prefix.capacity() {
-            let grown = self.prefix.capacity().saturating_mul(2).min(self.limit).max(needed);
-            self.prefix.reserve_exact(grown - self.prefix.len());
-        }
-        self.prefix.extend_from_slice(data);
+        append(&mut self.prefix, data, self.limit);
     }
 
     /// The body to send after reading ended with `end`.
@@ -139,6 +132,24 @@ impl Reader {
         };
         Body::wrap(Replay { prefix, held, tail })
     }
+}
+
+/// Appends `data`, which fits within `limit`, growing the buffer by doubling
+/// but never past the limit.
+pub(crate) fn append(prefix: &mut Vec<u8>, data: &[u8], limit: usize) {
+    let needed = prefix.len() + data.len();
+    if needed > prefix.capacity() {
+        let grown = prefix.capacity().saturating_mul(2).min(limit).max(needed);
+        prefix.reserve_exact(grown - prefix.len());
+    }
+    prefix.extend_from_slice(data);
+}
+
+/// A body that yields `prefix`, then `held`, then the rest of `body`, its
+/// length known when the rest's is.
+pub(crate) fn replay(prefix: Vec<u8>, held: Option<Frame<Bytes>>, body: Body) -> Body {
+    let prefix = Some(Bytes::from(prefix)).filter(|prefix| !prefix.is_empty());
+    Body::wrap(Replay { prefix, held, tail: Tail::Rest(body) })
 }
 
 /// A body sent once: the bytes read, the frame that stopped the reading,

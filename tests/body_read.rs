@@ -1,0 +1,425 @@
+//! Response buffering: a body that breaks while the middleware reads it is
+//! retried like any other failed attempt, when the request is safe to repeat.
+
+mod support;
+
+use std::error::Error as _;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use http::Extensions;
+use reqwest::{Request, Response};
+use reqwest_middleware::{ClientBuilder, ClientWithMiddleware, Middleware, Next};
+use reqwest_safe_retry::{
+    DeadlineExceeded, Decision, FixedJitter, ManualClock, Outcome, ReportSlot, RetryBudget,
+    RetryConfigBuilder, RetryMiddleware, RetryReason, RetryReport, StopReason, TokioClock,
+};
+use support::{MS, bare_reqwest, policy, read_request};
+use tokio::io::AsyncWriteExt;
+use tokio::sync::Notify;
+
+/// Long enough for anything on loopback; a hang fails the test with a message.
+const BOUND: Duration = Duration::from_secs(20);
+
+async fn bounded<F: std::future::Future>(what: &str, future: F) -> F::Output {
+    tokio::time::timeout(BOUND, future).await.unwrap_or_else(|_| panic!("{what} hung"))
+}
+
+const BODY: &str = "the whole body, every byte of it";
+
+/// What the server does with one request.
+#[derive(Clone)]
+enum Step {
+    /// 200 with [`BODY`], `Content-Length`, an `X-Kept` header; keep-alive.
+    Whole,
+    /// 200 announcing [`BODY`]'s length, half of it, then (once the client
+    /// has the headers) a reset.
+    ResetMidBody,
+    /// 200, chunked: 5 bytes, then 20, then (once the test says so) a reset.
+    ChunksThenReset,
+    /// 200 announcing [`BODY`]'s length, half of it, then nothing: the
+    /// connection held open.
+    StallMidBody,
+}
+
+/// Tells the server when to reset: when the client has the headers (below
+/// the retry middleware) or when the test says so.
+#[derive(Clone, Default)]
+struct Go(Arc<Notify>);
+
+impl Go {
+    /// Writes `bytes`, waits for the word (said after the write: a word said
+    /// for an earlier answer does not count), then resets the connection.
+    async fn write_then_reset(&self, socket: &mut tokio::net::TcpStream, bytes: &[u8]) {
+        let word = self.0.notified();
+        tokio::pin!(word);
+        word.as_mut().enable();
+        let _ = socket.write_all(bytes).await;
+        // Bounded: a missed word resets anyway, and the test says what it saw.
+        let _ = tokio::time::timeout(Duration::from_secs(5), word).await;
+        socket.set_zero_linger().expect("SO_LINGER can be set");
+    }
+
+    fn go(&self) {
+        self.0.notify_waiters();
+    }
+}
+
+/// A loopback server following `script` (the last step repeats), counting
+/// the requests it gets.
+async fn server(script: Vec<Step>, go: Go) -> (String, Arc<Mutex<usize>>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/resource?q=1", listener.local_addr().unwrap());
+    let requests = Arc::new(Mutex::new(0usize));
+    let count = requests.clone();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let (script, count, go) = (script.clone(), count.clone(), go.clone());
+            tokio::spawn(async move {
+                while read_request(&mut socket).await {
+                    let step = {
+                        let mut n = count.lock().unwrap();
+                        *n += 1;
+                        script[(*n - 1).min(script.len() - 1)].clone()
+                    };
+                    let half = &BODY[..BODY.len() / 2];
+                    let head = |length: usize| {
+                        format!(
+                            "HTTP/1.1 200 OK\r\nContent-Length: {length}\r\nX-Kept: yes\r\n\r\n"
+                        )
+                    };
+                    match step {
+                        Step::Whole => {
+                            let answer = format!("{}{BODY}", head(BODY.len()));
+                            if socket.write_all(answer.as_bytes()).await.is_err() {
+                                return;
+                            }
+                        }
+                        Step::ResetMidBody => {
+                            let answer = format!("{}{half}", head(BODY.len()));
+                            go.write_then_reset(&mut socket, answer.as_bytes()).await;
+                            return;
+                        }
+                        Step::ChunksThenReset => {
+                            let answer = format!(
+                                "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{}\r\n14\r\n{}\r\n",
+                                "a".repeat(5),
+                                "b".repeat(20)
+                            );
+                            go.write_then_reset(&mut socket, answer.as_bytes()).await;
+                            return;
+                        }
+                        Step::StallMidBody => {
+                            let _ = socket
+                                .write_all(format!("{}{half}", head(BODY.len())).as_bytes())
+                                .await;
+                            support::hold(&mut socket).await;
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    (url, requests)
+}
+
+/// Below the retry middleware: says "go" once an attempt has its headers.
+struct HeadersArrived(Go);
+
+#[async_trait::async_trait]
+impl Middleware for HeadersArrived {
+    async fn handle(
+        &self,
+        request: Request,
+        extensions: &mut Extensions,
+        next: Next<'_>,
+    ) -> reqwest_middleware::Result<Response> {
+        let outcome = next.run(request, extensions).await;
+        if outcome.is_ok() {
+            self.0.go();
+        }
+        outcome
+    }
+}
+
+/// The retry reasons of every retry taken.
+type Reasons = Arc<Mutex<Vec<RetryReason>>>;
+
+/// A client with `config` over a reqwest client that does not follow
+/// redirects, the manual clock, jitter at the top, and `go` said when
+/// headers arrive.
+fn client(config: RetryConfigBuilder, go: &Go) -> (ClientWithMiddleware, ManualClock, Reasons) {
+    let clock = ManualClock::new();
+    let reasons = Reasons::default();
+    let seen = reasons.clone();
+    let middleware = RetryMiddleware::new(config.build().unwrap())
+        .with_clock(clock.clone())
+        .with_jitter_source(FixedJitter::TOP)
+        .on_decision(move |event| {
+            if let Decision::Retry { reason, .. } = event.decision {
+                seen.lock().unwrap().push(reason);
+            }
+        });
+    let client = ClientBuilder::new(bare_reqwest())
+        .with(middleware)
+        .with(HeadersArrived(go.clone()))
+        .build();
+    (client, clock, reasons)
+}
+
+fn buffering() -> RetryConfigBuilder {
+    policy().with_response_buffering(1024)
+}
+
+/// `is_body()`, `is_decode()`, `is_timeout()`.
+fn kinds(error: &reqwest::Error) -> (bool, bool, bool) {
+    (error.is_body(), error.is_decode(), error.is_timeout())
+}
+
+/// The error and its sources, as text.
+fn chain(error: &reqwest::Error) -> String {
+    let error: &(dyn std::error::Error + 'static) = error;
+    let chain = std::iter::successors(Some(error), |&e| e.source());
+    chain.map(ToString::to_string).collect::<Vec<_>>().join(": ").to_lowercase()
+}
+
+fn reqwest_error(error: &reqwest_middleware::Error) -> &reqwest::Error {
+    match error {
+        reqwest_middleware::Error::Reqwest(error) => error,
+        other => panic!("not reqwest's error: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_get_whose_body_breaks_is_retried_and_comes_back_in_memory() {
+    let go = Go::default();
+    let (url, requests) = server(vec![Step::ResetMidBody, Step::Whole], go.clone()).await;
+    let (client, clock, reasons) = client(buffering(), &go);
+    let response = bounded("the GET", client.get(&url).send()).await.unwrap();
+    assert_eq!(*requests.lock().unwrap(), 2);
+    assert_eq!(*reasons.lock().unwrap(), [RetryReason::ConnectionLost]);
+    assert_eq!(clock.sleeps(), [100 * MS]);
+    let report = RetryReport::from_response(&response);
+    assert_eq!((report.attempts, report.stop), (2, StopReason::Final));
+    // The response as it came, its body in memory.
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.url().as_str(), url);
+    assert_eq!(response.headers()["x-kept"], "yes");
+    assert_eq!(response.headers()["content-length"], BODY.len().to_string().as_str());
+    assert_eq!(response.content_length(), Some(BODY.len() as u64));
+    assert!(response.remote_addr().is_some(), "the connection's extensions are kept");
+    assert_eq!(response.text().await.unwrap(), BODY);
+}
+
+#[tokio::test]
+async fn a_body_that_breaks_on_the_last_attempt_is_the_callers_error() {
+    let go = Go::default();
+    let (url, requests) = server(vec![Step::ResetMidBody], go.clone()).await;
+    let (client, _, reasons) = client(buffering().with_max_retries(1), &go);
+    let slot = ReportSlot::new();
+    let call = client.get(&url).with_extension(slot.clone()).send();
+    let error = bounded("the GET", call).await.unwrap_err();
+    let error = reqwest_error(&error);
+    // What the caller's own `bytes()` meets without the option (see
+    // `without_the_option_nothing_changes`).
+    assert_eq!(kinds(error), (false, true, false), "{error:?}");
+    assert!(chain(error).contains("reset"), "{error:?}");
+    assert_eq!(error.url().map(|u| u.as_str()), Some(url.as_str()));
+    assert_eq!(*requests.lock().unwrap(), 2);
+    assert_eq!(*reasons.lock().unwrap(), [RetryReason::ConnectionLost]);
+    let report = slot.get().unwrap();
+    assert_eq!((report.attempts, report.stop), (2, StopReason::RetriesExhausted));
+}
+
+#[tokio::test]
+async fn a_post_without_a_key_is_not_read_nor_retried() {
+    let go = Go::default();
+    let (url, requests) = server(vec![Step::ResetMidBody, Step::Whole], go.clone()).await;
+    let (client, clock, _) = client(buffering(), &go);
+    let response = bounded("the POST", client.post(&url).body("order").send()).await.unwrap();
+    assert_eq!(response.status(), 200);
+    let error = bounded("its body", response.bytes()).await.unwrap_err();
+    assert_eq!(kinds(&error), (false, true, false), "{error:?}");
+    assert_eq!(*requests.lock().unwrap(), 1);
+    assert!(clock.sleeps().is_empty());
+}
+
+#[tokio::test]
+async fn a_post_with_a_key_is_retried() {
+    let go = Go::default();
+    let (url, requests) = server(vec![Step::ResetMidBody, Step::Whole], go.clone()).await;
+    let (client, _, reasons) = client(buffering(), &go);
+    let call = client.post(&url).header("Idempotency-Key", "k-1").body("order").send();
+    let response = bounded("the POST", call).await.unwrap();
+    assert_eq!(response.text().await.unwrap(), BODY);
+    assert_eq!(*requests.lock().unwrap(), 2);
+    assert_eq!(*reasons.lock().unwrap(), [RetryReason::ConnectionLost]);
+}
+
+#[tokio::test]
+async fn over_the_limit_the_response_streams_and_a_later_error_is_the_callers() {
+    let go = Go::default();
+    let (url, requests) = server(vec![Step::ChunksThenReset, Step::Whole], go.clone()).await;
+    // Read 5 bytes, then a 20-byte chunk goes over the limit: returned.
+    let (client, clock, _) = client(policy().with_response_buffering(10), &Go::default());
+    let mut response = bounded("the GET", client.get(&url).send()).await.unwrap();
+    assert_eq!(RetryReport::from_response(&response).stop, StopReason::Final);
+    assert_eq!(response.url().as_str(), url);
+    // What was read comes first, then the rest of the body as it comes.
+    assert_eq!(bounded("a chunk", response.chunk()).await.unwrap().unwrap(), "aaaaa");
+    assert_eq!(bounded("a chunk", response.chunk()).await.unwrap().unwrap(), "b".repeat(20));
+    go.go();
+    let error = bounded("the rest", response.chunk()).await.unwrap_err();
+    assert_eq!(kinds(&error), (false, true, false), "{error:?}");
+    assert_eq!(*requests.lock().unwrap(), 1);
+    assert!(clock.sleeps().is_empty());
+}
+
+#[tokio::test]
+async fn a_body_declared_longer_than_the_limit_is_not_read() {
+    let go = Go::default();
+    let (url, requests) = server(vec![Step::ResetMidBody, Step::Whole], go.clone()).await;
+    let (client, _, _) = client(policy().with_response_buffering(4), &go);
+    let response = bounded("the GET", client.get(&url).send()).await.unwrap();
+    assert_eq!(response.content_length(), Some(BODY.len() as u64));
+    assert!(bounded("its body", response.bytes()).await.is_err());
+    assert_eq!(*requests.lock().unwrap(), 1);
+}
+
+#[tokio::test]
+async fn without_the_option_nothing_changes() {
+    let go = Go::default();
+    let (url, requests) = server(vec![Step::ResetMidBody, Step::Whole], go.clone()).await;
+    let (client, clock, _) = client(policy(), &go);
+    let response = bounded("the GET", client.get(&url).send()).await.unwrap();
+    let report = RetryReport::from_response(&response);
+    assert_eq!((report.attempts, report.stop), (1, StopReason::Final));
+    let error = bounded("its body", response.bytes()).await.unwrap_err();
+    assert_eq!(kinds(&error), (false, true, false), "{error:?}");
+    assert_eq!(*requests.lock().unwrap(), 1);
+    assert!(clock.sleeps().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_body_that_stalls_under_an_attempt_timeout_is_retried() {
+    let (url, requests) = server(vec![Step::StallMidBody, Step::Whole], Go::default()).await;
+    let reasons = Reasons::default();
+    let seen = reasons.clone();
+    let config = buffering().with_attempt_timeout(Duration::from_secs(2)).build().unwrap();
+    let middleware = RetryMiddleware::new(config)
+        .with_clock(TokioClock)
+        .with_jitter_source(FixedJitter::TOP)
+        .on_decision(move |event| {
+            if let Decision::Retry { reason, .. } = event.decision {
+                seen.lock().unwrap().push(reason);
+            }
+        });
+    let client = support::wrap(middleware);
+    let start = tokio::time::Instant::now();
+    let response = bounded("the GET", client.get(&url).send()).await.unwrap();
+    // The attempt timeout, then the 100 ms wait, then the whole answer.
+    assert_eq!(start.elapsed(), Duration::from_secs(2) + 100 * MS);
+    assert_eq!(*reasons.lock().unwrap(), [RetryReason::Timeout]);
+    assert_eq!(*requests.lock().unwrap(), 2);
+    assert_eq!(response.text().await.unwrap(), BODY);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stalled_body_on_the_last_attempt_is_reqwests_timeout() {
+    let (url, _) = server(vec![Step::StallMidBody], Go::default()).await;
+    let config = buffering().with_max_retries(0).build().unwrap();
+    // No retries allowed: nothing is read, the caller's read times out.
+    let middleware = RetryMiddleware::new(config).with_clock(TokioClock);
+    let call = support::wrap(middleware).get(&url).timeout(Duration::from_secs(1)).send();
+    let response = bounded("the GET", call).await.unwrap();
+    let theirs = bounded("its body", response.bytes()).await.unwrap_err();
+    assert!(theirs.is_timeout());
+    // With retries, the last attempt's timeout reaches the caller from the
+    // call itself, as reqwest made it.
+    let config = buffering().with_max_retries(1).build().unwrap();
+    let middleware = RetryMiddleware::new(config).with_clock(TokioClock);
+    let call = support::wrap(middleware).get(&url).timeout(Duration::from_secs(1)).send();
+    let error = bounded("the GET", call).await.unwrap_err();
+    let error = reqwest_error(&error);
+    assert!(error.is_timeout(), "{error:?}");
+    assert_eq!(kinds(error), kinds(&theirs), "answers as the caller's own read would");
+    assert_eq!(format!("{:?}", error.source()), format!("{:?}", theirs.source()));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_deadline_bounds_the_read_when_no_timeout_is_visible() {
+    let (url, requests) = server(vec![Step::StallMidBody], Go::default()).await;
+    let config = buffering().with_deadline(Duration::from_secs(3)).build().unwrap();
+    let middleware = RetryMiddleware::new(config).with_clock(TokioClock);
+    let slot = ReportSlot::new();
+    let start = tokio::time::Instant::now();
+    let call = support::wrap(middleware).get(&url).with_extension(slot.clone()).send();
+    let error = bounded("the GET", call).await.unwrap_err();
+    assert_eq!(start.elapsed(), Duration::from_secs(3));
+    match &error {
+        reqwest_middleware::Error::Middleware(e) => {
+            assert!(e.downcast_ref::<DeadlineExceeded>().is_some(), "{e:?}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(slot.get().unwrap().stop, StopReason::DeadlineExceeded);
+    assert_eq!(*requests.lock().unwrap(), 1);
+}
+
+#[tokio::test]
+async fn a_status_that_would_be_retried_is_not_read() {
+    // A 503 with no retries left comes back as it streams: its body is not
+    // read by the middleware.
+    let (url, _) = support::raw_server(vec![support::Raw::StalledBody]).await;
+    let (client, _, _) = client(buffering().with_max_retries(1), &Go::default());
+    let response = bounded("the GET", client.get(&url).send()).await.unwrap();
+    assert_eq!(response.status(), 503);
+    assert_eq!(RetryReport::from_response(&response).stop, StopReason::RetriesExhausted);
+}
+
+#[tokio::test]
+async fn a_broken_body_earns_nothing_and_a_whole_one_earns_a_retry() {
+    // No reserve, a whole retry earned per final answer: only answers pay.
+    let go = Go::default();
+    let script = vec![Step::ResetMidBody, Step::Whole, Step::ResetMidBody, Step::Whole];
+    let (url, requests) = server(script, go.clone()).await;
+    let budget = RetryBudget::default().with_reserve(0).with_ratio(1.0);
+    let (client, _, reasons) = client(buffering().with_budget(budget), &go);
+    // A broken body is a failure: it pays for nothing, not even its own retry.
+    let slot = ReportSlot::new();
+    let call = client.get(&url).with_extension(slot.clone()).send();
+    let error = bounded("the first GET", call).await.unwrap_err();
+    assert_eq!(kinds(reqwest_error(&error)), (false, true, false), "{error:?}");
+    let report = slot.get().unwrap();
+    assert_eq!((report.attempts, report.stop), (1, StopReason::BudgetExhausted));
+    // A body read whole is a final answer: it earns the next call's retry.
+    let whole = bounded("the second GET", client.get(&url).send()).await.unwrap();
+    assert_eq!(whole.text().await.unwrap(), BODY);
+    let retried = bounded("the third GET", client.get(&url).send()).await.unwrap();
+    assert_eq!(RetryReport::from_response(&retried).attempts, 2);
+    assert_eq!(retried.text().await.unwrap(), BODY);
+    assert_eq!(*requests.lock().unwrap(), 4);
+    assert_eq!(*reasons.lock().unwrap(), [RetryReason::ConnectionLost]);
+}
+
+#[tokio::test]
+async fn a_predicate_sees_the_body_in_memory_or_its_error() {
+    let go = Go::default();
+    let (url, requests) = server(vec![Step::ResetMidBody, Step::Whole], go.clone()).await;
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let record = seen.clone();
+    let config = buffering().with_predicate(move |attempt| {
+        record.lock().unwrap().push(match attempt.outcome {
+            Outcome::Response(response) => format!("{:?}", response.content_length()),
+            _ => "error".to_owned(),
+        });
+        None::<reqwest_safe_retry::Retryability>
+    });
+    let (client, _, reasons) = client(config, &go);
+    let response = bounded("the GET", client.get(&url).send()).await.unwrap();
+    assert_eq!(response.text().await.unwrap(), BODY);
+    assert_eq!(*seen.lock().unwrap(), ["error".to_owned(), format!("Some({})", BODY.len())]);
+    assert_eq!(*reasons.lock().unwrap(), [RetryReason::ConnectionLost]);
+    assert_eq!(*requests.lock().unwrap(), 2);
+}
