@@ -423,3 +423,37 @@ async fn a_predicate_sees_the_body_in_memory_or_its_error() {
     assert_eq!(*reasons.lock().unwrap(), [RetryReason::ConnectionLost]);
     assert_eq!(*requests.lock().unwrap(), 2);
 }
+
+/// A body cut short by a clean close (no reset) is retried like one reset;
+/// a body the HTTP stack cannot parse would be the same next time: final.
+#[tokio::test]
+async fn a_body_cut_short_is_retried_and_a_malformed_one_is_final() {
+    use support::{OK_CLOSE, Raw, raw_server};
+    const SHORT: &str = "HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nhalf";
+    const MALFORMED: &str =
+        "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\nzz\r\n";
+
+    let (url, connections) = raw_server(vec![Raw::Reply(SHORT), Raw::Reply(OK_CLOSE)]).await;
+    let (retrying, clock, reasons) = client(buffering(), &Go::default());
+    let response = bounded("the short body", retrying.get(&url).send()).await.unwrap();
+    assert_eq!(connections.get(), 2);
+    assert_eq!(*reasons.lock().unwrap(), [RetryReason::ConnectionLost]);
+    assert_eq!(clock.sleeps(), [100 * MS]);
+    assert_eq!(response.bytes().await.unwrap(), "ok");
+
+    let (url, connections) = raw_server(vec![Raw::Reply(MALFORMED), Raw::Reply(OK_CLOSE)]).await;
+    let (retrying, clock, reasons) = client(buffering(), &Go::default());
+    let slot = ReportSlot::new();
+    let error =
+        bounded("the malformed body", retrying.get(&url).with_extension(slot.clone()).send())
+            .await
+            .unwrap_err();
+    assert_eq!(connections.get(), 1);
+    assert!(reasons.lock().unwrap().is_empty());
+    assert!(clock.sleeps().is_empty());
+    let report = slot.get().unwrap();
+    assert_eq!((report.attempts, report.stop), (1, StopReason::Final));
+    let error = reqwest_error(&error);
+    assert!(error.is_body() || error.is_decode(), "{}", chain(error));
+    assert!(chain(error).contains("chunk size"), "{}", chain(error));
+}
