@@ -36,7 +36,8 @@ pub enum RetryReason {
     /// HTTP/2 REFUSED_STREAM or a graceful GOAWAY: the server did not process
     /// the request.
     RefusedStream,
-    /// The request was sent but no response came in time.
+    /// The request was sent but no response came in time, or (with
+    /// response buffering) its body stopped arriving.
     Timeout,
     /// The connection broke after the request was sent (reset, closed early,
     /// incomplete response).
