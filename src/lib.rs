@@ -171,9 +171,7 @@ mod error;
 mod events;
 mod extensions;
 mod hedge;
-mod hedge_config;
 mod jitter;
-mod latency;
 mod middleware;
 mod policy;
 mod predicate;
@@ -191,8 +189,9 @@ pub use clock::{Clock, Sleep, TokioClock};
 pub use config::{Redirects, RetryAfterOverCap, RetryConfig};
 pub use error::{ConfigError, DeadlineExceeded};
 pub use extensions::{MaxRetries, NoRetry, RetryDeadline, SafeToRetry};
-pub use hedge::HedgeMiddleware;
-pub use hedge_config::{HedgeConfig, HedgeConfigBuilder, HedgeDelay, HedgeReport, HedgeSlot};
+pub use hedge::{
+    HedgeConfig, HedgeConfigBuilder, HedgeDelay, HedgeMiddleware, HedgeReport, HedgeSlot,
+};
 #[cfg(feature = "test-util")]
 pub use jitter::FixedJitter;
 pub use jitter::{JitterSource, SeededJitter, ThreadRngJitter};
