@@ -17,7 +17,8 @@ use tokio::time::Instant;
 
 const SLOW: Duration = Duration::from_secs(60);
 
-/// What the server does with the n-th request it reads.
+/// What the server does with the n-th request it reads: answer with the
+/// status after the delay, or with status 0 close the connection at once.
 #[derive(Clone, Copy)]
 struct Answer(Duration, u16);
 
@@ -45,6 +46,10 @@ async fn server(script: Vec<Answer>) -> Server {
                     let n = seen.get();
                     seen.bump();
                     let Answer(delay, status) = script[n.min(script.len() - 1)];
+                    if status == 0 {
+                        // Closes the connection without an answer.
+                        return;
+                    }
                     let mut buf = [0u8; 64];
                     tokio::select! {
                         () = tokio::time::sleep(delay) => {}
@@ -249,4 +254,43 @@ async fn inside_the_retry_middleware_each_attempt_is_hedged() {
     let (status, body, r, _) = get(&client, &server.url).await;
     assert_eq!((status, body.as_str(), pair(r)), (200, "copy 3", report(2, 2)));
     assert_eq!(server.requests.get(), 4);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_body_that_cannot_be_copied_is_sent_once() {
+    use reqwest_safe_retry::SafeToRetry;
+
+    let server =
+        server(vec![Answer(SLOW, 200), Answer(Duration::ZERO, 200), Answer(300 * MS, 200)]).await;
+    let (client, _) = client(fixed(100 * MS));
+    // Declared safe, with a body in memory: hedged.
+    let response =
+        client.post(&server.url).body("order").with_extension(SafeToRetry).send().await.unwrap();
+    assert_eq!(HedgeReport::from_response(&response).map(pair), Some(report(2, 2)));
+    // The same with a streamed body, which cannot be copied: sent once.
+    let chunks = futures_util::stream::iter([Ok::<_, std::io::Error>("order")]);
+    let response = client
+        .post(&server.url)
+        .body(reqwest::Body::wrap_stream(chunks))
+        .with_extension(SafeToRetry)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(HedgeReport::from_response(&response).map(pair), Some(report(1, 1)));
+    assert_eq!(response.text().await.unwrap(), "copy 2");
+    assert_eq!(server.requests.get(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failure_is_returned_when_no_copy_is_left_and_is_not_hedged() {
+    let server = server(vec![Answer(Duration::ZERO, 0), Answer(Duration::ZERO, 200)]).await;
+    let (client, _) = client(fixed(100 * MS));
+    let slot = HedgeSlot::new();
+    let start = Instant::now();
+    let error = client.get(&server.url).with_extension(slot.clone()).send().await.unwrap_err();
+    assert!(error.is_request() || error.is_connect(), "{error:?}");
+    assert!(start.elapsed() < 100 * MS, "returned before the hedge was due");
+    assert_eq!(slot.get().map(pair), Some(report(1, 1)));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(server.requests.get(), 1);
 }
