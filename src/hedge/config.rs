@@ -11,8 +11,10 @@ use crate::error::ConfigError;
 pub enum HedgeDelay {
     /// After this long without an answer.
     Fixed(Duration),
-    /// After the `quantile` of the host's recent latencies (the last 128
-    /// final answers); `fallback` until the host has 20 of them.
+    /// After the `quantile` of the host's recent latencies: the last 128
+    /// final answers to requests it could hedge, each measured from the
+    /// call's start (for a call a hedge won, a lower bound of what the first
+    /// copy would have taken). `fallback` until the host has 20 of them.
     Quantile {
         /// From 0 (exclusive) to 1.
         quantile: f64,

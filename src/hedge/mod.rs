@@ -52,6 +52,9 @@ pub use report::{HedgeReport, HedgeSlot};
 /// copy replaces the caller's, with a [`HedgeReport`] added to a response
 /// and to a [`HedgeSlot`] if one was attached.
 ///
+/// With the `tracing` feature, each hedge sent, or refused by the budget,
+/// is a debug event naming the copy, the host and the delay.
+///
 /// # With `RetryMiddleware`
 ///
 /// Put the hedge middleware *inside* the retry middleware (added after it):

@@ -143,6 +143,8 @@ impl HedgeMiddleware {
                             (true, true) => pending.take(),
                             (true, false) => pending.as_ref().and_then(Request::try_clone),
                         };
+                        #[cfg(feature = "tracing")]
+                        trace_hedge(&url, sent + 1, delay, copy.is_some());
                         if let Some(copy) = copy {
                             sent += 1;
                             running.push(launch(sent, copy));
@@ -200,4 +202,21 @@ fn is_safe(request: &Request) -> bool {
             .headers()
             .get("idempotency-key")
             .is_some_and(|key| key.as_bytes().iter().any(|b| !b.is_ascii_whitespace()))
+}
+
+/// A debug event for each hedge sent, or refused by the budget. Only the
+/// host of the URL is named.
+#[cfg(feature = "tracing")]
+fn trace_hedge(url: &reqwest::Url, copy: u32, delay: std::time::Duration, sent: bool) {
+    let server = url.host_str().unwrap_or_default();
+    let delay_ms = delay.as_millis() as u64;
+    match sent {
+        true => tracing::debug!(copy, server.address = server, delay_ms, "sending hedged copy"),
+        false => tracing::debug!(
+            copy,
+            server.address = server,
+            delay_ms,
+            "not hedging request: budget exhausted"
+        ),
+    }
 }
