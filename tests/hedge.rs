@@ -214,26 +214,32 @@ async fn a_429_is_returned_once_no_copy_is_left() {
 
 #[tokio::test(start_paused = true)]
 async fn the_delay_follows_the_hosts_latency_quantile() {
-    // Slowest first, so that no answer is slower than the median of those
+    // Slowest first, so that no answer is slower than the p95 of those
     // before it: none of them is hedged.
     let mut script: Vec<Answer> = (1..=40).rev().map(|ms| Answer(ms * MS, 200)).collect();
     script.push(Answer(SLOW, 200));
     script.push(Answer(Duration::ZERO, 200));
     let server = server(script).await;
-    let config = HedgeConfig::builder().with_latency_quantile(0.5).with_fallback_delay(500 * MS);
-    let (client, hedge) = client(config);
+    // The default quantile, p95, with a fallback far from every latency.
+    let (client, hedge) = client(HedgeConfig::builder().with_fallback_delay(500 * MS));
     let url: reqwest::Url = server.url.parse().unwrap();
     assert_eq!(hedge.delay_for(&url), 500 * MS, "the fallback, before any answer");
-    for _ in 1..=40 {
+    for n in 1..=40 {
         let (_, _, r, _) = get(&client, &server.url).await;
         assert_eq!(pair(r), report(1, 1));
+        if n == 19 {
+            assert_eq!(hedge.delay_for(&url), 500 * MS, "the fallback, with 19 answers");
+        }
     }
-    // Latencies of 1 to 40 ms: the median is 20 ms.
+    // Latencies of 1 to 40 ms: the p95 is the 38th, 38 ms.
     let delay = hedge.delay_for(&url);
-    assert!(delay >= 20 * MS && delay < 21 * MS, "{delay:?}");
+    assert!(delay >= 38 * MS && delay < 39 * MS, "{delay:?}");
     let (_, body, r, took) = get(&client, &server.url).await;
     assert_eq!((body.as_str(), pair(r)), ("copy 41", report(2, 2)));
-    assert!(took >= 20 * MS && took < 25 * MS, "{took:?}");
+    assert!(took >= 38 * MS && took < 43 * MS, "{took:?}");
+    // Another host has its own latencies: the fallback.
+    let other: reqwest::Url = "http://127.0.0.2:1/".parse().unwrap();
+    assert_eq!(hedge.delay_for(&other), 500 * MS);
 }
 
 #[tokio::test(start_paused = true)]
@@ -293,4 +299,26 @@ async fn a_failure_is_returned_when_no_copy_is_left_and_is_not_hedged() {
     assert_eq!(slot.get().map(pair), Some(report(1, 1)));
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(server.requests.get(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn final_answers_earn_the_hedges() {
+    // No reserve, half a hedge per final answer.
+    let budget = RetryBudget::default().with_ratio(0.5).with_reserve(0);
+    let server = server(vec![
+        Answer(500 * MS, 200),
+        Answer(Duration::ZERO, 200),
+        Answer(SLOW, 200),
+        Answer(Duration::ZERO, 200),
+    ])
+    .await;
+    let (client, _) = client(fixed(100 * MS).with_budget(budget));
+    let (_, _, r, took) = get(&client, &server.url).await;
+    assert_eq!(pair(r), report(1, 1), "nothing earned yet");
+    assert!(took >= 500 * MS, "{took:?}");
+    let (_, _, r, _) = get(&client, &server.url).await;
+    assert_eq!(pair(r), report(1, 1));
+    // Two answers have paid for one hedge.
+    let (_, body, r, _) = get(&client, &server.url).await;
+    assert_eq!((body.as_str(), pair(r)), ("copy 3", report(2, 2)));
 }
