@@ -170,6 +170,7 @@ mod discard;
 mod error;
 mod events;
 mod extensions;
+mod hedge;
 mod jitter;
 mod middleware;
 mod policy;
@@ -189,6 +190,9 @@ pub use clock::{Clock, Sleep, TokioClock};
 pub use config::{Redirects, RetryAfterOverCap, RetryConfig};
 pub use error::{ConfigError, DeadlineExceeded};
 pub use extensions::{MaxRetries, NoRetry, RetryDeadline, SafeToRetry};
+pub use hedge::{
+    HedgeConfig, HedgeConfigBuilder, HedgeDelay, HedgeMiddleware, HedgeReport, HedgeSlot,
+};
 #[cfg(feature = "test-util")]
 pub use jitter::FixedJitter;
 pub use jitter::{JitterSource, SeededJitter, ThreadRngJitter};

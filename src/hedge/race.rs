@@ -1,0 +1,222 @@
+//! One hedged call: copies sent on a timer, raced, the losers dropped.
+
+use std::future::{Future, poll_fn};
+use std::pin::Pin;
+use std::task::Poll;
+use std::time::Instant;
+
+use http::{Extensions, StatusCode};
+use reqwest::{Request, Response};
+use reqwest_middleware::{Next, Result};
+
+use super::{HedgeMiddleware, HedgeReport, HedgeSlot};
+use crate::budget::Account;
+use crate::classify;
+use crate::clock::Sleep;
+use crate::extensions::SafeToRetry;
+
+/// The statuses that stop further hedges: the retry middleware's defaults.
+const STOPPING: [StatusCode; 4] = [
+    StatusCode::TOO_MANY_REQUESTS,
+    StatusCode::BAD_GATEWAY,
+    StatusCode::SERVICE_UNAVAILABLE,
+    StatusCode::GATEWAY_TIMEOUT,
+];
+
+/// One copy in flight: its number, when it was sent, and its future.
+type InFlight<'a> = (u32, Instant, Pin<Box<dyn Future<Output = Sent> + Send + 'a>>);
+/// A copy's outcome and its extensions.
+type Sent = (Result<Response>, Extensions);
+
+/// What a finished copy's outcome means for the call.
+enum Kind {
+    Final,
+    Stopping,
+    Failed,
+}
+
+fn kind(outcome: &Result<Response>) -> Kind {
+    match outcome {
+        Ok(response) if classify::classify_status(response.status(), &STOPPING, true).is_some() => {
+            Kind::Stopping
+        }
+        Ok(_) => Kind::Final,
+        Err(_) => Kind::Failed,
+    }
+}
+
+impl HedgeMiddleware {
+    pub(super) async fn send(
+        &self,
+        request: Request,
+        extensions: &mut Extensions,
+        next: Next<'_>,
+    ) -> Result<Response> {
+        let inner = &*self.inner;
+        let start = inner.clock.now();
+        let max = inner.config.max_copies;
+        let safe = extensions.get::<SafeToRetry>().is_some() || is_safe(&request);
+        let url = request.url().clone();
+        let account = inner.budget.as_ref().map(|budget| budget.account(&url, start));
+        if max < 2 || !safe || request.try_clone().is_none() {
+            let outcome = next.run(request, extensions).await;
+            self.settle(account.as_deref(), start, &outcome);
+            return finish(extensions, outcome, HedgeReport { copies: 1, winner: 1 });
+        }
+        let delay = self.delay_for(&url);
+        let caller = extensions.clone();
+        let launch = |number: u32, request: Request| -> InFlight<'_> {
+            let (next, mut extensions) = (next.clone(), caller.clone());
+            let sent = async move {
+                let outcome = next.run(request, &mut extensions).await;
+                (outcome, extensions)
+            };
+            (number, inner.clock.now(), Box::pin(sent))
+        };
+
+        let mut pending = Some(request);
+        let first = pending.as_ref().and_then(Request::try_clone).expect("checked above");
+        let mut running = vec![launch(1, first)];
+        let mut sent = 1;
+        let mut timer: Option<Sleep> = Some(inner.clock.sleep(delay));
+        // The first answer that stopped hedging, else the last failure.
+        let mut held: Option<(u32, Sent, bool)> = None;
+        let (number, (outcome, copy_extensions)) = poll_fn(|cx| {
+            loop {
+                let mut moved = false;
+                let mut i = 0;
+                while i < running.len() {
+                    let Poll::Ready(done) = running[i].2.as_mut().poll(cx) else {
+                        i += 1;
+                        continue;
+                    };
+                    moved = true;
+                    let (number, sent_at, _) = running.swap_remove(i);
+                    match kind(&done.0) {
+                        Kind::Final => {
+                            // The losers are dropped here, before the winner
+                            // is handed back: their connections close now.
+                            running.clear();
+                            timer = None;
+                            let now = inner.clock.now();
+                            let latency = match number {
+                                1 => now.saturating_duration_since(sent_at),
+                                // A lower bound of what the first copy takes.
+                                _ => now.saturating_duration_since(start),
+                            };
+                            inner.latencies.record(&url, latency);
+                            return Poll::Ready((number, done));
+                        }
+                        Kind::Stopping => {
+                            timer = None;
+                            if !held.as_ref().is_some_and(|(.., answer)| *answer) {
+                                held = Some((number, done, true));
+                            }
+                        }
+                        Kind::Failed => {
+                            if !held.as_ref().is_some_and(|(.., answer)| *answer) {
+                                held = Some((number, done, false));
+                            }
+                        }
+                    }
+                }
+                // Nothing left running: no hedge follows a failure.
+                if running.is_empty() {
+                    timer = None;
+                    let (number, done, _) = held.take().expect("a finished copy");
+                    return Poll::Ready((number, done));
+                }
+                // After the copies: one that answered as the delay ran out
+                // needs no hedge.
+                if let Some(wait) = timer.as_mut() {
+                    if wait.as_mut().poll(cx).is_ready() {
+                        moved = true;
+                        timer = None;
+                        let paid = match (&inner.budget, &account) {
+                            (Some(budget), Some(account)) => {
+                                budget.try_spend(account, inner.clock.now())
+                            }
+                            _ => true,
+                        };
+                        let copy = match (paid, sent + 1 == max) {
+                            (false, _) => None,
+                            (true, true) => pending.take(),
+                            (true, false) => pending.as_ref().and_then(Request::try_clone),
+                        };
+                        #[cfg(feature = "tracing")]
+                        trace_hedge(&url, sent + 1, delay, copy.is_some());
+                        if let Some(copy) = copy {
+                            sent += 1;
+                            running.push(launch(sent, copy));
+                            if sent < max {
+                                timer = Some(inner.clock.sleep(delay));
+                            }
+                        }
+                    }
+                }
+                if !moved {
+                    return Poll::Pending;
+                }
+            }
+        })
+        .await;
+        drop(running);
+        self.settle(account.as_deref(), start, &outcome);
+        *extensions = copy_extensions;
+        finish(extensions, outcome, HedgeReport { copies: sent, winner: number })
+    }
+}
+
+impl HedgeMiddleware {
+    /// Books the call's outcome in the budget: a final answer earns a share
+    /// of a hedge, as it earns a share of a retry.
+    fn settle(&self, account: Option<&Account>, start: Instant, outcome: &Result<Response>) {
+        if let (Some(budget), Some(account)) = (&self.inner.budget, account) {
+            match kind(outcome) {
+                Kind::Final => budget.earn(account, start),
+                _ => budget.note_failure(account, self.inner.clock.now()),
+            }
+        }
+    }
+}
+
+/// Leaves the report in the slot and the response.
+fn finish(
+    extensions: &mut Extensions,
+    mut outcome: Result<Response>,
+    report: HedgeReport,
+) -> Result<Response> {
+    if let Some(slot) = extensions.get::<HedgeSlot>() {
+        slot.set(report);
+    }
+    if let Ok(response) = &mut outcome {
+        response.extensions_mut().insert(report);
+    }
+    outcome
+}
+
+/// An idempotent method, or an `Idempotency-Key` that is not blank.
+fn is_safe(request: &Request) -> bool {
+    request.method().is_idempotent()
+        || request
+            .headers()
+            .get("idempotency-key")
+            .is_some_and(|key| key.as_bytes().iter().any(|b| !b.is_ascii_whitespace()))
+}
+
+/// A debug event for each hedge sent, or refused by the budget. Only the
+/// host of the URL is named.
+#[cfg(feature = "tracing")]
+fn trace_hedge(url: &reqwest::Url, copy: u32, delay: std::time::Duration, sent: bool) {
+    let server = url.host_str().unwrap_or_default();
+    let delay_ms = delay.as_millis() as u64;
+    match sent {
+        true => tracing::debug!(copy, server.address = server, delay_ms, "sending hedged copy"),
+        false => tracing::debug!(
+            copy,
+            server.address = server,
+            delay_ms,
+            "not hedging request: budget exhausted"
+        ),
+    }
+}

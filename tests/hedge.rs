@@ -1,0 +1,324 @@
+//! Hedged requests against a loopback server whose answers are delayed in
+//! tokio's paused time: every delay is virtual and exact, nothing sleeps.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use reqwest_middleware::ClientWithMiddleware;
+use reqwest_safe_retry::{
+    HedgeConfig, HedgeConfigBuilder, HedgeMiddleware, HedgeReport, HedgeSlot, RetryBudget,
+    RetryConfig, RetryMiddleware,
+};
+use support::{Counter, MS, read_request};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::time::Instant;
+
+const SLOW: Duration = Duration::from_secs(60);
+
+/// What the server does with the n-th request it reads: answer with the
+/// status after the delay, or with status 0 close the connection at once.
+#[derive(Clone, Copy)]
+struct Answer(Duration, u16);
+
+struct Server {
+    url: String,
+    /// Requests read.
+    requests: Counter,
+    /// Requests whose connection the client closed before the answer.
+    abandoned: Counter,
+}
+
+/// Answers request n after `script[n]`'s delay (the last repeats), with a
+/// body naming n, on keep-alive connections.
+async fn server(script: Vec<Answer>) -> Server {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/item", listener.local_addr().unwrap());
+    let (requests, abandoned) = (Counter::default(), Counter::default());
+    let (seen, lost) = (requests.clone(), abandoned.clone());
+    let script = Arc::new(script);
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let (script, seen, lost) = (script.clone(), seen.clone(), lost.clone());
+            tokio::spawn(async move {
+                while read_request(&mut socket).await {
+                    let n = seen.get();
+                    seen.bump();
+                    let Answer(delay, status) = script[n.min(script.len() - 1)];
+                    if status == 0 {
+                        // Closes the connection without an answer.
+                        return;
+                    }
+                    let mut buf = [0u8; 64];
+                    tokio::select! {
+                        () = tokio::time::sleep(delay) => {}
+                        _ = socket.read(&mut buf) => {
+                            lost.bump();
+                            return;
+                        }
+                    }
+                    let body = format!("copy {n}");
+                    let head = format!(
+                        "HTTP/1.1 {status} X\r\ncontent-length: {}\r\nretry-after: 1\r\n\r\n",
+                        body.len()
+                    );
+                    if socket.write_all((head + &body).as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    Server { url, requests, abandoned }
+}
+
+fn client(config: HedgeConfigBuilder) -> (ClientWithMiddleware, HedgeMiddleware) {
+    let hedge = HedgeMiddleware::new(config.build().unwrap());
+    let client =
+        reqwest_middleware::ClientBuilder::new(reqwest::Client::new()).with(hedge.clone()).build();
+    (client, hedge)
+}
+
+fn fixed(delay: Duration) -> HedgeConfigBuilder {
+    HedgeConfig::builder().with_delay(delay)
+}
+
+/// Sends a GET; returns the status, the body, the report and the time taken.
+async fn get(client: &ClientWithMiddleware, url: &str) -> (u16, String, HedgeReport, Duration) {
+    let start = Instant::now();
+    let slot = HedgeSlot::new();
+    let response = client.get(url).with_extension(slot.clone()).send().await.unwrap();
+    let report = HedgeReport::from_response(&response).unwrap();
+    assert_eq!(slot.get(), Some(report));
+    let status = response.status().as_u16();
+    (status, response.text().await.unwrap(), report, start.elapsed())
+}
+
+fn report(copies: u32, winner: u32) -> (u32, u32) {
+    (copies, winner)
+}
+
+fn pair(r: HedgeReport) -> (u32, u32) {
+    (r.copies, r.winner)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slow_first_copy_is_beaten_by_a_hedge_sent_after_the_delay() {
+    let server = server(vec![Answer(SLOW, 200), Answer(Duration::ZERO, 200)]).await;
+    let (client, _) = client(fixed(100 * MS));
+    let (status, body, r, took) = get(&client, &server.url).await;
+    assert_eq!((status, body.as_str()), (200, "copy 1"));
+    assert_eq!(pair(r), report(2, 2));
+    assert!(took >= 100 * MS && took < 110 * MS, "{took:?}");
+    assert_eq!(server.requests.get(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_losing_copy_is_cancelled_and_its_connection_closed() {
+    let server = server(vec![Answer(SLOW, 200), Answer(5 * MS, 200)]).await;
+    let (client, _) = client(fixed(100 * MS));
+    let (_, body, _, _) = get(&client, &server.url).await;
+    assert_eq!(body, "copy 1");
+    // The server sees the slow copy's connection closed, long before it
+    // would have answered.
+    let closed = tokio::time::timeout(Duration::from_secs(1), async {
+        while server.abandoned.get() == 0 {
+            tokio::time::sleep(MS).await;
+        }
+    })
+    .await;
+    assert!(closed.is_ok(), "the losing copy's connection is still open");
+    assert_eq!(server.abandoned.get(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fast_answer_sends_no_hedge() {
+    let server = server(vec![Answer(30 * MS, 200)]).await;
+    let (client, _) = client(fixed(100 * MS));
+    let (status, _, r, took) = get(&client, &server.url).await;
+    assert_eq!((status, pair(r)), (200, report(1, 1)));
+    assert!(took < 100 * MS, "{took:?}");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(server.requests.get(), 1, "no copy went out after the answer");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unsafe_post_is_never_hedged_but_a_keyed_one_is() {
+    let server =
+        server(vec![Answer(500 * MS, 200), Answer(SLOW, 200), Answer(Duration::ZERO, 200)]).await;
+    let (client, _) = client(fixed(100 * MS));
+    let slot = HedgeSlot::new();
+    let response =
+        client.post(&server.url).body("order").with_extension(slot.clone()).send().await.unwrap();
+    assert_eq!(response.text().await.unwrap(), "copy 0");
+    assert_eq!(slot.get().map(pair), Some(report(1, 1)));
+    assert_eq!(server.requests.get(), 1);
+
+    let response = client
+        .post(&server.url)
+        .header("Idempotency-Key", "order-7")
+        .body("order")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(HedgeReport::from_response(&response).map(pair), Some(report(2, 2)));
+    assert_eq!(response.text().await.unwrap(), "copy 2");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_budget_stops_hedges_once_spent() {
+    // A reserve of one hedge and nothing earned: one hedge, then none.
+    let budget = RetryBudget::default().with_ratio(0.0).with_reserve(1);
+    let server =
+        server(vec![Answer(SLOW, 200), Answer(Duration::ZERO, 200), Answer(500 * MS, 200)]).await;
+    let (client, _) = client(fixed(100 * MS).with_budget(budget));
+    let (_, _, first, _) = get(&client, &server.url).await;
+    assert_eq!(pair(first), report(2, 2));
+    let (_, body, second, took) = get(&client, &server.url).await;
+    assert_eq!((body.as_str(), pair(second)), ("copy 2", report(1, 1)));
+    assert!(took >= 500 * MS, "{took:?}");
+    assert_eq!(server.requests.get(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_more_than_max_copies_are_sent() {
+    let server = server(vec![Answer(SLOW, 200)]).await;
+    let (client, _) = client(fixed(100 * MS).with_max_copies(3).without_budget());
+    let (_, body, r, took) = get(&client, &server.url).await;
+    // Copies at 0, 100 and 200 ms, all slow: the first answers first.
+    assert_eq!((body.as_str(), pair(r)), ("copy 0", report(3, 1)));
+    assert!(took >= SLOW && took < SLOW + 10 * MS, "{took:?}");
+    assert_eq!(server.requests.get(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_429_stops_further_hedges_and_a_final_answer_still_wins() {
+    let server = server(vec![Answer(SLOW, 200), Answer(50 * MS, 429)]).await;
+    let (client, _) = client(fixed(100 * MS).with_max_copies(3).without_budget());
+    let (status, body, r, _) = get(&client, &server.url).await;
+    assert_eq!((status, body.as_str(), pair(r)), (200, "copy 0", report(2, 1)));
+    assert_eq!(server.requests.get(), 2, "no third copy after the 429");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_429_is_returned_once_no_copy_is_left() {
+    let server = server(vec![Answer(SLOW, 503), Answer(50 * MS, 429)]).await;
+    let (client, _) = client(fixed(100 * MS).with_max_copies(3).without_budget());
+    let (status, body, r, took) = get(&client, &server.url).await;
+    // Both struggled: the first such answer is the one returned, when the
+    // last copy has answered too.
+    assert_eq!((status, body.as_str(), pair(r)), (429, "copy 1", report(2, 2)));
+    assert!(took >= SLOW, "{took:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_delay_follows_the_hosts_latency_quantile() {
+    // Slowest first, so that no answer is slower than the p95 of those
+    // before it: none of them is hedged.
+    let mut script: Vec<Answer> = (1..=40).rev().map(|ms| Answer(ms * MS, 200)).collect();
+    script.push(Answer(SLOW, 200));
+    script.push(Answer(Duration::ZERO, 200));
+    let server = server(script).await;
+    // The default quantile, p95, with a fallback far from every latency.
+    let (client, hedge) = client(HedgeConfig::builder().with_fallback_delay(500 * MS));
+    let url: reqwest::Url = server.url.parse().unwrap();
+    assert_eq!(hedge.delay_for(&url), 500 * MS, "the fallback, before any answer");
+    for n in 1..=40 {
+        let (_, _, r, _) = get(&client, &server.url).await;
+        assert_eq!(pair(r), report(1, 1));
+        if n == 19 {
+            assert_eq!(hedge.delay_for(&url), 500 * MS, "the fallback, with 19 answers");
+        }
+    }
+    // Latencies of 1 to 40 ms: the p95 is the 38th, 38 ms.
+    let delay = hedge.delay_for(&url);
+    assert!(delay >= 38 * MS && delay < 39 * MS, "{delay:?}");
+    let (_, body, r, took) = get(&client, &server.url).await;
+    assert_eq!((body.as_str(), pair(r)), ("copy 41", report(2, 2)));
+    assert!(took >= 38 * MS && took < 43 * MS, "{took:?}");
+    // Another host has its own latencies: the fallback.
+    let other: reqwest::Url = "http://127.0.0.2:1/".parse().unwrap();
+    assert_eq!(hedge.delay_for(&other), 500 * MS);
+}
+
+#[tokio::test(start_paused = true)]
+async fn inside_the_retry_middleware_each_attempt_is_hedged() {
+    // Attempt 1: a slow copy and a hedge that meets a 503; the slow copy
+    // then says 503 too, the retry middleware waits and tries again.
+    let server = server(vec![
+        Answer(200 * MS, 503),
+        Answer(Duration::ZERO, 503),
+        Answer(SLOW, 200),
+        Answer(Duration::ZERO, 200),
+    ])
+    .await;
+    let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
+        .with(RetryMiddleware::new(RetryConfig::builder().without_budget().build().unwrap()))
+        .with(HedgeMiddleware::new(fixed(100 * MS).without_budget().build().unwrap()))
+        .build();
+    let (status, body, r, _) = get(&client, &server.url).await;
+    assert_eq!((status, body.as_str(), pair(r)), (200, "copy 3", report(2, 2)));
+    assert_eq!(server.requests.get(), 4);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_body_that_cannot_be_copied_is_sent_once() {
+    use reqwest_safe_retry::SafeToRetry;
+
+    let server =
+        server(vec![Answer(SLOW, 200), Answer(Duration::ZERO, 200), Answer(300 * MS, 200)]).await;
+    let (client, _) = client(fixed(100 * MS));
+    // Declared safe, with a body in memory: hedged.
+    let response =
+        client.post(&server.url).body("order").with_extension(SafeToRetry).send().await.unwrap();
+    assert_eq!(HedgeReport::from_response(&response).map(pair), Some(report(2, 2)));
+    // The same with a streamed body, which cannot be copied: sent once.
+    let chunks = futures_util::stream::iter([Ok::<_, std::io::Error>("order")]);
+    let response = client
+        .post(&server.url)
+        .body(reqwest::Body::wrap_stream(chunks))
+        .with_extension(SafeToRetry)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(HedgeReport::from_response(&response).map(pair), Some(report(1, 1)));
+    assert_eq!(response.text().await.unwrap(), "copy 2");
+    assert_eq!(server.requests.get(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failure_is_returned_when_no_copy_is_left_and_is_not_hedged() {
+    let server = server(vec![Answer(Duration::ZERO, 0), Answer(Duration::ZERO, 200)]).await;
+    let (client, _) = client(fixed(100 * MS));
+    let slot = HedgeSlot::new();
+    let start = Instant::now();
+    let error = client.get(&server.url).with_extension(slot.clone()).send().await.unwrap_err();
+    assert!(error.is_request() || error.is_connect(), "{error:?}");
+    assert!(start.elapsed() < 100 * MS, "returned before the hedge was due");
+    assert_eq!(slot.get().map(pair), Some(report(1, 1)));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(server.requests.get(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn final_answers_earn_the_hedges() {
+    // No reserve, half a hedge per final answer.
+    let budget = RetryBudget::default().with_ratio(0.5).with_reserve(0);
+    let server = server(vec![
+        Answer(500 * MS, 200),
+        Answer(Duration::ZERO, 200),
+        Answer(SLOW, 200),
+        Answer(Duration::ZERO, 200),
+    ])
+    .await;
+    let (client, _) = client(fixed(100 * MS).with_budget(budget));
+    let (_, _, r, took) = get(&client, &server.url).await;
+    assert_eq!(pair(r), report(1, 1), "nothing earned yet");
+    assert!(took >= 500 * MS, "{took:?}");
+    let (_, _, r, _) = get(&client, &server.url).await;
+    assert_eq!(pair(r), report(1, 1));
+    // Two answers have paid for one hedge.
+    let (_, body, r, _) = get(&client, &server.url).await;
+    assert_eq!((body.as_str(), pair(r)), ("copy 3", report(2, 2)));
+}
