@@ -1,7 +1,8 @@
 //! A `Clock` that implements only what it must, `now` and `sleep`: the
 //! provided `wall_time` and `sleep_until` still give the middleware what it
 //! needs. (`ManualClock` and `TokioClock` override both, so the other test
-//! files never reach the provided ones.)
+//! files never reach the provided ones.) Both tests run in tokio's paused
+//! time, so the clock's `tokio::time::sleep` advances virtual time only.
 
 mod support;
 
