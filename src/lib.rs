@@ -156,8 +156,16 @@
 //! - `tracing` (default): a debug-level event per retry decision with the
 //!   attempt, method, reason and wait. Headers, bodies and URLs are never logged.
 //! - `test-util`: `ManualClock` and `FixedJitter`.
-//! - `http2`: recognise HTTP/2 REFUSED_STREAM and graceful GOAWAY (through the
-//!   `h2` crate) as failures where the server never processed the request.
+//! - `http2`: turn on reqwest's HTTP/2, and recognise REFUSED_STREAM and a
+//!   graceful GOAWAY (through the `h2` crate) as failures where the server
+//!   never processed the request.
+//!
+//! # Beyond retries
+//!
+//! [`HedgeMiddleware`] sends a backup copy of a slow request that is safe to
+//! repeat and returns the first final answer; [`RetryConfigBuilder::with_response_buffering`]
+//! retries a response whose body breaks mid-read; [`RetryConfigBuilder::with_stream_buffering`]
+//! lets a streamed request body be retried.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backoff;
