@@ -803,46 +803,15 @@ async fn retry_201_retries_a_201_and_no_other_response() {
 
 #[cfg(feature = "tracing")]
 mod logging {
-    use std::io::Write;
-    use std::sync::{Arc, Mutex};
-
     use super::*;
-
-    #[derive(Clone, Default)]
-    struct Captured(Arc<Mutex<Vec<u8>>>);
-
-    impl Write for Captured {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
 
     /// What `client` logs at `level` and above for a GET answered 503, 200.
     async fn logged(level: tracing::Level, client: ClientWithMiddleware) -> String {
         let (_server, url) = scripted(&[503, 200]).await;
-        // tracing caches per callsite, for the whole process, whether a
-        // subscriber wants it. While a single dispatcher is registered, a
-        // callsite first reached on a thread without a subscriber (another
-        // test's) is cached as unwanted, and this test's subscriber would
-        // never see it. A second dispatcher, wanting everything and writing
-        // nowhere, makes every new callsite ask all registered subscribers.
-        let sink = tracing_subscriber::fmt().with_max_level(tracing::Level::TRACE);
-        let _anchor = tracing::Dispatch::new(sink.with_writer(std::io::sink).finish());
-        let captured = Captured::default();
-        let writer = captured.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_max_level(level)
-            .with_ansi(false)
-            .with_writer(move || writer.clone())
-            .finish();
-        let _guard = tracing::subscriber::set_default(subscriber);
+        let captured = capture_logs(level);
         let response = bounded("GET", client.get(&url).send()).await.unwrap();
         assert_eq!(response.status(), 200);
-        String::from_utf8(captured.0.lock().unwrap().clone()).unwrap()
+        captured.text()
     }
 
     fn wrap_ours(middleware: RetryMiddleware) -> ClientWithMiddleware {

@@ -270,41 +270,33 @@ async fn a_wrapped_reqwest_error_is_classified_by_what_it_wraps() {
 
 // ---- Failures that repeat themselves are final ----
 
-#[tokio::test]
-async fn a_malformed_response_is_final() {
-    let (url, connections) = raw_server(vec![Raw::Reply("HTTP/1.1 2000 Nope\r\n\r\n")]).await;
+/// Sends a GET to a raw server that answers `reply` and checks that the
+/// failure is final: one attempt, one connection, no wait.
+async fn assert_final(reply: &'static str) {
+    let (url, connections) = raw_server(vec![Raw::Reply(reply)]).await;
     let (client, clock) = client(policy().build().unwrap());
     let slot = ReportSlot::new();
     let error = client.get(&url).with_extension(slot.clone()).send().await.unwrap_err();
     assert!(!error.is_timeout() && !error.is_connect(), "{error:?}");
-    assert_eq!(slot.get().unwrap().stop, StopReason::Final);
+    assert_eq!(slot.get().unwrap().stop, StopReason::Final, "{error:?}");
     assert!(clock.sleeps().is_empty());
     assert_eq!(connections.get(), 1);
+}
+
+#[tokio::test]
+async fn a_malformed_response_is_final() {
+    assert_final("HTTP/1.1 2000 Nope\r\n\r\n").await;
 }
 
 #[tokio::test]
 async fn oversized_response_headers_are_final() {
     let huge = format!("HTTP/1.1 200 OK\r\nX-Big: {}\r\n\r\n", "a".repeat(1 << 20));
-    let huge: &'static str = Box::leak(huge.into_boxed_str());
-    let (url, connections) = raw_server(vec![Raw::Reply(huge)]).await;
-    let (client, clock) = client(policy().build().unwrap());
-    let slot = ReportSlot::new();
-    let error = client.get(&url).with_extension(slot.clone()).send().await.unwrap_err();
-    assert!(!error.is_timeout() && !error.is_connect(), "{error:?}");
-    assert_eq!(slot.get().unwrap().stop, StopReason::Final);
-    assert!(clock.sleeps().is_empty());
-    assert_eq!(connections.get(), 1);
+    assert_final(Box::leak(huge.into_boxed_str())).await;
 }
 
 #[tokio::test]
 async fn an_unsupported_version_is_final() {
-    let (url, connections) = raw_server(vec![Raw::Reply("HTTP/3.0 200 OK\r\n\r\n")]).await;
-    let (client, _) = client(policy().build().unwrap());
-    let slot = ReportSlot::new();
-    let error = client.get(&url).with_extension(slot.clone()).send().await.unwrap_err();
-    assert!(!error.is_connect(), "{error:?}");
-    assert_eq!(slot.get().unwrap().stop, StopReason::Final);
-    assert_eq!(connections.get(), 1);
+    assert_final("HTTP/3.0 200 OK\r\n\r\n").await;
 }
 
 // ---- Edges found by trying to break the promises ----

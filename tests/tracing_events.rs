@@ -3,38 +3,14 @@
 
 mod support;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
-
 use support::*;
 use wiremock::MockServer;
-
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
 
 #[tokio::test]
 async fn tracing_event_says_attempt_reason_and_wait_but_no_secrets() {
     let server = MockServer::start().await;
     script_statuses(&server, "/r", &[503, 200]).await;
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::DEBUG)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
-    let _anchor = interest_anchor();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let captured = capture_logs(tracing::Level::DEBUG);
     let (client, _) = client(policy().build().unwrap());
     client
         .get(format!("{}/r?token=hunter2", server.uri()))
@@ -43,7 +19,7 @@ async fn tracing_event_says_attempt_reason_and_wait_but_no_secrets() {
         .send()
         .await
         .unwrap();
-    let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let log = captured.text();
     let line = log.lines().find(|l| l.contains("retrying request")).expect(&log);
     assert!(line.contains("DEBUG"), "{line}");
     for field in [
@@ -63,40 +39,18 @@ async fn tracing_event_says_attempt_reason_and_wait_but_no_secrets() {
     }
 }
 
-/// tracing caches, per callsite and for the whole process, whether any
-/// subscriber wants it; while a single dispatcher is registered, a callsite
-/// first reached where no subscriber wants it is cached as unwanted, and a
-/// later test's subscriber would never see it. A second dispatcher that
-/// wants everything and writes nowhere keeps every callsite asking.
-fn interest_anchor() -> tracing::Dispatch {
-    let sink = tracing_subscriber::fmt().with_max_level(tracing::Level::TRACE);
-    tracing::Dispatch::new(sink.with_writer(std::io::sink).finish())
-}
-
-fn capture(level: tracing::Level) -> (Captured, tracing::subscriber::DefaultGuard) {
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(level)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
-    (captured, tracing::subscriber::set_default(subscriber))
-}
-
 #[tokio::test]
 async fn the_log_level_is_configurable() {
     let server = MockServer::start().await;
     script_statuses(&server, "/r", &[503, 503]).await;
     // A subscriber that only takes warnings sees the events raised to warn.
-    let _anchor = interest_anchor();
-    let (captured, _guard) = capture(tracing::Level::WARN);
+    let captured = capture_logs(tracing::Level::WARN);
     let middleware =
         reqwest_safe_retry::RetryMiddleware::new(policy().with_max_retries(1).build().unwrap())
             .with_clock(reqwest_safe_retry::ManualClock::new())
             .with_log_level(tracing::Level::WARN);
     wrap(middleware).get(format!("{}/r", server.uri())).send().await.unwrap();
-    let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let log = captured.text();
     let retry = log.lines().find(|l| l.contains("retrying request")).expect(&log);
     assert!(retry.contains("WARN"), "{retry}");
     let stop = log.lines().find(|l| l.contains("not retrying request")).expect(&log);
@@ -104,13 +58,12 @@ async fn the_log_level_is_configurable() {
     assert!(stop.contains("http.request.resend_count=1"), "{stop}");
 
     // At the default level, the same subscriber sees nothing.
-    let _anchor = interest_anchor();
-    let (quiet, _guard) = capture(tracing::Level::WARN);
+    let quiet = capture_logs(tracing::Level::WARN);
     let server = MockServer::start().await;
     script_statuses(&server, "/r", &[503, 503]).await;
     let (client, _) = client(policy().with_max_retries(1).build().unwrap());
     client.get(format!("{}/r", server.uri())).send().await.unwrap();
-    assert!(quiet.0.lock().unwrap().is_empty());
+    assert!(quiet.text().is_empty());
 }
 
 #[tokio::test]
@@ -118,13 +71,12 @@ async fn a_first_answer_that_is_final_emits_nothing() {
     let server = MockServer::start().await;
     script_statuses(&server, "/ok", &[200]).await;
     script_statuses(&server, "/missing", &[404]).await;
-    let _anchor = interest_anchor();
-    let (captured, _guard) = capture(tracing::Level::TRACE);
+    let captured = capture_logs(tracing::Level::TRACE);
     let (client, _) = client(policy().build().unwrap());
     for at in ["/ok", "/missing"] {
         client.get(format!("{}{at}", server.uri())).send().await.unwrap();
     }
-    let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let log = captured.text();
     // Neither "retrying request" nor "not retrying request".
     assert!(!log.contains("retrying request"), "{log}");
 }
@@ -133,8 +85,7 @@ async fn a_first_answer_that_is_final_emits_nothing() {
 async fn every_log_level_is_the_one_asked_for() {
     use tracing::Level;
     for level in [Level::TRACE, Level::DEBUG, Level::INFO, Level::WARN, Level::ERROR] {
-        let _anchor = interest_anchor();
-        let (captured, _guard) = capture(Level::TRACE);
+        let captured = capture_logs(Level::TRACE);
         let config = policy().with_max_retries(1).build().unwrap();
         let middleware = reqwest_safe_retry::RetryMiddleware::new(config)
             .with_clock(reqwest_safe_retry::ManualClock::new())
@@ -144,7 +95,7 @@ async fn every_log_level_is_the_one_asked_for() {
             .with(Answers::new(&[503]))
             .build();
         client.get("http://127.0.0.1:9/r").send().await.unwrap();
-        let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+        let log = captured.text();
         let retry = log.lines().find(|l| l.contains("retrying request: ")).expect(&log);
         let stop = log.lines().find(|l| l.contains("not retrying request: ")).expect(&log);
         assert!(!retry.contains("not retrying"), "{log}");

@@ -316,3 +316,55 @@ impl reqwest_middleware::Middleware for Wrapping {
         }
     }
 }
+
+/// What a test's thread logs through `tracing`, from `capture_logs` until
+/// this is dropped.
+#[cfg(feature = "tracing")]
+pub struct LogCapture {
+    buffer: Arc<std::sync::Mutex<Vec<u8>>>,
+    _guard: tracing::subscriber::DefaultGuard,
+    _anchor: tracing::Dispatch,
+}
+
+#[cfg(feature = "tracing")]
+impl LogCapture {
+    /// Everything logged so far.
+    pub fn text(&self) -> String {
+        String::from_utf8(self.buffer.lock().unwrap().clone()).unwrap()
+    }
+}
+
+/// Captures, on this thread, what is logged at `level` and above.
+///
+/// tracing caches, per callsite and for the whole process, whether any
+/// subscriber wants it; while a single dispatcher is registered, a callsite
+/// first reached where no subscriber wants it is cached as unwanted, and a
+/// later test's subscriber would never see it. A second dispatcher that
+/// wants everything and writes nowhere keeps every callsite asking.
+#[cfg(feature = "tracing")]
+pub fn capture_logs(level: tracing::Level) -> LogCapture {
+    #[derive(Clone)]
+    struct Writer(Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Writer {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    let sink = tracing_subscriber::fmt().with_max_level(tracing::Level::TRACE);
+    let anchor = tracing::Dispatch::new(sink.with_writer(std::io::sink).finish());
+    let buffer = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let writer = Writer(buffer.clone());
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(level)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let guard = tracing::subscriber::set_default(subscriber);
+    LogCapture { buffer, _guard: guard, _anchor: anchor }
+}
