@@ -49,11 +49,10 @@ pub(crate) struct Policy<'a> {
     /// [`NoRetry`]: sent once, within the deadline and attempt timeout.
     disabled: bool,
     max_retries: u32,
-    /// When the call started.
-    start: Instant,
-    /// How long it may take.
-    deadline: Option<Duration>,
-    /// The budget account retries are drawn from.
+    /// When the call started and how long it may take, if it has a deadline.
+    deadline: Option<Deadline>,
+    /// The budget account retries are drawn from, held once a retry is in
+    /// question: a call whose first answer is final only pays into it.
     account: Option<Arc<Account>>,
     /// Attempts started so far.
     attempts: u32,
@@ -63,16 +62,12 @@ pub(crate) struct Policy<'a> {
 }
 
 impl<'a> Policy<'a> {
-    /// Reads the per-request overrides, and records the request in the
-    /// budget.
+    /// Reads the per-request overrides. The clock is read only for a
+    /// deadline.
     pub(crate) fn new(shared: &'a Shared, request: &Request, extensions: &Extensions) -> Self {
         let config = &shared.config;
-        let start = shared.clock.now();
         let disabled = extensions.get::<NoRetry>().is_some();
-        let account = match &shared.budget {
-            Some(budget) if !disabled => Some(budget.account(request.url(), start)),
-            _ => None,
-        };
+        let limit = extensions.get::<RetryDeadline>().map(RetryDeadline::get).or(config.deadline);
         Self {
             shared,
             safe: extensions.get::<SafeToRetry>().is_some() || is_safe(config, request),
@@ -81,9 +76,8 @@ impl<'a> Policy<'a> {
                 true => 0,
                 false => extensions.get::<MaxRetries>().map_or(config.max_retries, MaxRetries::get),
             },
-            start,
-            deadline: extensions.get::<RetryDeadline>().map(RetryDeadline::get).or(config.deadline),
-            account,
+            deadline: limit.map(|limit| Deadline { start: shared.clock.now(), limit }),
+            account: None,
             attempts: 0,
             previous_wait: config.initial_backoff,
             total_wait: Duration::ZERO,
@@ -113,9 +107,9 @@ impl<'a> Policy<'a> {
         pending: &mut Option<Request>,
     ) -> std::result::Result<(Request, Option<Instant>), DeadlineExceeded> {
         let left = match self.deadline {
-            Some(limit) => {
+            Some(Deadline { start, limit }) => {
                 let now = self.shared.clock.now();
-                let left = limit.saturating_sub(now.saturating_duration_since(self.start));
+                let left = limit.saturating_sub(now.saturating_duration_since(start));
                 if left.is_zero() {
                     return Err(self.deadline_exceeded());
                 }
@@ -127,6 +121,12 @@ impl<'a> Policy<'a> {
         let keep = !self.disabled
             && (self.attempts <= self.max_retries || self.shared.config.predicate().is_some());
         let copy = if keep { pending.as_ref().and_then(Request::try_clone) } else { None };
+        if copy.is_none() {
+            // No copy will be there for `decide` to name the host by.
+            if let Some(request) = pending.as_ref() {
+                self.hold_account(request, || self.shared.clock.now());
+            }
+        }
         // The loop stops once the request went out without a copy kept, so
         // `pending` is always there to copy or take.
         let mut attempt = copy.or_else(|| pending.take()).expect("a request to send");
@@ -151,7 +151,7 @@ impl<'a> Policy<'a> {
 
     /// The error for a deadline that passed where reqwest could not say so.
     pub(crate) fn deadline_exceeded(&self) -> DeadlineExceeded {
-        let limit = self.deadline.unwrap_or_default();
+        let limit = self.deadline.map(|deadline| deadline.limit).unwrap_or_default();
         DeadlineExceeded::new(limit, self.attempts)
     }
 
@@ -172,19 +172,34 @@ impl<'a> Policy<'a> {
         let (retryability, reason) = match class {
             None => {
                 // A final answer pays towards later retries.
-                if let (Some(budget), Some(account)) = (&self.shared.budget, &self.account) {
-                    budget.earn(account, self.start);
+                if let Some(budget) = &self.shared.budget {
+                    let now = self.shared.clock.now();
+                    match (&self.account, request) {
+                        (Some(account), _) => budget.earn(account, now),
+                        // The common case: no account held, no reference
+                        // counted.
+                        (None, Some(request)) => budget.earn_for(request.url(), now),
+                        // `start` holds the account when it sends the last
+                        // request there is.
+                        (None, None) => {}
+                    }
                 }
                 return Decision::Stop(StopReason::Final);
             }
             Some(verdict) => verdict,
         };
         let now = self.shared.clock.now();
+        if let Some(request) = request {
+            self.hold_account(request, || now);
+        }
         if let (Some(budget), Some(account)) = (&self.shared.budget, &self.account) {
             budget.note_failure(account, now);
         }
-        let elapsed = now.saturating_duration_since(self.start);
-        if self.deadline.is_some_and(|limit| elapsed >= limit) {
+        // How long the call has taken, and may take, if it has a deadline.
+        let spent = self
+            .deadline
+            .map(|Deadline { start, limit }| (now.saturating_duration_since(start), limit));
+        if spent.is_some_and(|(elapsed, limit)| elapsed >= limit) {
             // Whatever else is true, the deadline is why this is the end.
             return Decision::Stop(StopReason::DeadlineExceeded);
         }
@@ -246,7 +261,7 @@ impl<'a> Policy<'a> {
                 }
             },
         };
-        if let Some(limit) = self.deadline {
+        if let Some((elapsed, limit)) = spent {
             // A wait must leave time to send: one that ends within
             // `MIN_ATTEMPT` of the deadline would trade the answer in hand
             // for a certain timeout (timers fire a little late).
@@ -309,7 +324,8 @@ impl<'a> Policy<'a> {
     /// Whether a retry may follow the first attempt, and when the deadline
     /// passes, if there is one: what reading a streamed body must respect.
     pub(crate) fn rewind_bounds(&self) -> (bool, Option<Instant>) {
-        let deadline = self.deadline.and_then(|limit| self.start.checked_add(limit));
+        let deadline =
+            self.deadline.and_then(|deadline| deadline.start.checked_add(deadline.limit));
         (!self.disabled && self.max_retries > 0, deadline)
     }
 
@@ -318,6 +334,14 @@ impl<'a> Policy<'a> {
     /// can be sent again is the caller's to check.)
     pub(crate) fn may_retry_body_failures(&self) -> bool {
         !self.disabled && self.max_retries > 0 && self.safe
+    }
+
+    /// Holds the budget account of `request`'s host, if there is a budget
+    /// and none is held yet.
+    fn hold_account(&mut self, request: &Request, now: impl FnOnce() -> Instant) {
+        if let (Some(budget), None, false) = (&self.shared.budget, &self.account, self.disabled) {
+            self.account = Some(budget.account(request.url(), now()));
+        }
     }
 
     /// Attempts started so far.
@@ -329,6 +353,13 @@ impl<'a> Policy<'a> {
     pub(crate) fn report(&self, stop: StopReason) -> RetryReport {
         RetryReport { attempts: self.attempts, total_wait: self.total_wait, stop }
     }
+}
+
+/// When a call with a deadline started, and how long it may take.
+#[derive(Clone, Copy)]
+struct Deadline {
+    start: Instant,
+    limit: Duration,
 }
 
 /// The least time a retry must have left before the deadline.

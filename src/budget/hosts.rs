@@ -1,9 +1,11 @@
 //! The live budget: which account a request draws on, and the table of
 //! hosts behind [`BudgetScope::PerHost`].
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, RwLock, RwLockReadGuard};
 use std::time::Instant;
 
@@ -16,8 +18,21 @@ use super::{BudgetScope, RetryBudget};
 /// Hosts tracked before the least recently used calm ones are forgotten.
 const MAX_HOSTS: usize = 1024;
 
+/// Gives every budget an identity of its own, for the per-thread cache.
+static BUDGETS: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// The host this thread last recorded an answer from, and the budget
+    /// whose table holds it. Most threads talk to one host at a time; a hit
+    /// takes no lock, hashes nothing and counts no reference. A cached host
+    /// is in use, so the table never forgets it.
+    static LAST_HOST: RefCell<Option<(u64, Arc<Host>)>> = const { RefCell::new(None) };
+}
+
 /// The live budget shared by every clone of one middleware.
 pub(crate) struct Budget {
+    /// This budget among all others, for [`LAST_HOST`].
+    id: u64,
     /// Earned per final answer, in thousandths of a retry.
     earn: u64,
     /// The reserve's capacity, in thousandths.
@@ -39,7 +54,7 @@ enum Scope {
 /// share an account by accident.
 #[derive(Default)]
 struct Table {
-    buckets: HashMap<u64, Vec<Host>, FxBuildHasher>,
+    buckets: HashMap<u64, Vec<Arc<Host>>, FxBuildHasher>,
     len: usize,
 }
 
@@ -47,15 +62,21 @@ struct Host {
     scheme: Box<str>,
     host: Box<str>,
     port: Option<u16>,
+    /// The URL's text before its path, when it names no user: `Url` writes
+    /// scheme, host and port one way only (lowercase, default port left
+    /// out), so equal text is the same host, compared in one go.
+    origin: Option<Box<str>>,
     account: Arc<Account>,
 }
 
 impl Host {
     fn new(url: &Url, account: Arc<Account>) -> Self {
+        let anonymous = url.username().is_empty() && url.password().is_none();
         Self {
             scheme: url.scheme().into(),
             host: url.host_str().unwrap_or_default().into(),
             port: url.port_or_known_default(),
+            origin: anonymous.then(|| before_path(url).into()),
             account,
         }
     }
@@ -65,6 +86,20 @@ impl Host {
             && *self.host == *url.host_str().unwrap_or_default()
             && self.port == url.port_or_known_default()
     }
+
+    /// [`is`](Self::is) by the URL's text alone. It may say no where `is`
+    /// says yes (a URL naming a user), never the reverse.
+    fn is_plainly(&self, url: &Url) -> bool {
+        self.origin.as_deref() == Some(before_path(url))
+    }
+}
+
+/// The URL's text before its path: scheme, user, host and port.
+fn before_path(url: &Url) -> &str {
+    let text = url.as_str();
+    // `path` is a slice of `as_str`.
+    let start = url.path().as_ptr() as usize - text.as_ptr() as usize;
+    text.get(..start).unwrap_or(text)
 }
 
 impl Budget {
@@ -78,6 +113,7 @@ impl Budget {
             }
         };
         Self {
+            id: BUDGETS.fetch_add(1, Ordering::Relaxed),
             earn: (config.ratio * RETRY_COST as f64).round() as u64,
             reserve,
             slot_ms: window_ms / SLOTS,
@@ -93,26 +129,53 @@ impl Budget {
             Scope::Global(account) => account.clone(),
             Scope::PerHost { hasher, table } => {
                 let key = host_key(hasher, url);
-                let found = read(table).find(key, url);
-                found.unwrap_or_else(|| self.insert(table, key, url, seen))
+                let found = read(table).host(key, url).map(|host| host.account.clone());
+                found.unwrap_or_else(|| self.insert(table, key, url, seen).account.clone())
             }
         };
         account.touch(seen);
         account
     }
 
-    fn insert(&self, table: &RwLock<Table>, key: u64, url: &Url, now: u64) -> Arc<Account> {
+    /// Records a final answer from `url`'s host at `now`, with no reference
+    /// to its account kept: the happy path's whole cost of the budget.
+    pub(crate) fn earn_for(&self, url: &Url, now: Instant) {
+        let seen = self.slot_number(now);
+        let earn = |account: &Account| {
+            account.touch(seen);
+            account.earn(seen, self.earn, self.reserve);
+        };
+        let Scope::PerHost { hasher, table } = &self.scope else {
+            let Scope::Global(account) = &self.scope else { unreachable!() };
+            return earn(account);
+        };
+        LAST_HOST.with(|last| {
+            let mut last = last.borrow_mut();
+            if let Some((id, host)) = &*last {
+                if *id == self.id && host.is_plainly(url) {
+                    return earn(&host.account);
+                }
+            }
+            let key = host_key(hasher, url);
+            let found = read(table).host(key, url).cloned();
+            let host = found.unwrap_or_else(|| self.insert(table, key, url, seen));
+            earn(&host.account);
+            *last = Some((self.id, host));
+        });
+    }
+
+    fn insert(&self, table: &RwLock<Table>, key: u64, url: &Url, now: u64) -> Arc<Host> {
         let mut table = table.write().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Some(account) = table.find(key, url) {
-            return account;
+        if let Some(host) = table.host(key, url) {
+            return host.clone();
         }
         if table.len >= MAX_HOSTS {
             table.forget_calm(now);
         }
-        let account = Arc::new(Account::new(self.reserve));
-        table.buckets.entry(key).or_default().push(Host::new(url, account.clone()));
+        let host = Arc::new(Host::new(url, Arc::new(Account::new(self.reserve))));
+        table.buckets.entry(key).or_default().push(host.clone());
         table.len += 1;
-        account
+        host
     }
 
     /// Records a final answer, which earns a share of a retry.
@@ -139,9 +202,8 @@ impl Budget {
 }
 
 impl Table {
-    fn find(&self, key: u64, url: &Url) -> Option<Arc<Account>> {
-        let bucket = self.buckets.get(&key)?;
-        bucket.iter().find(|host| host.is(url)).map(|host| host.account.clone())
+    fn host(&self, key: u64, url: &Url) -> Option<&Arc<Host>> {
+        self.buckets.get(&key)?.iter().find(|host| host.is(url))
     }
 
     /// Forgets the least recently used hosts that are calm (no retryable
@@ -152,8 +214,7 @@ impl Table {
         let mut calm: Vec<(u64, u64)> = Vec::new();
         for (key, bucket) in &self.buckets {
             for host in bucket {
-                let idle = Arc::strong_count(&host.account) == 1;
-                if idle && host.account.is_calm(now) {
+                if is_idle(host) && host.account.is_calm(now) {
                     calm.push((host.account.last_used(), *key));
                 }
             }
@@ -164,9 +225,7 @@ impl Table {
             let Some(bucket) = self.buckets.get_mut(&key) else { continue };
             let before = bucket.len();
             bucket.retain(|host| {
-                !(host.account.last_used() == used
-                    && Arc::strong_count(&host.account) == 1
-                    && host.account.is_calm(now))
+                !(host.account.last_used() == used && is_idle(host) && host.account.is_calm(now))
             });
             self.len -= before - bucket.len();
             if bucket.is_empty() {
@@ -174,6 +233,12 @@ impl Table {
             }
         }
     }
+}
+
+/// No call holds the host's account and no thread has it cached: only the
+/// table knows it.
+fn is_idle(host: &Arc<Host>) -> bool {
+    Arc::strong_count(host) == 1 && Arc::strong_count(&host.account) == 1
 }
 
 fn read(table: &RwLock<Table>) -> RwLockReadGuard<'_, Table> {
@@ -240,9 +305,63 @@ mod tests {
         let first = b.insert(table, 7, &url("http://a.test/"), 0);
         let second = b.insert(table, 7, &url("http://b.test/"), 0);
         assert!(!Arc::ptr_eq(&first, &second));
-        assert!(b.try_spend(&first, t0));
-        assert!(b.try_spend(&second, t0), "b.test's reserve is its own");
-        assert!(Arc::ptr_eq(&read(table).find(7, &url("http://b.test/y")).unwrap(), &second));
+        assert!(b.try_spend(&first.account, t0));
+        assert!(b.try_spend(&second.account, t0), "b.test's reserve is its own");
+        let found = read(table).host(7, &url("http://b.test/y")).unwrap().clone();
+        assert!(Arc::ptr_eq(&found, &second));
+    }
+
+    #[test]
+    fn comparing_by_text_never_confuses_two_hosts() {
+        let urls = [
+            "http://a.test/x",
+            "http://a.test:80/y?q",
+            "http://A.TEST/",
+            "http://a.test:8080/",
+            "https://a.test/",
+            "https://a.test:443/z",
+            "http://a.test.evil.test/",
+            "http://user:pw@a.test/",
+            "http://user@a.test/",
+            "http://[::1]:8080/",
+            "http://[0:0::1]:8080/p",
+            "http://127.0.0.1/",
+            "http://127.0.0.1:81/",
+        ];
+        for a in urls {
+            let host = Host::new(&url(a), Arc::new(Account::new(0)));
+            for b in urls {
+                let (exact, plain) = (host.is(&url(b)), host.is_plainly(&url(b)));
+                assert!(!plain || exact, "{a} and {b} are not one host");
+                let named = url(a).username() != "" || url(b).username() != "";
+                assert!(named || plain == exact, "{a} and {b}: {exact} by parts");
+            }
+        }
+    }
+
+    #[test]
+    fn answers_earn_for_their_own_host_and_budget() {
+        let (b, other) = (budget(BudgetScope::PerHost), budget(BudgetScope::PerHost));
+        let t0 = Instant::now();
+        let a = b.account(&url("http://a.test/"), t0);
+        let c = b.account(&url("http://c.test/"), t0);
+        assert!(b.try_spend(&a, t0) && b.try_spend(&c, t0), "reserves spent");
+        // The same thread records answers for one host in two budgets.
+        for _ in 0..10 {
+            b.earn_for(&url("http://a.test/p"), t0);
+            other.earn_for(&url("http://a.test/p"), t0);
+        }
+        // One retry earned, and one back in the reserve.
+        assert_eq!(a.available(0), 2, "ten answers from a.test");
+        assert_eq!(c.available(0), 0, "c.test earned nothing");
+        // Hosts taking turns, and a URL naming a user.
+        for _ in 0..10 {
+            b.earn_for(&url("http://c.test/"), t0);
+            b.earn_for(&url("http://user@a.test/"), t0);
+        }
+        assert_eq!((a.available(0), c.available(0)), (3, 2));
+        let fresh = other.account(&url("http://a.test/"), t0);
+        assert_eq!(fresh.available(0), 2, "the other budget's own account");
     }
 
     #[test]
@@ -267,7 +386,7 @@ mod tests {
         assert!(len(&b) <= MAX_HOSTS - MAX_HOSTS / 8 + 1, "{}", len(&b));
         // The most recently used survived; the least recently used went.
         let Scope::PerHost { hasher, table } = &b.scope else { unreachable!() };
-        let kept = |u: &str| read(table).find(host_key(hasher, &url(u)), &url(u)).is_some();
+        let kept = |u: &str| read(table).host(host_key(hasher, &url(u)), &url(u)).is_some();
         assert!(kept("http://h99.test/"));
         assert!(!kept("http://h0.test/"));
     }
@@ -294,9 +413,15 @@ mod tests {
         let b = budget(BudgetScope::PerHost);
         let t0 = Instant::now();
         let held = b.account(&url("http://busy.test/"), t0);
+        // Cached by this thread, as the last host it recorded an answer from.
+        b.earn_for(&url("http://cached.test/"), t0);
+        let cached = b.account(&url("http://cached.test/"), t0);
+        let cached = Arc::downgrade(&cached);
         for n in 0..(MAX_HOSTS * 2) {
             drop(b.account(&url(&format!("http://h{n}.test/")), t0));
         }
         assert!(Arc::ptr_eq(&held, &b.account(&url("http://busy.test/"), t0)));
+        let again = b.account(&url("http://cached.test/"), t0);
+        assert!(cached.upgrade().is_some_and(|cached| Arc::ptr_eq(&cached, &again)));
     }
 }
