@@ -160,18 +160,19 @@ fn is_temporary_dns_failure(error: &(dyn StdError + 'static)) -> bool {
 }
 
 /// HTTP/2 REFUSED_STREAM, or a GOAWAY without error: the server says it did
-/// not process the stream (RFC 9113, section 8.7).
-#[cfg(feature = "http2")]
+/// not process the stream (RFC 9113, section 8.7). Without the `http2`
+/// feature there is no HTTP/2, and nothing to find.
 fn chain_has_refused_stream(error: &(dyn StdError + 'static)) -> bool {
-    sources(error).filter_map(|e| e.downcast_ref::<h2::Error>()).any(|h2| {
+    #[cfg(feature = "http2")]
+    return sources(error).filter_map(|e| e.downcast_ref::<h2::Error>()).any(|h2| {
         h2.reason() == Some(h2::Reason::REFUSED_STREAM)
             || (h2.is_go_away() && h2.reason() == Some(h2::Reason::NO_ERROR))
-    })
-}
-
-#[cfg(not(feature = "http2"))]
-fn chain_has_refused_stream(_: &(dyn StdError + 'static)) -> bool {
-    false
+    });
+    #[cfg(not(feature = "http2"))]
+    {
+        let _ = error;
+        false
+    }
 }
 
 #[cfg(test)]
@@ -267,6 +268,9 @@ mod tests {
         assert!(chain_has_refused_stream(&refused));
         let cancel = Wrapper(Box::new(h2::Error::from(h2::Reason::CANCEL)));
         assert!(!chain_has_refused_stream(&cancel));
+        // NO_ERROR proves nothing unprocessed unless a GOAWAY says it.
+        let reset = Wrapper(Box::new(h2::Error::from(h2::Reason::NO_ERROR)));
+        assert!(!chain_has_refused_stream(&reset));
     }
 
     #[cfg(not(feature = "http2"))]

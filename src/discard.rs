@@ -39,17 +39,18 @@ pub(crate) async fn discard(outcome: Result<Response>, mut wait: Sleep, limit: u
     wait.await;
 }
 
-/// Reads and discards up to `limit` bytes; a body declared longer is dropped
-/// at once rather than read.
+/// Reads and discards the body if it is at most `limit` bytes long; a body
+/// declared longer is dropped at once rather than read, one found longer is
+/// dropped as soon as it passes the limit.
 async fn drain(mut response: Response, limit: usize) {
     if response.content_length().is_some_and(|len| len > limit as u64) {
         return;
     }
-    let mut read = 0usize;
-    while read < limit {
-        match response.chunk().await {
-            Ok(Some(chunk)) => read = read.saturating_add(chunk.len()),
-            Ok(None) | Err(_) => break,
+    let mut left = limit;
+    while let Ok(Some(chunk)) = response.chunk().await {
+        match left.checked_sub(chunk.len()) {
+            Some(rest) => left = rest,
+            None => return,
         }
     }
 }

@@ -298,6 +298,17 @@ mod tests {
     }
 
     #[test]
+    fn the_middleware_shows_its_configuration() {
+        let config = RetryConfig::builder().with_max_retries(7).build().unwrap();
+        let middleware = RetryMiddleware::new(config).on_decision(|_| {});
+        assert_eq!(middleware.config().max_retries(), 7);
+        let debug = format!("{middleware:?}");
+        for part in ["RetryMiddleware", "max_retries: 7", "TokioClock", "hook: Some(\"<fn>\")"] {
+            assert!(debug.contains(part), "{part} missing from {debug}");
+        }
+    }
+
+    #[test]
     fn the_call_future_stays_small() {
         // 616 bytes on x86_64, in debug and release builds alike: the
         // request kept for a retry (264), the per-request policy (96), the

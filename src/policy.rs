@@ -118,6 +118,12 @@ impl<'a> Policy<'a> {
             None => None,
         };
         self.attempts += 1;
+        // A copy is kept while another attempt may follow, or for the
+        // predicate to be shown. One kept needlessly (for a `NoRetry`
+        // request, or for the last attempt) changes nothing but the cost of
+        // making it: `decide` stops such a call for the same reason either
+        // way. So this line's `&&` survives mutation to `||`, which only
+        // makes copies no attempt uses; it stays for their cost.
         let keep = !self.disabled
             && (self.attempts <= self.max_retries || self.shared.config.predicate().is_some());
         let copy = if keep { pending.as_ref().and_then(Request::try_clone) } else { None };

@@ -186,6 +186,13 @@ mod tests {
         assert_eq!(stop.to_string(), "stop (request not safe to repeat)");
     }
 
+    #[test]
+    fn retryability_reads_as_a_phrase() {
+        let all = [Retryability::Never, Retryability::WhenSafe, Retryability::AnyMethod];
+        let text: Vec<String> = all.iter().map(ToString::to_string).collect();
+        assert_eq!(text, ["final", "retryable when safe to repeat", "retryable for any method"]);
+    }
+
     /// One of each reason.
     const REASONS: [RetryReason; 7] = [
         RetryReason::Status(StatusCode::BAD_GATEWAY),

@@ -77,6 +77,8 @@ async fn endless_error_body_is_not_read_to_the_end() {
     // Reading the endless body would hang; the bound turns that into a failure.
     let send = tokio::time::timeout(Duration::from_secs(30), client.get(&url).send());
     let response = send.await.expect("the drain stops at its limit").unwrap();
+    // Before reading: the 503's body would never end.
+    assert_eq!(response.status(), 200, "the retry was made");
     assert_eq!(response.text().await.unwrap(), "ok");
     assert_eq!(connections.get(), 2);
 }
@@ -92,6 +94,37 @@ async fn a_drained_error_body_frees_its_connection_for_the_retry() {
     let response = client.get(&url).send().await.unwrap();
     assert_eq!(response.status(), 200);
     assert_eq!(connections.get(), 1, "the retry reused the drained connection");
+}
+
+/// The limit is inclusive, whether the length is declared or found by
+/// reading. A declared length one byte over closes the connection unread; a
+/// chunked body is read until it passes the limit (the client may already
+/// hold a byte or two more, so the case over the limit is well over).
+#[tokio::test(start_paused = true)]
+async fn an_error_body_exactly_at_the_drain_limit_is_read() {
+    let chunked = |length: usize| {
+        let body = "x".repeat(length);
+        Raw::KeepAlive(format!(
+            "HTTP/1.1 503 X\r\nTransfer-Encoding: chunked\r\n\r\n{length:x}\r\n{body}\r\n0\r\n\r\n"
+        ))
+    };
+    // Large enough that the client has not buffered the whole body by the
+    // time the response is dropped.
+    const LIMIT: usize = 64 * 1024;
+    let cases = [
+        (keep_alive(503, LIMIT), 1),
+        (keep_alive(503, LIMIT + 1), 2),
+        (chunked(LIMIT), 1),
+        (chunked(2 * LIMIT), 2),
+    ];
+    for (n, (error, expected)) in cases.into_iter().enumerate() {
+        let (url, connections) = raw_server(vec![error, keep_alive(200, 2)]).await;
+        let middleware = RetryMiddleware::new(policy().with_drain_limit(LIMIT).build().unwrap())
+            .with_jitter_source(reqwest_safe_retry::FixedJitter::TOP);
+        let response = wrap(middleware).get(&url).send().await.unwrap();
+        assert_eq!(response.status(), 200);
+        assert_eq!(connections.get(), expected, "case {n}");
+    }
 }
 
 #[tokio::test]

@@ -149,7 +149,7 @@ async fn graceful_goaway_is_retried() {
 async fn cancelled_stream_is_not_retried_for_post() {
     use support::h2_server::{Answer, h2_server};
 
-    for reason in [h2::Reason::CANCEL, h2::Reason::INTERNAL_ERROR] {
+    for reason in [h2::Reason::CANCEL, h2::Reason::INTERNAL_ERROR, h2::Reason::NO_ERROR] {
         let (url, streams, _) = h2_server(vec![Answer::Reset(reason), Answer::Ok]).await;
         let (client, clock) = with_retry(h2_client_without_reqwest_retry(), config(3));
         let (result, report) = send(&client, Method::POST, &url).await;

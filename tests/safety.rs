@@ -468,7 +468,8 @@ async fn a_predicate_can_choose_the_wait_of_the_retry_it_asks_for() {
         &server,
         "/r",
         vec![
-            ResponseTemplate::new(409).insert_header("Retry-After", "7"),
+            // Over the cap, which alone would end the call with this answer.
+            ResponseTemplate::new(409).insert_header("Retry-After", "3600"),
             ResponseTemplate::new(409),
             ResponseTemplate::new(200),
         ],
@@ -486,6 +487,7 @@ async fn a_predicate_can_choose_the_wait_of_the_retry_it_asks_for() {
     assert_eq!(response.status(), 200);
     // Its own waits, not the backoff's and not the server's Retry-After.
     assert_eq!(clock.sleeps(), [250 * MS, 500 * MS]);
+    assert_eq!(RetryReport::from_response(&response).attempts, 3);
 }
 
 #[tokio::test]

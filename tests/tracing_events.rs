@@ -82,6 +82,18 @@ async fn a_first_answer_that_is_final_emits_nothing() {
 }
 
 #[tokio::test]
+async fn a_final_answer_after_a_retry_says_why_it_stopped() {
+    let server = MockServer::start().await;
+    script_statuses(&server, "/r", &[503, 200]).await;
+    let captured = capture_logs(tracing::Level::TRACE);
+    let (client, _) = client(policy().build().unwrap());
+    client.get(format!("{}/r", server.uri())).send().await.unwrap();
+    let log = captured.text();
+    let stop = log.lines().find(|l| l.contains("not retrying request")).expect(&log);
+    assert!(stop.contains("retry.stop=\"final\"") && stop.contains("attempt=2"), "{stop}");
+}
+
+#[tokio::test]
 async fn every_log_level_is_the_one_asked_for() {
     use tracing::Level;
     for level in [Level::TRACE, Level::DEBUG, Level::INFO, Level::WARN, Level::ERROR] {

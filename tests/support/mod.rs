@@ -72,7 +72,41 @@ pub fn client(config: RetryConfig) -> (ClientWithMiddleware, ManualClock) {
 
 /// A `reqwest` client that does not follow redirects, wrapped with `middleware`.
 pub fn wrap(middleware: RetryMiddleware) -> ClientWithMiddleware {
-    reqwest_middleware::ClientBuilder::new(bare_reqwest()).with(middleware).build()
+    guarded(bare_reqwest(), middleware)
+}
+
+/// `inner` wrapped with `middleware`, and below it a [`Runaway`] guard.
+pub fn guarded(inner: reqwest::Client, middleware: RetryMiddleware) -> ClientWithMiddleware {
+    reqwest_middleware::ClientBuilder::new(inner).with(middleware).with(Runaway::default()).build()
+}
+
+/// More attempts than any test sends through one client.
+const RUNAWAY: usize = 5000;
+
+/// Fails a test whose retry loop does not stop: with the manual clock every
+/// wait returns at once, so a broken stopping rule would otherwise send
+/// requests until the test runner gives up. Past [`RUNAWAY`] attempts
+/// through one client, every attempt panics, within seconds.
+#[derive(Default)]
+pub struct Runaway {
+    sent: AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl reqwest_middleware::Middleware for Runaway {
+    async fn handle(
+        &self,
+        request: reqwest::Request,
+        extensions: &mut http::Extensions,
+        next: reqwest_middleware::Next<'_>,
+    ) -> reqwest_middleware::Result<reqwest::Response> {
+        let sent = self.sent.fetch_add(1, Ordering::Relaxed) + 1;
+        assert!(
+            sent <= RUNAWAY,
+            "{sent} attempts through one test client: a retry loop that does not stop"
+        );
+        next.run(request, extensions).await
+    }
 }
 
 /// The two clients users build: reqwest's default, which follows redirects,
@@ -106,7 +140,7 @@ impl Kind {
             Kind::Following => reqwest::Client::new(),
             Kind::NotFollowing => bare_reqwest(),
         };
-        (reqwest_middleware::ClientBuilder::new(inner).with(middleware).build(), clock)
+        (guarded(inner, middleware), clock)
     }
 }
 
