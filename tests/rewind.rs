@@ -83,6 +83,32 @@ async fn a_stream_over_the_limit_is_sent_whole_once() {
     assert!(received[0].body == concat(&body), "every byte, in order");
 }
 
+/// Buffering is for a retry: a request that cannot have one sends its
+/// stream as a stream (chunked), while one that can sends the bytes read
+/// (with their length).
+#[tokio::test]
+async fn a_stream_that_cannot_be_retried_is_not_buffered() {
+    let server = MockServer::start().await;
+    script_statuses(&server, "/r", &[200]).await;
+    let url = format!("{}/r", server.uri());
+    let body = chunks(2, KIB);
+    for retries in [0, 1] {
+        let config = policy().with_stream_buffering(64 * KIB).with_max_retries(retries);
+        let (client, _) = client(config.build().unwrap());
+        let response = client.put(&url).body(streamed(body.clone())).send().await.unwrap();
+        assert_eq!(response.status(), 200);
+    }
+    let (client, _) = client(policy().with_stream_buffering(64 * KIB).build().unwrap());
+    let request = client.put(&url).body(streamed(body.clone()));
+    let response = request.with_extension(reqwest_safe_retry::NoRetry).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    let received = server.received_requests().await.unwrap();
+    let chunked: Vec<bool> =
+        received.iter().map(|r| r.headers.get("transfer-encoding").is_some()).collect();
+    assert_eq!(chunked, [true, false, true], "max_retries 0, 1, and NoRetry");
+    assert!(received.iter().all(|r| r.body == concat(&body)));
+}
+
 /// A server that opens `gate` when the first bytes of a request arrive,
 /// reads a chunked request to its end, answers 503 and returns how many
 /// bytes it read.
