@@ -167,7 +167,9 @@ impl RetryConfigBuilder {
     }
 
     /// How much of a retried response's body to read (and discard) so that
-    /// its connection can be reused. `0` drops it unread.
+    /// its connection can be reused. A body declared longer is dropped
+    /// unread; one of unknown length is read until it passes the limit (with
+    /// `0`, until its first bytes arrive), then dropped.
     pub fn with_drain_limit(mut self, bytes: usize) -> Self {
         self.config.drain_limit = bytes;
         self

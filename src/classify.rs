@@ -164,15 +164,16 @@ fn is_temporary_dns_failure(error: &(dyn StdError + 'static)) -> bool {
 /// feature there is no HTTP/2, and nothing to find.
 fn chain_has_refused_stream(error: &(dyn StdError + 'static)) -> bool {
     #[cfg(feature = "http2")]
-    return sources(error).filter_map(|e| e.downcast_ref::<h2::Error>()).any(|h2| {
+    let found = sources(error).filter_map(|e| e.downcast_ref::<h2::Error>()).any(|h2| {
         h2.reason() == Some(h2::Reason::REFUSED_STREAM)
             || (h2.is_go_away() && h2.reason() == Some(h2::Reason::NO_ERROR))
     });
     #[cfg(not(feature = "http2"))]
-    {
+    let found = {
         let _ = error;
         false
-    }
+    };
+    found
 }
 
 #[cfg(test)]

@@ -62,21 +62,25 @@ struct Host {
     scheme: Box<str>,
     host: Box<str>,
     port: Option<u16>,
-    /// The URL's text before its path, when it names no user: `Url` writes
-    /// scheme, host and port one way only (lowercase, default port left
+    /// `scheme://host[:port]`, as `Url` writes the text before the path of
+    /// a URL naming no user: one way only (lowercase, default port left
     /// out), so equal text is the same host, compared in one go.
-    origin: Option<Box<str>>,
+    origin: Box<str>,
     account: Arc<Account>,
 }
 
 impl Host {
     fn new(url: &Url, account: Arc<Account>) -> Self {
-        let anonymous = url.username().is_empty() && url.password().is_none();
+        let host = url.host_str().unwrap_or_default();
+        let origin = match url.port() {
+            Some(port) => format!("{}://{host}:{port}", url.scheme()),
+            None => format!("{}://{host}", url.scheme()),
+        };
         Self {
             scheme: url.scheme().into(),
             host: url.host_str().unwrap_or_default().into(),
             port: url.port_or_known_default(),
-            origin: anonymous.then(|| before_path(url).into()),
+            origin: origin.into(),
             account,
         }
     }
@@ -90,7 +94,7 @@ impl Host {
     /// [`is`](Self::is) by the URL's text alone. It may say no where `is`
     /// says yes (a URL naming a user), never the reverse.
     fn is_plainly(&self, url: &Url) -> bool {
-        self.origin.as_deref() == Some(before_path(url))
+        *self.origin == *before_path(url)
     }
 }
 
@@ -207,9 +211,9 @@ impl Table {
     }
 
     /// Forgets the least recently used hosts that are calm (no retryable
-    /// outcome within a window) and not in use, an eighth of the table at a
-    /// time. A host failing now is kept, even past the limit: forgetting it
-    /// would hand it a fresh reserve.
+    /// outcome within a window), neither held by a call nor cached by a
+    /// thread, an eighth of the table at a time. A host failing now is kept,
+    /// even past the limit: forgetting it would hand it a fresh reserve.
     fn forget_calm(&mut self, now: u64) {
         let mut calm: Vec<(u64, u64)> = Vec::new();
         for (key, bucket) in &self.buckets {
@@ -323,6 +327,9 @@ mod tests {
             "http://a.test.evil.test/",
             "http://user:pw@a.test/",
             "http://user@a.test/",
+            "http://:pw@a.test/",
+            "foo://a.test:80/x",
+            "foo://a.test/x",
             "http://[::1]:8080/",
             "http://[0:0::1]:8080/p",
             "http://127.0.0.1/",
@@ -333,7 +340,8 @@ mod tests {
             for b in urls {
                 let (exact, plain) = (host.is(&url(b)), host.is_plainly(&url(b)));
                 assert!(!plain || exact, "{a} and {b} are not one host");
-                let named = url(a).username() != "" || url(b).username() != "";
+                let anonymous = |u: &Url| u.username().is_empty() && u.password().is_none();
+                let named = !anonymous(&url(a)) || !anonymous(&url(b));
                 assert!(named || plain == exact, "{a} and {b}: {exact} by parts");
             }
         }
@@ -360,6 +368,17 @@ mod tests {
             b.earn_for(&url("http://user@a.test/"), t0);
         }
         assert_eq!((a.available(0), c.available(0)), (3, 2));
+        // One host over and over: answers recorded through the thread's
+        // cache, including after a first URL that named a user.
+        b.earn_for(&url("http://user@d.test/"), t0);
+        let d = b.account(&url("http://d.test/"), t0);
+        assert!(b.try_spend(&d, t0), "the reserve");
+        for _ in 0..19 {
+            b.earn_for(&url("http://d.test/q"), t0);
+        }
+        // 2.0 earned, 0.1 of it spent with 0.9 of the reserve, which the
+        // answers since have refilled: 1.9 + 1.0.
+        assert_eq!(d.available(0), 2);
         let fresh = other.account(&url("http://a.test/"), t0);
         assert_eq!(fresh.available(0), 2, "the other budget's own account");
     }
