@@ -50,7 +50,8 @@ impl RetryMiddleware {
     /// A middleware with this policy, the [`TokioClock`] and thread-local
     /// randomness.
     pub fn new(config: RetryConfig) -> Self {
-        let budget = config.budget().map(|budget| Arc::new(Budget::new(budget)));
+        let budget =
+            config.budget().map(|budget| Arc::new(Budget::new(budget, config.max_retries())));
         let shared = Shared {
             config,
             clock: Arc::new(TokioClock),

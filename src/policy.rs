@@ -8,12 +8,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use http::Extensions;
+use http::{Extensions, StatusCode};
 use reqwest::{Request, Response};
 use reqwest_middleware::Result;
 
 use crate::backoff::{Jitter, backoff, ceiling, scale};
-use crate::budget::{Account, Budget};
+use crate::budget::{Account, Budget, Paid};
 use crate::classify::{self, Class};
 use crate::clock::Clock;
 use crate::config::{Redirects, RetryAfterOverCap, RetryConfig};
@@ -54,6 +54,10 @@ pub(crate) struct Policy<'a> {
     /// The budget account retries are drawn from, held once a retry is in
     /// question: a call whose first answer is final only pays into it.
     account: Option<Arc<Account>>,
+    /// What the last retry cost, until its outcome is known, and whether
+    /// it has been sent: a retry that ends in a final answer, or is never
+    /// sent, is given back.
+    paid: Option<(Paid, bool)>,
     /// Attempts started so far.
     attempts: u32,
     /// The last backoff picked, which decorrelated jitter grows from.
@@ -78,6 +82,7 @@ impl<'a> Policy<'a> {
             },
             deadline: limit.map(|limit| Deadline { start: shared.clock.now(), limit }),
             account: None,
+            paid: None,
             attempts: 0,
             previous_wait: config.initial_backoff,
             total_wait: Duration::ZERO,
@@ -118,6 +123,9 @@ impl<'a> Policy<'a> {
             None => None,
         };
         self.attempts += 1;
+        if let Some((_, sent)) = &mut self.paid {
+            *sent = true;
+        }
         // A copy is kept while another attempt may follow, or for the
         // predicate to be shown. One kept needlessly (for a `NoRetry`
         // request, or for the last attempt) changes nothing but the cost of
@@ -175,13 +183,22 @@ impl<'a> Policy<'a> {
             return Decision::Stop(StopReason::Disabled);
         }
         let (class, chosen) = self.verdict(request, outcome, body_failed);
+        // The retry that led here, if one was paid for: its cost stands
+        // unless this answer is final.
+        let paid = self.paid.take().map(|(paid, _)| paid);
         let (retryability, reason) = match class {
             None => {
-                // A final answer pays towards later retries.
+                // A final answer pays towards later retries, and a retry
+                // that reached one costs nothing.
                 if let Some(budget) = &self.shared.budget {
                     let now = self.shared.clock.now();
                     match (&self.account, request) {
-                        (Some(account), _) => budget.earn(account, now),
+                        (Some(account), _) => {
+                            if let Some(paid) = paid {
+                                budget.refund(account, paid, now);
+                            }
+                            budget.earn(account, now)
+                        }
                         // The common case: no account held, no reference
                         // counted.
                         (None, Some(request)) => budget.earn_for(request.url(), now),
@@ -249,12 +266,19 @@ impl<'a> Policy<'a> {
             },
             asked => asked,
         };
+        let spread = config.retry_after_spread && config.jitter != Jitter::None;
+        // A 429 whose wait the server chose, within the cap, and spread:
+        // the server set the pace of this retry, so the budget does not
+        // pay for it (the retry count still bounds it).
+        let paced = spread
+            && asked.is_some_and(|asked| asked <= config.max_retry_after)
+            && matches!(outcome, Ok(response) if response.status() == StatusCode::TOO_MANY_REQUESTS);
         let after = match (chosen, asked) {
             (Some(chosen), _) => chosen,
             (None, asked) => match asked {
                 // The server's word is a floor, not an appointment: clients told
                 // the same thing come back spread over this retry's ceiling.
-                Some(asked) if config.retry_after_spread && config.jitter != Jitter::None => {
+                Some(asked) if spread => {
                     let spread = scale(ceiling(initial, max, retry), self.shared.jitter.unit());
                     asked.saturating_add(spread)
                 }
@@ -276,9 +300,10 @@ impl<'a> Policy<'a> {
             }
         }
         // Last, so that only a retry that will happen is paid for.
-        if let (Some(budget), Some(account)) = (&self.shared.budget, &self.account) {
-            if !budget.try_spend(account, now) {
-                return Decision::Stop(StopReason::BudgetExhausted);
+        if let (Some(budget), Some(account), false) = (&self.shared.budget, &self.account, paced) {
+            match budget.try_spend(account, now) {
+                Some(paid) => self.paid = Some((paid, false)),
+                None => return Decision::Stop(StopReason::BudgetExhausted),
             }
         }
         self.total_wait = self.total_wait.saturating_add(after);
@@ -358,6 +383,18 @@ impl<'a> Policy<'a> {
     /// The report of the call, stopping because of `stop`.
     pub(crate) fn report(&self, stop: StopReason) -> RetryReport {
         RetryReport { attempts: self.attempts, total_wait: self.total_wait, stop }
+    }
+}
+
+impl Drop for Policy<'_> {
+    /// A retry paid for but never sent (the call was cancelled during the
+    /// wait, or its deadline passed first) is given back.
+    fn drop(&mut self) {
+        if let (Some((paid, false)), Some(budget), Some(account)) =
+            (self.paid, &self.shared.budget, &self.account)
+        {
+            budget.refund(account, paid, self.shared.clock.now());
+        }
     }
 }
 

@@ -126,33 +126,182 @@ async fn a_quiet_client_still_gets_its_retry() {
 }
 
 #[tokio::test]
-async fn a_fresh_client_has_one_retry_on_credit() {
-    // The price of a bounded fleet: before it has earned anything, a client
-    // that meets two 503s in a row retries once, not twice.
+async fn a_fresh_client_gets_its_configured_retries() {
+    // The default reserve holds one call's retries and two more, so the
+    // first call of a fresh process rides out an isolated failure in full.
     let server = MockServer::start().await;
-    script_statuses(&server, "/r", &[503, 503, 200]).await;
+    script_statuses(&server, "/r", &[503, 503, 503, 200]).await;
     let config = RetryConfig::builder().with_initial_backoff(Duration::ZERO).build().unwrap();
     let (fresh, _) = middleware(config);
     let first = report(&wrap(fresh), &format!("{}/r", server.uri())).await;
-    assert_eq!((first.attempts, first.stop), (2, StopReason::BudgetExhausted));
-    // A larger reserve buys the old behaviour for a short-lived client.
+    assert_eq!((first.attempts, first.stop), (4, StopReason::Final));
+    // The reserve follows the retry count...
+    let server = MockServer::start().await;
+    script_statuses(&server, "/r", &[503, 503, 503, 503, 503, 503, 200]).await;
+    let config = RetryConfig::builder()
+        .with_initial_backoff(Duration::ZERO)
+        .with_max_retries(6)
+        .build()
+        .unwrap();
+    let (more, _) = middleware(config);
+    let first = report(&wrap(more), &format!("{}/r", server.uri())).await;
+    assert_eq!((first.attempts, first.stop), (7, StopReason::Final));
+    // ... and a smaller one caps what a fleet of one-shot processes costs.
     let server = MockServer::start().await;
     script_statuses(&server, "/r", &[503, 503, 200]).await;
     let config = RetryConfig::builder()
         .with_initial_backoff(Duration::ZERO)
-        .with_budget(RetryBudget::default().with_reserve(3))
+        .with_budget(RetryBudget::default().with_reserve(1))
         .build()
         .unwrap();
-    let (generous, _) = middleware(config);
-    let first = report(&wrap(generous), &format!("{}/r", server.uri())).await;
-    assert_eq!((first.attempts, first.stop), (3, StopReason::Final));
+    let (capped, _) = middleware(config);
+    let first = report(&wrap(capped), &format!("{}/r", server.uri())).await;
+    assert_eq!((first.attempts, first.stop), (2, StopReason::BudgetExhausted));
+}
+
+#[tokio::test]
+async fn the_first_call_after_a_long_quiet_spell_gets_its_retries() {
+    let server = MockServer::start().await;
+    let mut script = vec![200; 20];
+    script.extend([503, 503, 503, 200]);
+    script_statuses(&server, "/r", &script).await;
+    let config = RetryConfig::builder().with_initial_backoff(Duration::ZERO).build().unwrap();
+    let (middleware, clock) = middleware(config);
+    let client = wrap(middleware);
+    let url = format!("{}/r", server.uri());
+    for _ in 0..20 {
+        assert_eq!(report(&client, &url).await.attempts, 1);
+    }
+    // An hour later nothing earned is left in the window; the reserve is.
+    clock.advance(Duration::from_secs(3600));
+    let after = report(&client, &url).await;
+    assert_eq!((after.attempts, after.stop), (4, StopReason::Final));
+}
+
+#[tokio::test]
+async fn a_retry_that_succeeds_is_given_back() {
+    // Nothing earned and one retry on credit: without the refund the second
+    // call could not retry.
+    let server = MockServer::start().await;
+    script_statuses(&server, "/r", &[503, 200, 503, 200, 503, 503]).await;
+    let (middleware, _) =
+        middleware(instant_retries(RetryBudget::default().with_ratio(0.0).with_reserve(1)));
+    let client = wrap(middleware);
+    let url = format!("{}/r", server.uri());
+    for _ in 0..2 {
+        let retried = report(&client, &url).await;
+        assert_eq!((retried.attempts, retried.stop), (2, StopReason::Final));
+    }
+    // A retry that fails is not: the reserve is spent, and stays spent.
+    let failed = report(&client, &url).await;
+    assert_eq!((failed.attempts, failed.stop), (2, StopReason::BudgetExhausted));
+    let next = report(&client, &url).await;
+    assert_eq!((next.attempts, next.stop), (1, StopReason::BudgetExhausted));
+}
+
+#[tokio::test]
+async fn a_retry_the_caller_cancelled_before_it_was_sent_is_given_back() {
+    let server = MockServer::start().await;
+    script_statuses(&server, "/r", &[503, 503, 200]).await;
+    let gate = Gate::default();
+    let config = RetryConfig::builder()
+        .with_budget(RetryBudget::default().with_ratio(0.0).with_reserve(1))
+        .build()
+        .unwrap();
+    let middleware =
+        RetryMiddleware::new(config).with_clock(gate.clone()).with_jitter_source(FixedJitter::TOP);
+    let client = wrap(middleware);
+    let url = format!("{}/r", server.uri());
+    // The first call is dropped during its wait: its retry never went out.
+    let call = tokio::spawn({
+        let (client, url) = (client.clone(), url.clone());
+        async move { client.get(url).send().await }
+    });
+    gate.waiting().await;
+    call.abort();
+    assert!(call.await.unwrap_err().is_cancelled());
+    assert_eq!(hits(&server).await, 1);
+    // So the reserve still holds the retry the next call needs.
+    gate.open();
+    let next = report(&client, &url).await;
+    assert_eq!((next.attempts, next.stop), (2, StopReason::Final));
+}
+
+#[tokio::test]
+async fn a_429_whose_wait_the_server_chose_costs_the_budget_nothing() {
+    // A burst of a fresh process, refused with 429 and Retry-After: 1: the
+    // server set the pace of every retry, so all are taken, though nothing
+    // has been earned and the reserve is empty.
+    let server = MockServer::start().await;
+    let clock = ManualClock::new();
+    let config = RetryConfig::builder()
+        .with_budget(RetryBudget::default().with_ratio(0.0).with_reserve(0))
+        .build()
+        .unwrap();
+    let middleware =
+        RetryMiddleware::new(config).with_clock(clock.clone()).with_jitter_source(FixedJitter::TOP);
+    let client = wrap(middleware);
+    for n in 0..20 {
+        script(
+            &server,
+            &format!("/c{n}"),
+            vec![
+                wiremock::ResponseTemplate::new(429).insert_header("Retry-After", "1"),
+                wiremock::ResponseTemplate::new(200),
+            ],
+        )
+        .await;
+    }
+    let urls: Vec<String> = (0..20).map(|n| format!("{}/c{n}", server.uri())).collect();
+    let reports = futures_util::future::join_all(urls.iter().map(|url| report(&client, url))).await;
+    for retried in reports {
+        assert_eq!((retried.attempts, retried.stop), (2, StopReason::Final));
+    }
+    // Without the spread the returns would be synchronised: the budget pays.
+    let server = MockServer::start().await;
+    script(
+        &server,
+        "/exact",
+        vec![
+            wiremock::ResponseTemplate::new(429).insert_header("Retry-After", "1"),
+            wiremock::ResponseTemplate::new(200),
+        ],
+    )
+    .await;
+    let config = RetryConfig::builder()
+        .with_retry_after_spread(false)
+        .with_budget(RetryBudget::default().with_ratio(0.0).with_reserve(0))
+        .build()
+        .unwrap();
+    let (exact, _) = self::middleware(config);
+    let unpaid = report(&wrap(exact), &format!("{}/exact", server.uri())).await;
+    assert_eq!((unpaid.attempts, unpaid.stop), (1, StopReason::BudgetExhausted));
+    // And a 503 with Retry-After is paid for like any other retry.
+    let server = MockServer::start().await;
+    script(
+        &server,
+        "/busy",
+        vec![
+            wiremock::ResponseTemplate::new(503).insert_header("Retry-After", "1"),
+            wiremock::ResponseTemplate::new(200),
+        ],
+    )
+    .await;
+    let config = RetryConfig::builder()
+        .with_budget(RetryBudget::default().with_ratio(0.0).with_reserve(0))
+        .build()
+        .unwrap();
+    let (busy, _) = self::middleware(config);
+    let unpaid = report(&wrap(busy), &format!("{}/busy", server.uri())).await;
+    assert_eq!((unpaid.attempts, unpaid.stop), (1, StopReason::BudgetExhausted));
 }
 
 #[tokio::test]
 async fn a_fleet_of_quiet_processes_adds_little_to_a_total_outage() {
     // A hundred processes, each with its own middleware and so its own
-    // budget, each sending a request every 10 s through a minute of outage:
-    // together they add at most one retry each, not one floor each.
+    // budget, each sending a request a second through a minute of outage:
+    // together they add at most their reserves, one call's retries and two
+    // more each: 1 + 5 / 60 the load, not a floor each per second.
     let mut calls = 0;
     let mut requests = 0;
     for _ in 0..100 {
@@ -161,15 +310,15 @@ async fn a_fleet_of_quiet_processes_adds_little_to_a_total_outage() {
             .with(middleware)
             .with(Answers::new(&[503]))
             .build();
-        for _ in 0..6 {
+        for _ in 0..60 {
             calls += report(&client, "http://down.test/").await.attempts;
             requests += 1;
-            clock.advance(Duration::from_secs(10));
+            clock.advance(Duration::from_secs(1));
         }
     }
     let amplification = f64::from(calls) / f64::from(requests);
-    assert_eq!((requests, calls), (600, 700), "one retry per process, from its reserve");
-    assert!(amplification <= 1.2, "{amplification}");
+    assert_eq!((requests, calls), (6000, 6500), "five retries per process, from its reserve");
+    assert!(amplification <= 1.1, "{amplification}");
 }
 
 #[tokio::test]
@@ -272,5 +421,42 @@ async fn without_a_budget_only_the_count_bounds_retries() {
     let client = wrap(middleware);
     for _ in 0..50 {
         assert_eq!(report(&client, &url).await.attempts, 4);
+    }
+}
+
+/// A clock whose waits last until [`open`](Gate::open), and which says when
+/// the first one starts: a call can be cancelled in the middle of a wait.
+#[derive(Debug, Clone, Default)]
+struct Gate {
+    clock: ManualClock,
+    started: std::sync::Arc<tokio::sync::Notify>,
+    open: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Gate {
+    async fn waiting(&self) {
+        self.started.notified().await;
+    }
+
+    fn open(&self) {
+        self.open.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl reqwest_safe_retry::Clock for Gate {
+    fn now(&self) -> std::time::Instant {
+        self.clock.now()
+    }
+
+    fn wall_time(&self) -> std::time::SystemTime {
+        self.clock.wall_time()
+    }
+
+    fn sleep(&self, duration: Duration) -> reqwest_safe_retry::Sleep {
+        if self.open.load(std::sync::atomic::Ordering::SeqCst) {
+            return self.clock.sleep(duration);
+        }
+        self.started.notify_one();
+        Box::pin(std::future::pending())
     }
 }

@@ -28,6 +28,13 @@ pub(crate) struct Account {
     turn: Mutex<()>,
 }
 
+/// How one retry was paid: the part the reserve paid, in thousandths; the
+/// window paid the rest of [`RETRY_COST`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Paid {
+    from_reserve: u64,
+}
+
 #[derive(Debug, Default)]
 struct Slot {
     /// Which slot of the timeline this is; stale when older than the window.
@@ -73,7 +80,8 @@ impl Account {
 
     /// Takes one retry if the window's unspent earnings and the reserve
     /// cover it: from the earnings first, the rest from the reserve.
-    pub(super) fn try_spend(&self, seen: u64) -> bool {
+    /// Returns how it was paid, for a refund; `None` when refused.
+    pub(super) fn try_spend(&self, seen: u64) -> Option<Paid> {
         let _turn = self.lock();
         let now = self.now(seen);
         self.note_trouble(now);
@@ -81,12 +89,25 @@ impl Account {
         let unspent = earned.saturating_sub(spent);
         let reserve = self.reserve.load(Ordering::Relaxed);
         if unspent.saturating_add(reserve) < RETRY_COST {
-            return false;
+            return None;
         }
         let from_window = unspent.min(RETRY_COST);
         self.current_locked(now).spent.fetch_add(from_window, Ordering::Relaxed);
         self.reserve.fetch_sub(RETRY_COST - from_window, Ordering::Relaxed);
-        true
+        Some(Paid { from_reserve: RETRY_COST - from_window })
+    }
+
+    /// Gives a retry's cost back: what the reserve paid to the reserve (up
+    /// to `cap`), what the window paid as earnings of the current slot.
+    pub(super) fn refund(&self, seen: u64, paid: Paid, cap: u64) {
+        let from_window = RETRY_COST - paid.from_reserve;
+        if from_window > 0 {
+            self.current(self.now(seen)).earned.fetch_add(from_window, Ordering::Relaxed);
+        }
+        if paid.from_reserve > 0 {
+            let refill = |r: u64| Some(r.saturating_add(paid.from_reserve).min(cap));
+            let _ = self.reserve.fetch_update(Ordering::Relaxed, Ordering::Relaxed, refill);
+        }
     }
 
     /// Records a retryable outcome, so the host counts as failing now.
@@ -166,6 +187,12 @@ impl Account {
             })
     }
 
+    /// [`try_spend`](Self::try_spend), as a yes or no, for tests.
+    #[cfg(test)]
+    pub(super) fn try_spend_ok(&self, seen: u64) -> bool {
+        self.try_spend(seen).is_some()
+    }
+
     /// Retries the account could take at slot `now`, for tests.
     #[cfg(test)]
     pub(super) fn available(&self, now: u64) -> u64 {
@@ -188,8 +215,8 @@ mod tests {
     #[test]
     fn a_fresh_account_holds_its_reserve_and_no_more() {
         let a = Account::new(CAP);
-        assert!(a.try_spend(0));
-        assert!(!a.try_spend(0), "the reserve is spent and nothing was earned");
+        assert!(a.try_spend_ok(0));
+        assert!(!a.try_spend_ok(0), "the reserve is spent and nothing was earned");
     }
 
     #[test]
@@ -198,10 +225,10 @@ mod tests {
         for _ in 0..9 {
             a.earn(0, EARN, 0);
         }
-        assert!(!a.try_spend(0), "nine tenths are not a retry");
+        assert!(!a.try_spend_ok(0), "nine tenths are not a retry");
         a.earn(0, EARN, 0);
-        assert!(a.try_spend(0));
-        assert!(!a.try_spend(0));
+        assert!(a.try_spend_ok(0));
+        assert!(!a.try_spend_ok(0));
     }
 
     #[test]
@@ -218,9 +245,9 @@ mod tests {
         for _ in 0..30 {
             b.earn(0, EARN, 0);
         }
-        while b.try_spend(5) {}
+        while b.try_spend_ok(5) {}
         for later in 6..40 {
-            assert!(!b.try_spend(later), "slot {later}");
+            assert!(!b.try_spend_ok(later), "slot {later}");
         }
     }
 
@@ -230,17 +257,36 @@ mod tests {
         for _ in 0..10 {
             a.earn(0, EARN, CAP);
         }
-        assert!(a.try_spend(0), "paid from the window");
-        assert!(a.try_spend(0), "paid from the reserve");
-        assert!(!a.try_spend(0));
+        assert!(a.try_spend_ok(0), "paid from the window");
+        assert!(a.try_spend_ok(0), "paid from the reserve");
+        assert!(!a.try_spend_ok(0));
         // Time alone refills nothing.
-        assert!(!a.try_spend(1000));
+        assert!(!a.try_spend_ok(1000));
         // Answers do, up to the cap.
         for _ in 0..25 {
             a.earn(2000, EARN, CAP);
         }
         assert_eq!(a.reserve.load(Ordering::Relaxed), CAP);
         assert_eq!(a.available(2000), 3, "2.5 in the window, 1 in the reserve");
+    }
+
+    #[test]
+    fn a_refund_returns_the_cost_where_it_was_taken_from() {
+        let a = Account::new(CAP);
+        for _ in 0..5 {
+            a.earn(0, EARN, CAP);
+        }
+        // Half from the window's earnings, half from the reserve.
+        let paid = a.try_spend(0).expect("half earned, half on credit");
+        assert_eq!(paid, Paid { from_reserve: 500 });
+        assert_eq!(a.available(0), 0);
+        a.refund(1, paid, CAP);
+        assert_eq!(a.reserve.load(Ordering::Relaxed), CAP);
+        assert_eq!(a.available(1), 1, "the window's half is earned again");
+        // A refund never fills the reserve past its cap.
+        let full = Account::new(CAP);
+        full.refund(0, Paid { from_reserve: RETRY_COST }, CAP);
+        assert_eq!(full.reserve.load(Ordering::Relaxed), CAP);
     }
 
     #[test]
@@ -251,13 +297,13 @@ mod tests {
         }
         // The clock jumps back 40 slots: still slot 50 for the account,
         // so the earnings are neither lost nor counted twice.
-        assert!(a.try_spend(10));
-        assert!(!a.try_spend(10));
+        assert!(a.try_spend_ok(10));
+        assert!(!a.try_spend_ok(10));
         for _ in 0..10 {
             a.earn(10, EARN, 0);
         }
         assert_eq!(a.available(50), 1);
-        assert!(a.try_spend(3));
+        assert!(a.try_spend_ok(3));
         assert_eq!(a.available(59), 0);
     }
 
@@ -269,7 +315,7 @@ mod tests {
         assert!(!a.is_calm(20));
         assert!(!a.is_calm(29));
         assert!(a.is_calm(30));
-        assert!(a.try_spend(40));
+        assert!(a.try_spend_ok(40));
         assert!(!a.is_calm(45), "a retry is trouble too");
     }
 
@@ -283,7 +329,7 @@ mod tests {
                     let mut granted = 0u64;
                     for _ in 0..1000 {
                         a.earn(3, 500, 0);
-                        granted += u64::from(a.try_spend(3));
+                        granted += u64::from(a.try_spend_ok(3));
                     }
                     granted
                 })

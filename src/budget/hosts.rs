@@ -12,7 +12,7 @@ use std::time::Instant;
 use reqwest::Url;
 use rustc_hash::FxBuildHasher;
 
-use super::account::{Account, RETRY_COST, SLOTS};
+use super::account::{Account, Paid, RETRY_COST, SLOTS};
 use super::{BudgetScope, RetryBudget};
 
 /// Hosts tracked before the least recently used calm ones are forgotten.
@@ -107,9 +107,11 @@ fn before_path(url: &Url) -> &str {
 }
 
 impl Budget {
-    pub(crate) fn new(config: &RetryBudget) -> Self {
+    /// The live budget for `config`, whose calls may each retry up to
+    /// `per_call` times: the reserve's default size follows from it.
+    pub(crate) fn new(config: &RetryBudget, per_call: u32) -> Self {
         let window_ms = config.window.as_millis() as u64;
-        let reserve = u64::from(config.reserve) * RETRY_COST;
+        let reserve = u64::from(config.reserve_for(per_call)) * RETRY_COST;
         let scope = match config.scope {
             BudgetScope::Global => Scope::Global(Arc::new(Account::new(reserve))),
             BudgetScope::PerHost => {
@@ -192,9 +194,15 @@ impl Budget {
         account.note_failure(self.slot_number(now));
     }
 
-    /// Takes one retry from the account, if the budget allows it.
-    pub(crate) fn try_spend(&self, account: &Account, now: Instant) -> bool {
+    /// Takes one retry from the account, if the budget allows it, and says
+    /// how it was paid.
+    pub(crate) fn try_spend(&self, account: &Account, now: Instant) -> Option<Paid> {
         account.try_spend(self.slot_number(now))
+    }
+
+    /// Gives back what a retry cost: it succeeded, or it was never sent.
+    pub(crate) fn refund(&self, account: &Account, paid: Paid, now: Instant) {
+        account.refund(self.slot_number(now), paid, self.reserve);
     }
 
     fn slot_number(&self, now: Instant) -> u64 {
@@ -278,7 +286,7 @@ mod tests {
     }
 
     fn budget(scope: BudgetScope) -> Budget {
-        Budget::new(&RetryBudget::default().with_scope(scope))
+        Budget::new(&RetryBudget::default().with_scope(scope).with_reserve(1), 3)
     }
 
     fn len(b: &Budget) -> usize {
@@ -291,12 +299,12 @@ mod tests {
         let b = budget(BudgetScope::PerHost);
         let t0 = Instant::now();
         let a = b.account(&url("http://a.test/x"), t0);
-        assert!(b.try_spend(&a, t0));
+        assert!(b.try_spend(&a, t0).is_some());
         let same = b.account(&url("http://a.test/other?q=1"), t0);
-        assert!(!b.try_spend(&same, t0), "one host, one reserve");
+        assert!(!b.try_spend(&same, t0).is_some(), "one host, one reserve");
         for other in ["http://b.test/", "https://a.test/", "http://a.test:8080/"] {
             let account = b.account(&url(other), t0);
-            assert!(b.try_spend(&account, t0), "{other}");
+            assert!(b.try_spend(&account, t0).is_some(), "{other}");
         }
     }
 
@@ -309,8 +317,8 @@ mod tests {
         let first = b.insert(table, 7, &url("http://a.test/"), 0);
         let second = b.insert(table, 7, &url("http://b.test/"), 0);
         assert!(!Arc::ptr_eq(&first, &second));
-        assert!(b.try_spend(&first.account, t0));
-        assert!(b.try_spend(&second.account, t0), "b.test's reserve is its own");
+        assert!(b.try_spend(&first.account, t0).is_some());
+        assert!(b.try_spend(&second.account, t0).is_some(), "b.test's reserve is its own");
         let found = read(table).host(7, &url("http://b.test/y")).unwrap().clone();
         assert!(Arc::ptr_eq(&found, &second));
     }
@@ -353,7 +361,7 @@ mod tests {
         let t0 = Instant::now();
         let a = b.account(&url("http://a.test/"), t0);
         let c = b.account(&url("http://c.test/"), t0);
-        assert!(b.try_spend(&a, t0) && b.try_spend(&c, t0), "reserves spent");
+        assert!(b.try_spend(&a, t0).is_some() && b.try_spend(&c, t0).is_some(), "reserves spent");
         // The same thread records answers for one host in two budgets.
         for _ in 0..10 {
             b.earn_for(&url("http://a.test/p"), t0);
@@ -372,7 +380,7 @@ mod tests {
         // cache, including after a first URL that named a user.
         b.earn_for(&url("http://user@d.test/"), t0);
         let d = b.account(&url("http://d.test/"), t0);
-        assert!(b.try_spend(&d, t0), "the reserve");
+        assert!(b.try_spend(&d, t0).is_some(), "the reserve");
         for _ in 0..19 {
             b.earn_for(&url("http://d.test/q"), t0);
         }
@@ -388,8 +396,8 @@ mod tests {
         let b = budget(BudgetScope::Global);
         let t0 = Instant::now();
         let a = b.account(&url("http://a.test/"), t0);
-        assert!(b.try_spend(&a, t0));
-        assert!(!b.try_spend(&b.account(&url("http://b.test/"), t0), t0));
+        assert!(b.try_spend(&a, t0).is_some());
+        assert!(!b.try_spend(&b.account(&url("http://b.test/"), t0), t0).is_some());
     }
 
     #[test]
@@ -416,7 +424,7 @@ mod tests {
         let t0 = Instant::now();
         let failing = b.account(&url("http://down.test/"), t0);
         b.note_failure(&failing, t0);
-        assert!(b.try_spend(&failing, t0));
+        assert!(b.try_spend(&failing, t0).is_some());
         drop(failing);
         for n in 0..(MAX_HOSTS * 3) {
             drop(b.account(&url(&format!("http://h{n}.test/")), t0));
@@ -424,7 +432,7 @@ mod tests {
         assert!(len(&b) <= MAX_HOSTS + 1);
         // Still the same account: its spent reserve was not handed back.
         let again = b.account(&url("http://down.test/"), t0);
-        assert!(!b.try_spend(&again, t0));
+        assert!(!b.try_spend(&again, t0).is_some());
     }
 
     #[test]

@@ -9,7 +9,7 @@ use crate::error::ConfigError;
 mod account;
 mod hosts;
 
-pub(crate) use account::Account;
+pub(crate) use account::{Account, Paid};
 pub(crate) use hosts::Budget;
 
 /// Whether one budget is shared by every host or each host has its own.
@@ -93,16 +93,22 @@ pub enum BudgetScope {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RetryBudget {
     ratio: f64,
-    reserve: u32,
+    /// `None`: sized to one call's retries, with [`SPARE`] more.
+    reserve: Option<u32>,
     window: Duration,
     scope: BudgetScope,
 }
+
+/// Retries the default reserve holds beyond one call's: a quiet client can
+/// ride out one call that exhausts its retries and still retry the next
+/// blip before its answers have refilled anything.
+const SPARE: u32 = 2;
 
 impl Default for RetryBudget {
     fn default() -> Self {
         Self {
             ratio: 0.1,
-            reserve: 1,
+            reserve: None,
             window: Duration::from_secs(10),
             scope: BudgetScope::PerHost,
         }
@@ -122,8 +128,9 @@ impl RetryBudget {
     /// Retries a host's account holds on credit (0 to 1000): full at the
     /// start, drawn on when the window's earnings are spent, and earned back
     /// by final answers only. `0` means every retry must be earned first.
+    /// By default the reserve follows the retry count: `max_retries + 2`.
     pub fn with_reserve(mut self, retries: u32) -> Self {
-        self.reserve = retries;
+        self.reserve = Some(retries);
         self
     }
 
@@ -144,9 +151,17 @@ impl RetryBudget {
         self.ratio
     }
 
-    /// Retries held on credit.
-    pub fn reserve(&self) -> u32 {
+    /// Retries held on credit, if set; `None` for the default, which
+    /// follows the retry count (see [`reserve_for`](Self::reserve_for)).
+    pub fn reserve(&self) -> Option<u32> {
         self.reserve
+    }
+
+    /// The reserve a budget holds for calls that may each retry
+    /// `retries_per_call` times: the one set, or by default enough for one
+    /// call's retries and two more, at most 1000.
+    pub fn reserve_for(&self, retries_per_call: u32) -> u32 {
+        self.reserve.unwrap_or_else(|| retries_per_call.saturating_add(SPARE).min(MAX_RESERVE))
     }
 
     /// How long earnings and retries are counted.
@@ -166,10 +181,10 @@ impl RetryBudget {
                 format!("{} is not a share from 0 to 1", self.ratio),
             ));
         }
-        if self.reserve > MAX_RESERVE {
+        if let Some(reserve) = self.reserve.filter(|reserve| *reserve > MAX_RESERVE) {
             return Err(ConfigError::new(
                 "budget.reserve",
-                format!("{} is more than {MAX_RESERVE} retries", self.reserve),
+                format!("{reserve} is more than {MAX_RESERVE} retries"),
             ));
         }
         let window = Duration::from_millis(100)..=Duration::from_secs(3600);
@@ -205,7 +220,10 @@ mod tests {
     fn the_defaults_are_the_documented_ones() {
         let budget = RetryBudget::default();
         assert_eq!(budget.ratio(), 0.1);
-        assert_eq!(budget.reserve(), 1);
+        assert_eq!(budget.reserve(), None);
+        assert_eq!(budget.reserve_for(3), 5, "one call's retries and two more");
+        assert_eq!(budget.reserve_for(u32::MAX), 1000);
+        assert_eq!(budget.with_reserve(0).reserve_for(3), 0);
         assert_eq!(budget.window(), Duration::from_secs(10));
         assert_eq!(budget.scope(), BudgetScope::PerHost);
         let edges = RetryBudget::default().with_ratio(0.0).with_reserve(0).with_reserve(1000);

@@ -94,7 +94,10 @@ impl Default for HedgeMiddleware {
 impl HedgeMiddleware {
     /// A middleware with these settings and the [`TokioClock`].
     pub fn new(config: HedgeConfig) -> Self {
-        let budget = config.budget.as_ref().map(|budget| Arc::new(Budget::new(budget)));
+        let budget = config
+            .budget
+            .as_ref()
+            .map(|budget| Arc::new(Budget::new(budget, config.max_copies.saturating_sub(1))));
         let inner =
             Inner { config, clock: Arc::new(TokioClock), budget, latencies: Arc::default() };
         Self { inner: Arc::new(inner) }

@@ -134,7 +134,7 @@ impl HedgeMiddleware {
                         timer = None;
                         let paid = match (&inner.budget, &account) {
                             (Some(budget), Some(account)) => {
-                                budget.try_spend(account, inner.clock.now())
+                                budget.try_spend(account, inner.clock.now()).is_some()
                             }
                             _ => true,
                         };
