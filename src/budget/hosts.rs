@@ -301,7 +301,7 @@ mod tests {
         let a = b.account(&url("http://a.test/x"), t0);
         assert!(b.try_spend(&a, t0).is_some());
         let same = b.account(&url("http://a.test/other?q=1"), t0);
-        assert!(!b.try_spend(&same, t0).is_some(), "one host, one reserve");
+        assert!(b.try_spend(&same, t0).is_none(), "one host, one reserve");
         for other in ["http://b.test/", "https://a.test/", "http://a.test:8080/"] {
             let account = b.account(&url(other), t0);
             assert!(b.try_spend(&account, t0).is_some(), "{other}");
@@ -397,7 +397,7 @@ mod tests {
         let t0 = Instant::now();
         let a = b.account(&url("http://a.test/"), t0);
         assert!(b.try_spend(&a, t0).is_some());
-        assert!(!b.try_spend(&b.account(&url("http://b.test/"), t0), t0).is_some());
+        assert!(b.try_spend(&b.account(&url("http://b.test/"), t0), t0).is_none());
     }
 
     #[test]
@@ -432,7 +432,7 @@ mod tests {
         assert!(len(&b) <= MAX_HOSTS + 1);
         // Still the same account: its spent reserve was not handed back.
         let again = b.account(&url("http://down.test/"), t0);
-        assert!(!b.try_spend(&again, t0).is_some());
+        assert!(b.try_spend(&again, t0).is_none());
     }
 
     #[test]
