@@ -185,6 +185,7 @@ mod policy;
 mod predicate;
 mod read_body;
 mod reason;
+mod redirect;
 mod report;
 mod retry_after;
 mod rewind;
@@ -207,6 +208,7 @@ pub use jitter::{JitterSource, SeededJitter, ThreadRngJitter};
 pub use middleware::RetryMiddleware;
 pub use predicate::{Attempt, Outcome, Verdict};
 pub use reason::{Decision, RetryReason, Retryability, StopReason};
+pub use redirect::TooManyRedirects;
 pub use report::{AttemptNumber, ReportSlot, RetryEvent, RetryReport};
 pub use retry_after::parse_retry_after;
 

@@ -5,6 +5,8 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 use http::{Extensions, Method};
 use reqwest::{Request, Response};
@@ -19,6 +21,7 @@ use crate::jitter::{JitterSource, ThreadRngJitter};
 use crate::policy::{Policy, Shared};
 use crate::read_body;
 use crate::reason::{Decision, StopReason};
+use crate::redirect::{self, TooManyRedirects};
 use crate::report::{AttemptNumber, ReportSlot, RetryEvent, RetryReport};
 use crate::rewind::Rewind;
 
@@ -58,6 +61,7 @@ impl RetryMiddleware {
             jitter: Arc::new(ThreadRngJitter),
             budget,
             hook: None,
+            follows: Arc::default(),
             #[cfg(feature = "tracing")]
             log_level: tracing::Level::DEBUG,
         };
@@ -109,6 +113,41 @@ impl RetryMiddleware {
         self
     }
 
+    /// The redirect policy to build the inner client with, so that the
+    /// middleware follows redirects itself, above its retry loop.
+    ///
+    /// With it, every outcome the middleware sees is the outcome of the
+    /// request it holds, so all the rules apply to every client request:
+    /// a POST without an idempotency key is retried after a 429 or a
+    /// connection that was never made, and never repeated once a server
+    /// has answered it, even by a redirect back to the same URL. Each hop
+    /// is a request of its own, retried by its own method (a GET after a
+    /// POST's `303 See Other` can be retried without repeating the POST),
+    /// under the call's one deadline. Hops follow reqwest's own rules, at
+    /// most 10 of them; the [`RetryReport`] counts them in
+    /// [`redirects`](RetryReport::redirects).
+    ///
+    /// The policy itself hands every redirect up to the middleware (it is
+    /// [`reqwest::redirect::Policy::none`]); taking it tells this middleware
+    /// and its clones that the client they wrap was built with it. A
+    /// middleware whose policy was not taken assumes the client may follow
+    /// redirects below it, as `reqwest::Client::new()` does, and stays on the
+    /// safe side of that: see [`Redirects`](crate::Redirects).
+    ///
+    /// ```
+    /// use reqwest_safe_retry::{RetryConfig, RetryMiddleware};
+    ///
+    /// let retry = RetryMiddleware::new(RetryConfig::default());
+    /// let inner = reqwest::Client::builder().redirect(retry.redirect_policy()).build()?;
+    /// let client = reqwest_middleware::ClientBuilder::new(inner).with(retry).build();
+    /// # let _ = client;
+    /// # Ok::<(), reqwest::Error>(())
+    /// ```
+    pub fn redirect_policy(&self) -> reqwest::redirect::Policy {
+        self.shared.follows.store(true, Ordering::Relaxed);
+        reqwest::redirect::Policy::none()
+    }
+
     /// The policy in force.
     pub fn config(&self) -> &RetryConfig {
         &self.shared.config
@@ -141,28 +180,98 @@ impl Middleware for RetryMiddleware {
         'life2: 'async_trait,
         Self: 'async_trait,
     {
+        if self.shared.follows() {
+            // Boxed as one: only calls through a client that hands its
+            // redirects up pay for the hops' state.
+            return Box::pin(self.shared.follow(req, extensions, next));
+        }
         Box::pin(self.shared.send(req, extensions, next))
     }
 }
 
 impl Shared {
     /// One call: copy, send, decide, wait while discarding the old body,
-    /// repeat.
-    ///
-    /// Not an `async fn`: its arguments would be kept in the future beside
-    /// the loop's own state, and a request is 264 bytes. The request lives
-    /// once, in `pending`, until the last attempt takes it.
+    /// repeat; then leave the report where the caller finds it.
     fn send<'a>(
         &'a self,
         request: Request,
         extensions: &'a mut Extensions,
         next: Next<'a>,
     ) -> impl Future<Output = Result<Response>> + Send + 'a {
+        // The report is left by the attempts' own future: one wrapped
+        // around it would keep it, and so the request, twice.
+        self.attempts(request, extensions, next, None, |end| {
+            finish(end.extensions, end.caller.as_ref(), end.outcome, end.report)
+        })
+    }
+
+    /// One call through a client that hands every redirect up: each hop is
+    /// a request of its own, retried by its own rules, under the call's one
+    /// deadline. See [`crate::redirect`].
+    async fn follow(
+        &self,
+        mut request: Request,
+        extensions: &mut Extensions,
+        next: Next<'_>,
+    ) -> Result<Response> {
+        let caller = extensions.clone();
+        let mut started = None;
+        let mut total = RetryReport { attempts: 0, ..RetryReport::FIRST_AND_FINAL };
+        loop {
+            // What the next hop is made from when the loop keeps no copy:
+            // the request without its body, which a stream's is.
+            let bodiless = request.body().is_some_and(|body| body.as_bytes().is_none());
+            let stand_in = bodiless.then(|| redirect::bodiless(&request));
+            let end =
+                self.attempts(request, &mut *extensions, next.clone(), started, |end| end).await;
+            started = end.started;
+            total.attempts = total.attempts.saturating_add(end.report.attempts);
+            total.total_wait = total.total_wait.saturating_add(end.report.total_wait);
+            total.stop = end.report.stop;
+            let hop = match &end.outcome {
+                Ok(response) => end
+                    .left
+                    .or(stand_in)
+                    .and_then(|left| redirect::next_hop(response, left, !bodiless)),
+                Err(_) => None,
+            };
+            let Some(hop) = hop else {
+                return finish(end.extensions, Some(&caller), end.outcome, total);
+            };
+            if total.redirects == redirect::MAX_REDIRECTS {
+                let error = TooManyRedirects::new(total.redirects, hop.url().clone());
+                return finish(extensions, Some(&caller), Err(Error::middleware(error)), total);
+            }
+            total.redirects += 1;
+            // The redirect's body is not the caller's to read: dropped.
+            drop(end.outcome);
+            extensions.clone_from(&caller);
+            request = hop;
+        }
+    }
+
+    /// The attempts of one request: copy, send, decide, wait while
+    /// discarding the old body, repeat; then `done` with how they ended.
+    /// `started` is when the call began, for a request that is a later hop
+    /// of it.
+    ///
+    /// Not an `async fn`: its arguments would be kept in the future beside
+    /// the loop's own state, and a request is 264 bytes. The request lives
+    /// once, in `pending`, until the last attempt takes it.
+    fn attempts<'a, T>(
+        &'a self,
+        request: Request,
+        extensions: &'a mut Extensions,
+        next: Next<'a>,
+        started: Option<Instant>,
+        done: impl FnOnce(End<'a>) -> T + Send + 'a,
+    ) -> impl Future<Output = T> + Send + 'a {
         let method = request.method().clone();
         let server = events::server(self, &request);
         let mut pending = Some(request);
         async move {
-            let mut policy = Policy::new(self, pending.as_ref().expect("the request"), extensions);
+            let request = pending.as_ref().expect("the request");
+            let mut policy = Policy::new(self, request, extensions, started);
             if let Some(rewind) = Rewind::new(self, &policy, &mut pending) {
                 // Boxed: only a streamed body, with stream buffering on, pays.
                 Box::pin(rewind.run()).await;
@@ -182,12 +291,12 @@ impl Shared {
             let mut caller: Option<Extensions> = None;
             loop {
                 let Ok((attempt, cut_at)) = policy.start(&mut pending) else {
-                    return self.expired(
+                    return done(self.expired(
                         &policy,
                         (&method, server.as_deref()),
+                        caller,
                         extensions,
-                        caller.as_ref(),
-                    );
+                    ));
                 };
                 if pending.is_some() && caller.is_none() {
                     caller = Some(extensions.clone());
@@ -211,12 +320,8 @@ impl Shared {
                     Some(at) => match Box::pin(first(sent, self.clock.sleep_until(at))).await {
                         Some(outcome) => outcome,
                         None => {
-                            return self.expired(
-                                &policy,
-                                (&method, server.as_deref()),
-                                extensions,
-                                caller.as_ref(),
-                            );
+                            let what = (&method, server.as_deref());
+                            return done(self.expired(&policy, what, caller, extensions));
                         }
                     },
                 };
@@ -226,7 +331,15 @@ impl Shared {
                 let after = match decision {
                     Decision::Retry { after, .. } => after,
                     Decision::Stop(stop) => {
-                        return finish(extensions, caller.as_ref(), outcome, policy.report(stop));
+                        let (report, started) = (policy.report(stop), policy.started());
+                        return done(End {
+                            outcome,
+                            report,
+                            caller,
+                            left: pending,
+                            started,
+                            extensions,
+                        });
                     }
                 };
                 // Boxed, as only a retry needs it: the drain holds the old
@@ -243,18 +356,34 @@ impl Shared {
 
     /// Stops because the deadline passed with no outcome to return: before
     /// an attempt could be sent, or while one was in flight.
-    fn expired(
+    fn expired<'a>(
         &self,
         policy: &Policy<'_>,
         (method, server): (&Method, Option<&str>),
-        extensions: &mut Extensions,
-        caller: Option<&Extensions>,
-    ) -> Result<Response> {
+        caller: Option<Extensions>,
+        extensions: &'a mut Extensions,
+    ) -> End<'a> {
         let stop = StopReason::DeadlineExceeded;
         events::notify(self, policy.attempts(), method, server, Decision::Stop(stop));
-        let error = Error::middleware(policy.deadline_exceeded());
-        finish(extensions, caller, Err(error), policy.report(stop))
+        let outcome = Err(Error::middleware(policy.deadline_exceeded()));
+        let (report, started) = (policy.report(stop), policy.started());
+        End { outcome, report, caller, left: None, started, extensions }
     }
+}
+
+/// How the attempts of one request ended.
+struct End<'a> {
+    outcome: Result<Response>,
+    report: RetryReport,
+    /// The caller's extensions, if a copy was made for later attempts.
+    caller: Option<Extensions>,
+    /// The copy kept for another attempt, if one was kept: what a redirect
+    /// is followed with.
+    left: Option<Request>,
+    /// When the call's deadline started counting, if it has one.
+    started: Option<Instant>,
+    /// The extensions the attempts were sent with, handed back.
+    extensions: &'a mut Extensions,
 }
 
 /// Leaves the report where the caller can find it, puts back the caller's

@@ -6,6 +6,7 @@
 //! request uses, and it alone answers "what happens after this attempt?".
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use http::{Extensions, StatusCode};
@@ -37,8 +38,19 @@ pub(crate) struct Shared {
     pub(crate) jitter: Arc<dyn JitterSource>,
     pub(crate) budget: Option<Arc<Budget>>,
     pub(crate) hook: Option<Hook>,
+    /// The inner client hands every redirect up and the middleware follows
+    /// them: set once [`redirect_policy`](crate::RetryMiddleware::redirect_policy)
+    /// was taken, for this middleware and its clones.
+    pub(crate) follows: Arc<AtomicBool>,
     #[cfg(feature = "tracing")]
     pub(crate) log_level: tracing::Level,
+}
+
+impl Shared {
+    /// Whether the middleware follows redirects itself.
+    pub(crate) fn follows(&self) -> bool {
+        self.follows.load(Ordering::Relaxed)
+    }
 }
 
 /// One request's policy and progress.
@@ -67,8 +79,14 @@ pub(crate) struct Policy<'a> {
 
 impl<'a> Policy<'a> {
     /// Reads the per-request overrides. The clock is read only for a
-    /// deadline.
-    pub(crate) fn new(shared: &'a Shared, request: &Request, extensions: &Extensions) -> Self {
+    /// deadline, and not even then for a later hop of a call, whose
+    /// deadline counts from when the call `started`.
+    pub(crate) fn new(
+        shared: &'a Shared,
+        request: &Request,
+        extensions: &Extensions,
+        started: Option<Instant>,
+    ) -> Self {
         let config = &shared.config;
         let disabled = extensions.get::<NoRetry>().is_some();
         let limit = extensions.get::<RetryDeadline>().map(RetryDeadline::get).or(config.deadline);
@@ -80,7 +98,10 @@ impl<'a> Policy<'a> {
                 true => 0,
                 false => extensions.get::<MaxRetries>().map_or(config.max_retries, MaxRetries::get),
             },
-            deadline: limit.map(|limit| Deadline { start: shared.clock.now(), limit }),
+            deadline: limit.map(|limit| Deadline {
+                start: started.unwrap_or_else(|| shared.clock.now()),
+                limit,
+            }),
             account: None,
             paid: None,
             attempts: 0,
@@ -132,8 +153,11 @@ impl<'a> Policy<'a> {
         // making it: `decide` stops such a call for the same reason either
         // way. So this line's `&&` survives mutation to `||`, which only
         // makes copies no attempt uses; it stays for their cost.
-        let keep = !self.disabled
-            && (self.attempts <= self.max_retries || self.shared.config.predicate().is_some());
+        // A middleware that follows redirects keeps one for the last
+        // attempt too: a redirect is followed from it.
+        let keep = self.shared.follows()
+            || !self.disabled
+                && (self.attempts <= self.max_retries || self.shared.config.predicate().is_some());
         let copy = if keep { pending.as_ref().and_then(Request::try_clone) } else { None };
         if copy.is_none() {
             // No copy will be there for `decide` to name the host by.
@@ -226,7 +250,13 @@ impl<'a> Policy<'a> {
             // Whatever else is true, the deadline is why this is the end.
             return Decision::Stop(StopReason::DeadlineExceeded);
         }
-        let first_hop = || match (self.shared.config.redirects, outcome, request) {
+        // Through a client that hands its redirects up, every outcome is
+        // this hop's: the middleware follows them itself.
+        let redirects = match self.shared.follows() {
+            true => Redirects::NotFollowed,
+            false => self.shared.config.redirects,
+        };
+        let first_hop = || match (redirects, outcome, request) {
             (Redirects::Followed, ..) => false,
             (Redirects::NotFollowed, Ok(response), Some(request)) => {
                 same_resource(response.url(), request.url())
@@ -375,6 +405,11 @@ impl<'a> Policy<'a> {
         }
     }
 
+    /// When the call's deadline started counting, if it has one.
+    pub(crate) fn started(&self) -> Option<Instant> {
+        self.deadline.map(|deadline| deadline.start)
+    }
+
     /// Attempts started so far.
     pub(crate) fn attempts(&self) -> u32 {
         self.attempts
@@ -382,7 +417,7 @@ impl<'a> Policy<'a> {
 
     /// The report of the call, stopping because of `stop`.
     pub(crate) fn report(&self, stop: StopReason) -> RetryReport {
-        RetryReport { attempts: self.attempts, total_wait: self.total_wait, stop }
+        RetryReport { attempts: self.attempts, total_wait: self.total_wait, stop, redirects: 0 }
     }
 }
 

@@ -22,6 +22,11 @@ pub struct RetryReport {
     pub total_wait: Duration,
     /// Why the middleware returned this outcome.
     pub stop: StopReason,
+    /// Redirects the middleware followed on the way (only a middleware that
+    /// follows them itself does: see
+    /// [`RetryMiddleware::redirect_policy`](crate::RetryMiddleware::redirect_policy)).
+    /// `attempts`, `total_wait` and `stop` then cover every hop.
+    pub redirects: u32,
 }
 
 impl RetryReport {
@@ -45,7 +50,7 @@ impl RetryReport {
     /// One attempt, no wait, a final outcome: the report a response without
     /// one in its extensions stands for.
     pub(crate) const FIRST_AND_FINAL: Self =
-        Self { attempts: 1, total_wait: Duration::ZERO, stop: StopReason::Final };
+        Self { attempts: 1, total_wait: Duration::ZERO, stop: StopReason::Final, redirects: 0 };
 
     /// Attempts after the first: OpenTelemetry's `http.request.resend_count`.
     pub fn resend_count(&self) -> u32 {

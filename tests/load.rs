@@ -23,7 +23,8 @@ async fn two_thousand_concurrent_requests_all_complete_within_the_budget() {
     Mock::given(any()).respond_with(ResponseTemplate::new(200)).mount(&server).await;
 
     // Zero-length waits keep virtual time still, so the whole run falls in one
-    // budget window: at most 10% of 2000 requests plus 10/s × 10 s = 300 retries.
+    // budget window: the 1500 final answers earn 150 retries in the window and
+    // refill at most 150 into the reserve of 5 they draw on: at most 305.
     let config = RetryConfig::builder()
         .with_initial_backoff(Duration::ZERO)
         .with_max_backoff(Duration::ZERO)
@@ -69,7 +70,7 @@ async fn two_thousand_concurrent_requests_all_complete_within_the_budget() {
         attempts += report.attempts as usize;
     }
     let granted = retries.get();
-    assert!((100..=300).contains(&granted), "{granted} retries granted");
+    assert!((100..=305).contains(&granted), "{granted} retries granted");
     assert_eq!(attempts, 2000 + granted);
     assert_eq!(hits(&server).await, 2000 + granted);
     assert!(budget_stops.get() > 0);

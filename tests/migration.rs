@@ -552,33 +552,32 @@ async fn default_does_not_retry_a_missing_name_or_a_bad_certificate() {
 
 #[tokio::test]
 async fn default_retries_a_temporary_dns_failure_like_a_refused_connection() {
-    // For a POST too, once redirects are ruled out; until the reserve of one
-    // retry is spent.
+    // For a POST too, once redirects are ruled out.
     let resolver = DnsTimeout::default();
     let config = RetryConfig::builder().with_redirects(Redirects::NotFollowed).build().unwrap();
     let (client, _) = ours(unresolving_client(&resolver), config);
     let (result, report) = send(&client, Method::POST, "http://orders.invalid/").await;
     assert!(result.unwrap_err().is_connect());
-    assert_eq!((report.attempts, report.stop), (2, StopReason::BudgetExhausted));
-    assert_eq!(resolver.0.get(), 2);
+    assert_eq!((report.attempts, report.stop), (4, StopReason::RetriesExhausted));
+    assert_eq!(resolver.0.get(), 4);
 }
 
 #[tokio::test]
 async fn every_connect_error_retries_dns_and_certificate_failures() {
-    // Retried until the budget's reserve of one retry is spent: nothing
-    // answers, so nothing earns another.
+    // Retried as often as the policy says: the budget's reserve holds one
+    // call's retries.
     let resolver = NoSuchHost::default();
     let (client, _) = ours(unresolving_client(&resolver), every_connect_error().build().unwrap());
     let (result, report) = send(&client, Method::GET, "http://orders.invalid/").await;
     assert!(result.unwrap_err().is_connect());
-    assert_eq!((report.attempts, report.stop), (2, StopReason::BudgetExhausted));
-    assert_eq!(resolver.0.get(), 2);
+    assert_eq!((report.attempts, report.stop), (4, StopReason::RetriesExhausted));
+    assert_eq!(resolver.0.get(), 4);
 
     let (url, connections, _) = tls_server(vec![Handshake::Complete]).await;
     let (client, _) = ours(untrusting_client(), every_connect_error().build().unwrap());
     let (result, report) = send(&client, Method::GET, &url).await;
     assert!(result.unwrap_err().is_connect());
-    assert_eq!((report.attempts, connections.get()), (2, 2));
+    assert_eq!((report.attempts, connections.get()), (4, 4));
 }
 
 // ---------------------------------------------------------------------------
@@ -624,14 +623,15 @@ async fn reqwest_retry_wraps_every_error() {
 // ---------------------------------------------------------------------------
 
 #[tokio::test]
-async fn default_budget_retries_a_fresh_clients_two_failures_once() {
-    let (server, url) = scripted(&[503, 503, 200]).await;
+async fn default_budget_lets_a_fresh_client_retry_its_failures_three_times() {
+    // The reserve holds one call's retries and two more.
+    let (server, url) = scripted(&[503, 503, 503, 200]).await;
     let (client, clock) = client(RetryConfig::default());
     let (result, report) = send(&client, Method::GET, &url).await;
-    assert_eq!(result.unwrap().status(), 503);
-    assert_eq!((report.attempts, report.stop), (2, StopReason::BudgetExhausted));
-    assert_eq!(hits(&server).await, 2);
-    assert_eq!(clock.sleeps(), [500 * MS]);
+    assert_eq!(result.unwrap().status(), 200);
+    assert_eq!((report.attempts, report.stop), (4, StopReason::Final));
+    assert_eq!(hits(&server).await, 4);
+    assert_eq!(clock.sleeps(), [500 * MS, 1000 * MS, 2000 * MS]);
 }
 
 #[tokio::test]
@@ -715,13 +715,13 @@ async fn without_redirects_retries_a_posts_429_and_refused_connection() {
     assert_eq!(result.unwrap().status(), 200);
     assert_eq!(hits(&server).await, 2);
 
-    // Refused: retried until the reserve of one retry is spent.
+    // Refused: retried as often as the policy says.
     let (url, _port) = hops::refusing_port();
     let (inner, config) = without_redirects();
     let (client, _) = ours(inner, config.build().unwrap());
     let (result, report) = send(&client, Method::POST, &url).await;
     assert!(result.unwrap_err().is_connect());
-    assert_eq!((report.attempts, report.stop), (2, StopReason::BudgetExhausted));
+    assert_eq!((report.attempts, report.stop), (4, StopReason::RetriesExhausted));
 }
 
 // ---------------------------------------------------------------------------

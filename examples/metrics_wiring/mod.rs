@@ -167,8 +167,10 @@ pub const WARM_UP: usize = 20;
 /// - `/flaky`: 503, 503, then 200.
 /// - `/limited`: 429 with `Retry-After: 2`, then 200.
 /// - `/too-long`: 429 with `Retry-After: 120`, over the 30 s cap.
-/// - a second host that answers 503 to everything and has earned nothing:
-///   the budget's reserve pays for one retry, then it is spent.
+/// - a second host that answers 503 to everything and has earned nothing,
+///   called twice: the budget's reserve (one call's retries and two more)
+///   pays for the first call's three retries and two of the second's, then
+///   it is spent.
 pub async fn exchange() -> Vec<Call> {
     let api = MockServer::start().await;
     let busy = |retry_after: &str| {
@@ -209,6 +211,8 @@ pub async fn exchange() -> Vec<Call> {
     call("GET /flaky", format!("{}/flaky", api.uri())).await;
     call("GET /limited", format!("{}/limited", api.uri())).await;
     call("GET /too-long", format!("{}/too-long", api.uri())).await;
-    call("GET (other host)", format!("{}/down", down.uri())).await;
+    for _ in 0..2 {
+        call("GET (other host)", format!("{}/down", down.uri())).await;
+    }
     calls
 }
