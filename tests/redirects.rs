@@ -30,6 +30,22 @@ const REDIRECTS: [u16; 5] = [301, 302, 303, 307, 308];
 /// Only a hop behind a name adds its resolver, with a connect timeout; no
 /// proxy is taken from the environment, so every request stays on loopback.
 fn following_client(resolver: Option<Arc<Blackhole>>) -> (ClientWithMiddleware, ManualClock) {
+    client_for(Client::Following, resolver)
+}
+
+/// The two clients of the matrix: reqwest following redirects below the
+/// middleware, or the middleware following them itself, the inner client
+/// built with its redirect policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Client {
+    Following,
+    Handing,
+}
+
+fn client_for(
+    kind: Client,
+    resolver: Option<Arc<Blackhole>>,
+) -> (ClientWithMiddleware, ManualClock) {
     let mut inner = reqwest::Client::builder().no_proxy();
     if let Some(resolver) = resolver {
         inner = inner.dns_resolver(resolver).connect_timeout(SHORT);
@@ -39,6 +55,9 @@ fn following_client(resolver: Option<Arc<Blackhole>>) -> (ClientWithMiddleware, 
     let middleware = RetryMiddleware::new(config.build().unwrap())
         .with_clock(clock.clone())
         .with_jitter_source(FixedJitter::TOP);
+    if kind == Client::Handing {
+        inner = inner.redirect(middleware.redirect_policy());
+    }
     let inner = inner.build().expect("the client builds");
     (reqwest_middleware::ClientBuilder::new(inner).with(middleware).build(), clock)
 }
@@ -73,13 +92,35 @@ impl Kind {
         }
     }
 
-    /// First-hop arrivals, report and waits every cell must show.
+    /// First-hop arrivals, report and waits every cell must show, with
+    /// the client that follows redirects below the middleware.
     fn expected(self) -> (usize, u32, StopReason, Vec<Duration>) {
         match self {
             Kind::PostWithoutKey | Kind::PatchWithoutKey => (1, 1, StopReason::NotSafe, vec![]),
             Kind::PostWithKey | Kind::Get => {
                 (4, 4, StopReason::RetriesExhausted, vec![100 * MS, 200 * MS, 400 * MS])
             }
+        }
+    }
+
+    /// The same where the middleware follows the redirect itself: the first
+    /// hop is reached once, whatever the kind, and the later hop's request
+    /// is retried by its own rules. 301 and 302 turn a POST into a GET, 303
+    /// turns anything into a GET; a later hop that refuses, never connects
+    /// or answers 429 proves that request unprocessed.
+    fn expected_handing(self, first: u16, later: Later) -> (usize, u32, StopReason, Vec<Duration>) {
+        let becomes_get = match first {
+            301 | 302 => matches!(self, Kind::PostWithoutKey | Kind::PostWithKey),
+            303 => true,
+            _ => false,
+        };
+        let safe = becomes_get || matches!(self, Kind::PostWithKey | Kind::Get);
+        let unprocessed =
+            matches!(later, Later::Refused | Later::ConnectTimeout | Later::Status(429));
+        if safe || unprocessed {
+            (1, 1 + 4, StopReason::RetriesExhausted, vec![100 * MS, 200 * MS, 400 * MS])
+        } else {
+            (1, 1 + 1, StopReason::NotSafe, vec![])
         }
     }
 }
@@ -94,10 +135,10 @@ struct Setup {
     clock: ManualClock,
 }
 
-async fn set_up(first: u16, later: Later) -> Setup {
+async fn set_up(client: Client, first: u16, later: Later) -> Setup {
     let hop = later_hop(later).await;
     let server = first_hop(first, &hop.url).await;
-    let (client, clock) = following_client(hop.resolver.clone());
+    let (client, clock) = client_for(client, hop.resolver.clone());
     Setup { first, later, hop, server, client, clock }
 }
 
@@ -110,7 +151,11 @@ struct Cell {
     problems: Vec<String>,
 }
 
-async fn run(kind: Kind, Setup { first, later, hop, server, client, clock }: Setup) -> Cell {
+async fn run(
+    kind: Kind,
+    handing: bool,
+    Setup { first, later, hop, server, client, clock }: Setup,
+) -> Cell {
     let slot = ReportSlot::new();
     let url = format!("{}/orders", server.uri());
     let mut request = kind.request(&client, &url).with_extension(slot.clone());
@@ -123,24 +168,30 @@ async fn run(kind: Kind, Setup { first, later, hop, server, client, clock }: Set
         Ok(outcome) => problems.extend(later.check(&outcome).err()),
     }
     let first_hop = hits(&server).await;
+    let (hits, attempts, stop, sleeps) =
+        if handing { kind.expected_handing(first, later) } else { kind.expected() };
     // Where the later hop counts arrivals, every attempt must have got
     // there: for the stall and the unresolvable name this shows the timer
     // fired at the later hop, not before it, which would count something else.
-    if let Some(arrivals) = hop.arrivals.map(|a| a.get()).filter(|&a| a != first_hop) {
+    let later_attempts = if handing { attempts as usize - 1 } else { first_hop };
+    if let Some(arrivals) = hop.arrivals.map(|a| a.get()).filter(|&a| a != later_attempts) {
         problems.push(format!(
-            "setup: the later hop was reached {arrivals} times, the first {first_hop}"
+            "setup: the later hop was reached {arrivals} times, expected {later_attempts}"
         ));
     }
-    let (hits, attempts, stop, sleeps) = kind.expected();
     if first_hop != hits {
         problems.push(format!("first hop reached {first_hop} times, expected {hits}"));
     }
     match slot.get() {
         None => problems.push("no report in the slot".into()),
-        Some(report) if (report.attempts, report.stop) != (attempts, stop) => {
+        Some(report)
+            if (report.attempts, report.stop, report.redirects)
+                != (attempts, stop, u32::from(handing)) =>
+        {
             problems.push(format!(
-                "stopped {:?} after {} attempts, expected {stop:?} after {attempts}",
-                report.stop, report.attempts
+                "stopped {:?} after {} attempts and {} redirects, expected {stop:?} after \
+                 {attempts}",
+                report.stop, report.attempts, report.redirects
             ))
         }
         Some(_) => {}
@@ -160,12 +211,17 @@ async fn run(kind: Kind, Setup { first, later, hop, server, client, clock }: Set
 /// first hops (debug build, 2 cores), so the timer could fire before the
 /// later hop. The check on the later hop's arrivals catches that.
 async fn matrix(kind: Kind) {
+    matrix_with(kind, Client::Following).await;
+}
+
+async fn matrix_with(kind: Kind, client: Client) {
+    let handing = client == Client::Handing;
     let cells = REDIRECTS.iter().flat_map(|&first| Later::ALL.map(move |later| (first, later)));
-    let setups = join_all(cells.map(|(first, later)| set_up(first, later))).await;
+    let setups = join_all(cells.map(|(first, later)| set_up(client, first, later))).await;
     let (stalled, others): (Vec<_>, Vec<_>) =
         setups.into_iter().partition(|setup| setup.later == Later::Stall);
-    let mut cells = join_all(others.into_iter().map(|setup| run(kind, setup))).await;
-    cells.extend(join_all(stalled.into_iter().map(|setup| run(kind, setup))).await);
+    let mut cells = join_all(others.into_iter().map(|setup| run(kind, handing, setup))).await;
+    cells.extend(join_all(stalled.into_iter().map(|setup| run(kind, handing, setup))).await);
     cells.sort_by_key(|cell| {
         let column = Later::ALL.iter().position(|&later| later == cell.later);
         (cell.first, column)
@@ -175,11 +231,11 @@ async fn matrix(kind: Kind) {
         return;
     }
     let mut message = format!(
-        "{kind:?}: {} of {} cells failed. First-hop arrivals (expected {} everywhere; \
-         * marks a failing cell):\n\n{:>6}",
+        "{kind:?} with {client:?}: {} of {} cells failed. First-hop arrivals (expected {} \
+         everywhere; * marks a failing cell):\n\n{:>6}",
         failed.len(),
         cells.len(),
-        kind.expected().0,
+        if handing { 1 } else { kind.expected().0 },
         "",
     );
     for later in Later::ALL {
@@ -217,6 +273,30 @@ async fn post_with_idempotency_key_is_retried_when_the_redirect_ends_retryably()
 #[tokio::test]
 async fn get_is_retried_when_the_redirect_ends_retryably() {
     matrix(Kind::Get).await;
+}
+
+// The same matrix where the middleware follows redirects itself: the first
+// hop is reached once, and the later hop's request is retried by its own
+// method, the any-method rules included.
+
+#[tokio::test]
+async fn post_without_key_is_sent_once_and_its_later_hop_retried_by_its_own_rules() {
+    matrix_with(Kind::PostWithoutKey, Client::Handing).await;
+}
+
+#[tokio::test]
+async fn patch_without_key_is_sent_once_and_its_later_hop_retried_by_its_own_rules() {
+    matrix_with(Kind::PatchWithoutKey, Client::Handing).await;
+}
+
+#[tokio::test]
+async fn post_with_key_is_sent_once_and_its_later_hop_retried() {
+    matrix_with(Kind::PostWithKey, Client::Handing).await;
+}
+
+#[tokio::test]
+async fn get_is_sent_once_and_its_later_hop_retried() {
+    matrix_with(Kind::Get, Client::Handing).await;
 }
 
 /// `POST /orders` creates the order and answers 303; the order page then
@@ -275,4 +355,166 @@ async fn post_whose_303_meets_a_refused_connection_is_sent_once() {
     assert_eq!(hits(&orders).await, 1, "the order was created once");
     assert_eq!(slot.get().unwrap().stop, StopReason::NotSafe);
     assert!(clock.sleeps().is_empty());
+}
+
+/// The quick start's client: the middleware follows redirects itself.
+fn handing_client() -> (ClientWithMiddleware, ManualClock) {
+    client_for(Client::Handing, None)
+}
+
+/// `POST /orders` creates the order and answers 303 back to `/orders`, which
+/// answers the GET with 429, then 200. Comparing URLs cannot tell this hop
+/// from the first; following the redirect in the middleware can: the GET is
+/// retried, the POST is not repeated.
+#[tokio::test]
+async fn post_whose_303_leads_back_to_its_own_url_is_sent_once_and_the_get_retried() {
+    let server = MockServer::start().await;
+    let url = format!("{}/orders", server.uri());
+    for (client, clock, posts, status) in [
+        // reqwest follows the 303 below the middleware: the 429 cannot be
+        // told from the POST's own, so nothing is retried.
+        {
+            let (client, clock) = following_client(None);
+            (client, clock, 1, 429)
+        },
+        {
+            let (client, clock) = handing_client();
+            (client, clock, 1, 200)
+        },
+    ] {
+        server.reset().await;
+        Mock::given(method("POST"))
+            .and(path("/orders"))
+            .respond_with(ResponseTemplate::new(303).insert_header("Location", "/orders"))
+            .mount(&server)
+            .await;
+        Mock::given(method("GET"))
+            .and(path("/orders"))
+            .respond_with(ResponseTemplate::new(429))
+            .up_to_n_times(1)
+            .with_priority(1)
+            .mount(&server)
+            .await;
+        Mock::given(method("GET"))
+            .and(path("/orders"))
+            .respond_with(ResponseTemplate::new(200))
+            .mount(&server)
+            .await;
+        let slot = ReportSlot::new();
+        let send = client.post(&url).body("item=1").with_extension(slot.clone()).send();
+        let response = tokio::time::timeout(BOUND, send).await.expect("the call ends").unwrap();
+        let received = server.received_requests().await.unwrap();
+        let sent_posts = received.iter().filter(|r| r.method.as_str() == "POST").count();
+        assert_eq!((response.status().as_u16(), sent_posts), (status, posts));
+        if status == 200 {
+            let report = slot.get().unwrap();
+            assert_eq!((report.attempts, report.redirects, report.stop), (3, 1, StopReason::Final));
+            assert_eq!(clock.sleeps(), [100 * MS], "the GET waited its backoff once");
+        }
+    }
+}
+
+/// A chain of hops across two hosts, the last answering 503 then 200: each
+/// hop is sent once, and only the last, a GET, is retried.
+#[tokio::test]
+async fn a_chain_of_redirects_is_followed_hop_by_hop() {
+    let (a, b) = (MockServer::start().await, MockServer::start().await);
+    let to = |server: &MockServer, at: &str| format!("{}{at}", server.uri());
+    for (server, at, next) in
+        [(&a, "/orders", to(&b, "/1")), (&b, "/1", to(&a, "/2")), (&a, "/2", to(&b, "/3"))]
+    {
+        Mock::given(path(at))
+            .respond_with(ResponseTemplate::new(307).insert_header("Location", next.as_str()))
+            .mount(server)
+            .await;
+    }
+    script_statuses(&b, "/3", &[503, 200]).await;
+    let (client, clock) = handing_client();
+    let slot = ReportSlot::new();
+    let response = client
+        .put(to(&a, "/orders"))
+        .body("item=1")
+        .with_extension(slot.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.url().path(), "/3");
+    let paths = |requests: Vec<wiremock::Request>| {
+        requests
+            .into_iter()
+            .map(|r| (r.method.to_string(), r.url.path().to_owned(), r.body))
+            .collect::<Vec<_>>()
+    };
+    let body = b"item=1".to_vec();
+    assert_eq!(
+        paths(a.received_requests().await.unwrap()),
+        [("PUT".into(), "/orders".into(), body.clone()), ("PUT".into(), "/2".into(), body.clone())]
+    );
+    assert_eq!(
+        paths(b.received_requests().await.unwrap()),
+        [
+            ("PUT".into(), "/1".into(), body.clone()),
+            ("PUT".into(), "/3".into(), body.clone()),
+            ("PUT".into(), "/3".into(), body),
+        ]
+    );
+    let report = slot.get().unwrap();
+    assert_eq!((report.attempts, report.redirects, report.stop), (5, 3, StopReason::Final));
+    assert_eq!(clock.sleeps(), [100 * MS]);
+}
+
+/// A redirect loop ends after ten hops with the crate's error; the POST
+/// that started it was sent once.
+#[tokio::test]
+async fn a_redirect_loop_ends_with_too_many_redirects() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(303).insert_header("Location", "/a"))
+        .mount(&server)
+        .await;
+    Mock::given(path("/a"))
+        .respond_with(ResponseTemplate::new(302).insert_header("Location", "/b"))
+        .mount(&server)
+        .await;
+    Mock::given(path("/b"))
+        .respond_with(ResponseTemplate::new(302).insert_header("Location", "/a"))
+        .mount(&server)
+        .await;
+    let (client, _) = handing_client();
+    let slot = ReportSlot::new();
+    let send =
+        client.post(format!("{}/orders", server.uri())).body("x").with_extension(slot.clone());
+    let error = tokio::time::timeout(BOUND, send.send()).await.expect("the loop ends").unwrap_err();
+    let reqwest_middleware::Error::Middleware(error) = error else {
+        panic!("not the crate's error: {error:?}")
+    };
+    let too_many = error.downcast_ref::<reqwest_safe_retry::TooManyRedirects>().unwrap();
+    assert_eq!(too_many.hops(), 10);
+    let received = server.received_requests().await.unwrap();
+    assert_eq!(received.iter().filter(|r| r.method.as_str() == "POST").count(), 1);
+    assert_eq!(received.len(), 11, "the POST and ten hops");
+    assert_eq!(slot.get().unwrap().redirects, 10);
+}
+
+/// A redirect to another host drops the credentials, as reqwest does.
+#[tokio::test]
+async fn credentials_do_not_follow_a_redirect_to_another_host() {
+    let (a, b) = (MockServer::start().await, MockServer::start().await);
+    Mock::given(any())
+        .respond_with(
+            ResponseTemplate::new(302).insert_header("Location", format!("{}/x", b.uri())),
+        )
+        .mount(&a)
+        .await;
+    script_statuses(&b, "/x", &[200]).await;
+    let (client, _) = handing_client();
+    let response =
+        client.get(a.uri()).header("Authorization", "Bearer secret").send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    let at_a = a.received_requests().await.unwrap();
+    let at_b = b.received_requests().await.unwrap();
+    assert!(at_a[0].headers.contains_key("authorization"));
+    assert!(!at_b[0].headers.contains_key("authorization"));
+    assert_eq!(at_b[0].headers["referer"], format!("{}/", a.uri()).as_str());
 }

@@ -33,7 +33,7 @@ async fn idempotent_methods_are_retried_on_503() {
     for method in
         [Method::GET, Method::HEAD, Method::OPTIONS, Method::TRACE, Method::PUT, Method::DELETE]
     {
-        for kind in Kind::BOTH {
+        for kind in Kind::ALL {
             let (status, hits, report) = send(kind, method.clone(), &[503, 200], None).await;
             assert_eq!((status, hits, report.attempts), (200, 2, 2), "{method} {kind:?}");
         }
@@ -42,7 +42,7 @@ async fn idempotent_methods_are_retried_on_503() {
 
 #[tokio::test]
 async fn post_without_key_is_not_retried() {
-    for kind in Kind::BOTH {
+    for kind in Kind::ALL {
         let (status, hits, report) = send(kind, Method::POST, &[503, 200], None).await;
         assert_eq!((status, hits), (503, 1), "{kind:?}");
         assert_eq!(report.stop, StopReason::NotSafe, "{kind:?}");
@@ -51,7 +51,7 @@ async fn post_without_key_is_not_retried() {
 
 #[tokio::test]
 async fn patch_without_key_is_not_retried() {
-    for kind in Kind::BOTH {
+    for kind in Kind::ALL {
         let (status, hits, _) = send(kind, Method::PATCH, &[502, 200], None).await;
         assert_eq!((status, hits), (502, 1), "{kind:?}");
     }
@@ -59,7 +59,7 @@ async fn patch_without_key_is_not_retried() {
 
 #[tokio::test]
 async fn post_with_idempotency_key_is_retried() {
-    for kind in Kind::BOTH {
+    for kind in Kind::ALL {
         let (status, hits, _) = send(kind, Method::POST, &[503, 200], Some("k-1")).await;
         assert_eq!((status, hits), (200, 2), "{kind:?}");
     }
@@ -67,7 +67,7 @@ async fn post_with_idempotency_key_is_retried() {
 
 #[tokio::test]
 async fn patch_with_idempotency_key_is_retried() {
-    for kind in Kind::BOTH {
+    for kind in Kind::ALL {
         let (status, hits, _) = send(kind, Method::PATCH, &[504, 200], Some("k-2")).await;
         assert_eq!((status, hits), (200, 2), "{kind:?}");
     }
@@ -75,7 +75,7 @@ async fn patch_with_idempotency_key_is_retried() {
 
 #[tokio::test]
 async fn empty_idempotency_key_does_not_make_a_post_safe() {
-    for kind in Kind::BOTH {
+    for kind in Kind::ALL {
         let (status, hits, _) = send(kind, Method::POST, &[503, 200], Some("")).await;
         assert_eq!((status, hits), (503, 1), "{kind:?}");
     }
@@ -101,6 +101,24 @@ async fn post_429_is_retried_without_a_key_when_redirects_are_not_followed() {
 }
 
 #[tokio::test]
+async fn post_429_is_retried_without_a_key_when_the_middleware_follows_redirects() {
+    let (status, hits, report) = send(Kind::Handing, Method::POST, &[429, 201], None).await;
+    assert_eq!((status, hits, report.attempts), (201, 2, 2));
+}
+
+#[tokio::test]
+async fn post_refused_is_retried_without_a_key_when_the_middleware_follows_redirects() {
+    let (client, clock) = Kind::Handing.client(policy());
+    let (url, _port) = support::hops::refusing_port();
+    let slot = reqwest_safe_retry::ReportSlot::new();
+    let result = client.post(url).body("order=1").with_extension(slot.clone()).send().await;
+    assert!(result.unwrap_err().is_connect());
+    let report = slot.get().unwrap();
+    assert_eq!((report.attempts, report.stop), (4, StopReason::RetriesExhausted));
+    assert_eq!(clock.sleeps(), [100 * MS, 200 * MS, 400 * MS]);
+}
+
+#[tokio::test]
 async fn post_429_is_not_retried_without_a_key_when_redirects_may_be_followed() {
     // The 429 may have come from a later hop, after the POST was processed.
     let (status, hits, report) = send(Kind::Following, Method::POST, &[429, 201], None).await;
@@ -109,7 +127,7 @@ async fn post_429_is_not_retried_without_a_key_when_redirects_may_be_followed() 
 
 #[tokio::test]
 async fn get_429_is_retried_by_both_clients() {
-    for kind in Kind::BOTH {
+    for kind in Kind::ALL {
         let (status, hits, _) = send(kind, Method::GET, &[429, 200], None).await;
         assert_eq!((status, hits), (200, 2), "{kind:?}");
     }
@@ -242,7 +260,7 @@ async fn connection_refused_is_not_retried_for_post_when_redirects_may_be_follow
 
 #[tokio::test]
 async fn connection_refused_is_retried_for_get_by_both_clients() {
-    for kind in Kind::BOTH {
+    for kind in Kind::ALL {
         let url = refused_address().await;
         let (client, clock) = kind.client(policy());
         let error = client.get(&url).send().await.unwrap_err();
@@ -349,7 +367,7 @@ async fn predicate_is_consulted_on_the_last_attempt_too() {
 
 #[tokio::test]
 async fn a_blank_idempotency_key_does_not_make_a_post_safe() {
-    for kind in Kind::BOTH {
+    for kind in Kind::ALL {
         let (status, hits, _) = send(kind, Method::POST, &[503, 200], Some(" \t ")).await;
         assert_eq!((status, hits), (503, 1), "{kind:?}");
     }
@@ -420,12 +438,14 @@ async fn through_flaky_dns(
     let resolver =
         Flaky { failures: std::sync::atomic::AtomicUsize::new(2), failure, to: *server.address() };
     let mut inner = reqwest::Client::builder().dns_resolver(std::sync::Arc::new(resolver));
-    if kind == Kind::NotFollowing {
-        inner = inner.redirect(reqwest::redirect::Policy::none());
-    }
     let clock = reqwest_safe_retry::ManualClock::new();
     let middleware =
         reqwest_safe_retry::RetryMiddleware::new(kind.config(policy())).with_clock(clock.clone());
+    match kind {
+        Kind::NotFollowing => inner = inner.redirect(reqwest::redirect::Policy::none()),
+        Kind::Handing => inner = inner.redirect(middleware.redirect_policy()),
+        Kind::Following => {}
+    }
     let client =
         reqwest_middleware::ClientBuilder::new(inner.build().unwrap()).with(middleware).build();
     let slot = reqwest_safe_retry::ReportSlot::new();
@@ -444,8 +464,10 @@ async fn a_temporary_dns_failure_is_retried_for_any_method_when_redirects_are_no
     };
     let timed_out = || std::io::Error::from(std::io::ErrorKind::TimedOut);
     for failure in [glibc as fn() -> std::io::Error, timed_out] {
-        let (status, hits, report) = through_flaky_dns(Kind::NotFollowing, failure).await;
-        assert_eq!((status, hits, report.attempts), (201, 1, 3));
+        for kind in [Kind::NotFollowing, Kind::Handing] {
+            let (status, hits, report) = through_flaky_dns(kind, failure).await;
+            assert_eq!((status, hits, report.attempts), (201, 1, 3), "{kind:?}");
+        }
     }
     // With a client that may follow redirects, the failed lookup may have
     // been a later hop's: the POST is not repeated.

@@ -109,21 +109,24 @@ impl reqwest_middleware::Middleware for Runaway {
     }
 }
 
-/// The two clients users build: reqwest's default, which follows redirects,
-/// told nothing; and one that does not, with the middleware told so.
+/// The clients users build: reqwest's default, which follows redirects,
+/// told nothing; one that does not, with the middleware told so; and the
+/// quick start's, built with the middleware's redirect policy, so that the
+/// middleware follows redirects itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     Following,
     NotFollowing,
+    Handing,
 }
 
 impl Kind {
-    pub const BOTH: [Kind; 2] = [Kind::Following, Kind::NotFollowing];
+    pub const ALL: [Kind; 3] = [Kind::Following, Kind::NotFollowing, Kind::Handing];
 
     /// `config` as this kind of client needs it.
     pub fn config(self, config: RetryConfigBuilder) -> RetryConfig {
         let redirects = match self {
-            Kind::Following => Redirects::Followed,
+            Kind::Following | Kind::Handing => Redirects::Followed,
             Kind::NotFollowing => Redirects::NotFollowed,
         };
         config.with_redirects(redirects).build().expect("a valid test policy")
@@ -139,6 +142,10 @@ impl Kind {
         let inner = match self {
             Kind::Following => reqwest::Client::new(),
             Kind::NotFollowing => bare_reqwest(),
+            Kind::Handing => reqwest::Client::builder()
+                .redirect(middleware.redirect_policy())
+                .build()
+                .expect("a plain client builds"),
         };
         (guarded(inner, middleware), clock)
     }
