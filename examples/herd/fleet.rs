@@ -38,7 +38,7 @@ impl Cell {
             issue_for: Duration::from_secs(60),
             outage: (Duration::ZERO, Duration::MAX),
             capacity: 0.0,
-            reserve: 1,
+            reserve: None,
         };
         let amplification = run_outage(policy, total).amplification();
         let recovery = Outage {

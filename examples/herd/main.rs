@@ -23,8 +23,8 @@
 //! Run with `cargo run --release --example herd -- [chart.svg] [--clients N]
 //! [--processes P] [--reserve R]`: the first model's clients are spread over P
 //! processes, each with its own middleware and so its own budget; the
-//! `+ budget` policies' budget holds a reserve of R retries (default 1, the
-//! crate's default).
+//! `+ budget` policies' budget holds a reserve of R retries (by default the
+//! crate's own: `max_retries + 2`, 5 with the 3 retries used here).
 
 mod chart;
 mod contention;
@@ -36,6 +36,7 @@ mod spread;
 use std::time::Duration;
 
 use policy::Policy;
+use reqwest_safe_retry::RetryBudget;
 use sim::{Outage, Summary, run_outage};
 
 fn secs(d: Duration) -> String {
@@ -69,7 +70,7 @@ fn main() {
     let mut chart = None;
     let mut clients = 1000;
     let mut processes = 1;
-    let mut reserve = 1;
+    let mut reserve = None;
     while let Some(arg) = args.next() {
         let mut number = |name: &str| -> usize {
             args.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| {
@@ -82,7 +83,7 @@ fn main() {
             "--processes" => processes = number("--processes").max(1),
             "--reserve" => {
                 reserve = match u32::try_from(number("--reserve")) {
-                    Ok(r) if r <= 1000 => r,
+                    Ok(r) if r <= 1000 => Some(r),
                     _ => {
                         eprintln!("--reserve takes 0 to 1000 retries");
                         std::process::exit(2)
@@ -117,9 +118,16 @@ fn main() {
         model.outage.1.as_secs(),
         model.capacity
     );
+    let reserve_text = match reserve {
+        Some(r) => format!("a reserve of {r} (--reserve)"),
+        None => format!(
+            "the crate's default reserve, max_retries + 2 = {}",
+            RetryBudget::default().reserve_for(3)
+        ),
+    };
     println!(
         "Policies: 3 retries, 500 ms initial backoff, 30 s cap (the crate's defaults); \
-         \"+ budget\": the crate's budget with a reserve of {reserve} (each final answer earns \
+         \"+ budget\": the crate's budget with {reserve_text} (each final answer earns \
          0.1 retry, kept 10 s); \"new default\": RetryConfig::default().\n"
     );
     let rows: Vec<Summary> =

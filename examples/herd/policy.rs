@@ -19,7 +19,8 @@ use crate::sim::base_client;
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Policy {
     /// The crate's middleware with this backoff, with or without the
-    /// crate's budget, whose reserve the command line sets.
+    /// crate's budget, whose reserve the command line may set (else the
+    /// crate's default reserve).
     Ours { backoff: Backoff, budget: bool },
     /// `RetryConfig::default()`, the crate's budget as it ships.
     Default,
@@ -90,7 +91,7 @@ impl Policy {
         &self,
         server: impl Middleware,
         max_retries: u32,
-        reserve: u32,
+        reserve: Option<u32>,
         seed: u64,
     ) -> ClientWithMiddleware {
         let builder = ClientBuilder::new(base_client());
@@ -129,7 +130,8 @@ impl Policy {
                         .with_max_backoff(Duration::ZERO);
                 }
                 config = if budget {
-                    config.with_budget(RetryBudget::default().with_reserve(reserve))
+                    let default = RetryBudget::default();
+                    config.with_budget(reserve.map_or(default, |r| default.with_reserve(r)))
                 } else {
                     config.without_budget()
                 };

@@ -175,8 +175,9 @@ pub(crate) struct Outage {
     pub(crate) outage: (Duration, Duration),
     /// Calls a second served outside the outage (all processes together).
     pub(crate) capacity: f64,
-    /// The reserve of the `+ budget` policies' budget, in retries.
-    pub(crate) reserve: u32,
+    /// The reserve of the `+ budget` policies' budget, in retries; `None`
+    /// for the crate's default (`max_retries + 2`).
+    pub(crate) reserve: Option<u32>,
 }
 
 impl Outage {
