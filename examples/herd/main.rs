@@ -162,6 +162,14 @@ fn main() {
     spread::run();
 
     println!();
-    let worst = fleet::grid();
-    println!("\nfleet grid: max amplification {worst:.2} (default)");
+    let fleet = fleet::grid();
+    println!("\nfleet grid: max amplification {:.2} (default, 60 s outage)", fleet.worst_default);
+    let failures = fleet.failures;
+    if !failures.is_empty() {
+        println!("\n{} check(s) failed:", failures.len());
+        for line in &failures {
+            println!("  {line}");
+        }
+        std::process::exit(1);
+    }
 }

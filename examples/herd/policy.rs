@@ -58,9 +58,10 @@ impl Policy {
         all
     }
 
-    /// The policies of the fleet grid.
+    /// The policies of the fleet grid besides the default, which has grids
+    /// of its own.
     pub(crate) fn fleet() -> Vec<Policy> {
-        let mut all = vec![Policy::Default, Policy::NoBudget, Policy::Peer];
+        let mut all = vec![Policy::NoBudget, Policy::Peer];
         all.extend(Model::ALL.map(Policy::Model));
         all
     }
