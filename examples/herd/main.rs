@@ -29,6 +29,7 @@
 mod chart;
 mod contention;
 mod fleet;
+mod partial;
 mod policy;
 mod sim;
 mod spread;
@@ -164,7 +165,10 @@ fn main() {
     println!();
     let fleet = fleet::grid();
     println!("\nfleet grid: max amplification {:.2} (default, 60 s outage)", fleet.worst_default);
-    let failures = fleet.failures;
+    let mut failures = fleet.failures;
+
+    println!();
+    failures.extend(partial::run_tables());
     if !failures.is_empty() {
         println!("\n{} check(s) failed:", failures.len());
         for line in &failures {
@@ -172,4 +176,5 @@ fn main() {
         }
         std::process::exit(1);
     }
+    println!("\nall checks passed");
 }
