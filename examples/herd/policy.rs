@@ -19,7 +19,8 @@ use crate::sim::base_client;
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Policy {
     /// The crate's middleware with this backoff, with or without the
-    /// crate's budget, whose reserve the command line sets.
+    /// crate's budget, whose reserve the command line may set (else the
+    /// crate's default reserve).
     Ours { backoff: Backoff, budget: bool },
     /// `RetryConfig::default()`, the crate's budget as it ships.
     Default,
@@ -30,6 +31,11 @@ pub(crate) enum Policy {
     Model(Model),
     /// The peer: reqwest-retry's default exponential backoff.
     Peer,
+    /// reqwest's own retries as `reqwest::Client::new()` ships them. In
+    /// reqwest 0.13 the default policy retries only HTTP/2 protocol NACKs
+    /// (a refused stream, a graceful GOAWAY), never an HTTP status, so for
+    /// a server that answers 503 or 429 it is a client with no retries.
+    Reqwest,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -57,9 +63,10 @@ impl Policy {
         all
     }
 
-    /// The policies of the fleet grid.
+    /// The policies of the fleet grid besides the default, which has grids
+    /// of its own.
     pub(crate) fn fleet() -> Vec<Policy> {
-        let mut all = vec![Policy::Default, Policy::NoBudget, Policy::Peer];
+        let mut all = vec![Policy::NoBudget, Policy::Peer];
         all.extend(Model::ALL.map(Policy::Model));
         all
     }
@@ -67,6 +74,7 @@ impl Policy {
     pub(crate) fn name(&self) -> String {
         match self {
             Policy::Peer => "reqwest-retry (default exponential)".to_owned(),
+            Policy::Reqwest => "reqwest 0.13 built-in (no status retries)".to_owned(),
             Policy::Default => "new default".to_owned(),
             Policy::NoBudget => "no budget".to_owned(),
             Policy::Model(model) => model.name().to_owned(),
@@ -90,11 +98,13 @@ impl Policy {
         &self,
         server: impl Middleware,
         max_retries: u32,
-        reserve: u32,
+        reserve: Option<u32>,
         seed: u64,
     ) -> ClientWithMiddleware {
         let builder = ClientBuilder::new(base_client());
         let config = match *self {
+            // No retry middleware: reqwest's default never retries a status.
+            Policy::Reqwest => return builder.with(server).build(),
             Policy::Peer => {
                 let policy = ExponentialBackoff::builder().build_with_max_retries(max_retries);
                 return builder
@@ -129,7 +139,8 @@ impl Policy {
                         .with_max_backoff(Duration::ZERO);
                 }
                 config = if budget {
-                    config.with_budget(RetryBudget::default().with_reserve(reserve))
+                    let default = RetryBudget::default();
+                    config.with_budget(reserve.map_or(default, |r| default.with_reserve(r)))
                 } else {
                     config.without_budget()
                 };
@@ -195,7 +206,9 @@ enum ModelState {
 impl ModelState {
     /// The predicate: records the attempt, and vetoes a retry the model
     /// does not allow. `None` leaves the decision to the built-in rules,
-    /// which retry a 503 for a GET while retries remain.
+    /// which retry a 503 or a 429 for a GET while retries remain, after
+    /// the 429's `Retry-After`. A 429 is judged like a 503: a failure, and a
+    /// retry the model must pay for.
     fn judge(&mut self, attempt: &Attempt<'_>, max_retries: u32) -> Option<Retryability> {
         let now = Instant::now();
         if attempt.number == 1 {
@@ -206,7 +219,7 @@ impl ModelState {
                 self.success(attempt.number > 1);
                 None
             }
-            Outcome::Response(r) if r.status() == 503 => {
+            Outcome::Response(r) if r.status() == 503 || r.status() == 429 => {
                 self.failure();
                 if attempt.number <= max_retries && !self.withdraw(now) {
                     Some(Retryability::Never)

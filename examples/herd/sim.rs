@@ -36,11 +36,13 @@ pub(crate) fn answer(status: u16) -> Response {
     http::Response::builder().status(status).body(Vec::new()).expect("a valid response").into()
 }
 
-/// Calls and successes the server saw in each second.
+/// Calls and successes the server saw in each second, and the calls that
+/// came during the outage.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Load {
     pub(crate) calls: Vec<u32>,
     pub(crate) served: Vec<u32>,
+    pub(crate) in_outage: u64,
 }
 
 impl Load {
@@ -60,7 +62,7 @@ impl Load {
 /// The capacity is a token bucket refilled at `capacity` a second and
 /// holding one second's worth (at least one call), so that a capacity below
 /// one call a second, as a small share of a fleet's server has, still means
-/// something.
+/// something. An infinite capacity serves every call outside the outage.
 #[derive(Clone)]
 pub(crate) struct OutageServer {
     start: Instant,
@@ -100,14 +102,21 @@ impl Middleware for OutageServer {
     ) -> reqwest_middleware::Result<Response> {
         let at = self.start.elapsed();
         let mut state = self.state.lock().expect("no panics while counting");
-        let burst = self.capacity.max(1.0);
-        let refill = (at - state.refilled).as_secs_f64() * self.capacity;
-        state.tokens = (state.tokens + refill).min(burst);
-        state.refilled = at;
-        let served = !self.outage.contains(&at) && state.tokens >= 1.0;
-        if served {
-            state.tokens -= 1.0;
-        }
+        let in_outage = self.outage.contains(&at);
+        let served = if self.capacity.is_infinite() {
+            !in_outage
+        } else {
+            let burst = self.capacity.max(1.0);
+            let refill = (at - state.refilled).as_secs_f64() * self.capacity;
+            state.tokens = (state.tokens + refill).min(burst);
+            state.refilled = at;
+            let served = !in_outage && state.tokens >= 1.0;
+            if served {
+                state.tokens -= 1.0;
+            }
+            served
+        };
+        state.load.in_outage += u64::from(in_outage);
         state.load.record(at.as_secs() as usize, served);
         Ok(answer(if served { 200 } else { 503 }))
     }
@@ -118,6 +127,8 @@ impl Middleware for OutageServer {
 pub(crate) struct Done {
     pub(crate) latency: Duration,
     pub(crate) ok: bool,
+    /// Issued during the outage.
+    pub(crate) in_outage: bool,
 }
 
 #[derive(Debug)]
@@ -132,6 +143,10 @@ pub(crate) struct Summary {
     pub(crate) success: f64,
     pub(crate) recovered: Option<u64>,
     pub(crate) load: Vec<u32>,
+    /// Requests issued during the outage.
+    pub(crate) outage_requests: usize,
+    /// Calls the server saw during the outage.
+    pub(crate) outage_calls: u64,
 }
 
 impl Summary {
@@ -152,12 +167,22 @@ impl Summary {
             success: done.iter().filter(|d| d.ok).count() as f64 / done.len().max(1) as f64,
             recovered: None,
             load: load.calls.clone(),
+            outage_requests: done.iter().filter(|d| d.in_outage).count(),
+            outage_calls: load.in_outage,
         }
     }
 
     /// Calls the server saw per request issued.
     pub(crate) fn amplification(&self) -> f64 {
         self.calls as f64 / self.requests.max(1) as f64
+    }
+
+    /// Calls the server saw during the outage per request issued during it.
+    /// Meant for an outage that lasts past the last retry and follows
+    /// healthy traffic served at once: then every call during the outage
+    /// belongs to a request issued during it.
+    pub(crate) fn outage_amplification(&self) -> f64 {
+        self.outage_calls as f64 / self.outage_requests.max(1) as f64
     }
 }
 
@@ -173,10 +198,12 @@ pub(crate) struct Outage {
     pub(crate) issue_for: Duration,
     /// Every call in this span is answered 503.
     pub(crate) outage: (Duration, Duration),
-    /// Calls a second served outside the outage (all processes together).
+    /// Calls a second served outside the outage (all processes together);
+    /// `f64::INFINITY` serves every one.
     pub(crate) capacity: f64,
-    /// The reserve of the `+ budget` policies' budget, in retries.
-    pub(crate) reserve: u32,
+    /// The reserve of the `+ budget` policies' budget, in retries; `None`
+    /// for the crate's default (`max_retries + 2`).
+    pub(crate) reserve: Option<u32>,
 }
 
 impl Outage {
@@ -198,14 +225,16 @@ pub(crate) fn run_outage(policy: Policy, model: Outage) -> Summary {
         let fleet_rate = model.rate * model.processes as f64;
         let total = (model.issue_for.as_secs_f64() * fleet_rate + 1e-6).floor() as usize;
         let mut tasks = Vec::with_capacity(total);
+        let outage = model.outage.0..model.outage.1;
         for n in 0..total {
             let issue = start + Duration::from_secs_f64(n as f64 / fleet_rate);
             tokio::time::sleep_until(issue).await;
             let client = processes[n % model.processes].clone();
+            let in_outage = outage.contains(&(issue - start));
             tasks.push(tokio::spawn(async move {
                 let ok = matches!(client.get("http://sim.test/orders").send().await,
                     Ok(r) if r.status().is_success());
-                Done { latency: issue.elapsed(), ok }
+                Done { latency: issue.elapsed(), ok, in_outage }
             }));
         }
         let mut done = Vec::with_capacity(total);

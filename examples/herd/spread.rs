@@ -8,7 +8,9 @@ use std::time::Duration;
 use http::Extensions;
 use reqwest::{Request, Response};
 use reqwest_middleware::{ClientBuilder, Middleware, Next};
-use reqwest_safe_retry::{RetryConfig, RetryConfigBuilder, RetryMiddleware, SeededJitter};
+use reqwest_safe_retry::{
+    RetryBudget, RetryConfig, RetryConfigBuilder, RetryMiddleware, SeededJitter,
+};
 use tokio::time::Instant;
 
 use crate::sim::{SEED, answer, base_client, runtime};
@@ -124,12 +126,17 @@ pub(crate) fn run() {
         free_spread.len(),
         free_exact.len()
     );
-    if spread.len() < CLIENTS {
-        println!(
-            "The default budget refused the other {} retries: the process has only just \
-             started, has earned nothing, and spends its reserve.",
-            CLIENTS - spread.len()
-        );
+    for (name, taken) in [("spread", &spread), ("exact", &exact)] {
+        if taken.len() < CLIENTS {
+            println!(
+                "With the default budget, {name}: {} retries refused. The process has only just \
+                 started, has earned nothing, and spends its reserve of {} (max_retries + 2) on \
+                 retries whose wait the budget pays for; a spread wait after a 429, within the \
+                 cap, is the server's pace and costs the budget nothing.",
+                CLIENTS - taken.len(),
+                RetryBudget::default().reserve_for(3)
+            );
+        }
     }
     let all = [&spread, &exact, &free_spread, &free_exact];
     println!(
