@@ -297,10 +297,13 @@ impl<'a> Policy<'a> {
             asked => asked,
         };
         let spread = config.retry_after_spread && config.jitter != Jitter::None;
-        // A 429 whose wait the server chose, within the cap, and spread:
-        // the server set the pace of this retry, so the budget does not
-        // pay for it (the retry count still bounds it).
+        // A first attempt refused with 429 and a wait the server chose,
+        // within the cap, and spread: the server asked for this retry and
+        // set its time, so the budget does not pay for it. Only the first:
+        // a server that refuses the same call again is shedding load, and
+        // further retries are paid for like any other.
         let paced = spread
+            && retry == 0
             && asked.is_some_and(|asked| asked <= config.max_retry_after)
             && matches!(outcome, Ok(response) if response.status() == StatusCode::TOO_MANY_REQUESTS);
         let after = match (chosen, asked) {

@@ -73,12 +73,12 @@ async fn time_alone_refills_nothing_and_answers_do() {
     // A long quiet spell grants nothing: no burst when an outage drags on.
     clock.advance(Duration::from_secs(3600));
     assert_eq!(report(&client, &url).await.stop, StopReason::BudgetExhausted);
-    // Two answers earn a retry in the window and refill one in the reserve.
+    // Two answers earn one retry, into the reserve: each answer earns once.
     for _ in 0..2 {
         report(&client, &ok).await;
     }
     let retried = report(&client, &url).await;
-    assert_eq!((retried.attempts, retried.stop), (3, StopReason::BudgetExhausted));
+    assert_eq!((retried.attempts, retried.stop), (2, StopReason::BudgetExhausted));
 }
 
 #[tokio::test]
@@ -228,10 +228,10 @@ async fn a_retry_the_caller_cancelled_before_it_was_sent_is_given_back() {
 }
 
 #[tokio::test]
-async fn a_429_whose_wait_the_server_chose_costs_the_budget_nothing() {
+async fn a_first_429_whose_wait_the_server_chose_costs_the_budget_nothing() {
     // A burst of a fresh process, refused with 429 and Retry-After: 1: the
-    // server set the pace of every retry, so all are taken, though nothing
-    // has been earned and the reserve is empty.
+    // server asked for every call's first retry and set its time, so all
+    // are taken, though nothing has been earned and the reserve is empty.
     let server = MockServer::start().await;
     let clock = ManualClock::new();
     let config = RetryConfig::builder()
@@ -257,6 +257,20 @@ async fn a_429_whose_wait_the_server_chose_costs_the_budget_nothing() {
     for retried in reports {
         assert_eq!((retried.attempts, retried.stop), (2, StopReason::Final));
     }
+    // A call refused again is paid for: the server is shedding load.
+    let server = MockServer::start().await;
+    script(
+        &server,
+        "/again",
+        vec![
+            wiremock::ResponseTemplate::new(429).insert_header("Retry-After", "1"),
+            wiremock::ResponseTemplate::new(429).insert_header("Retry-After", "1"),
+            wiremock::ResponseTemplate::new(200),
+        ],
+    )
+    .await;
+    let again = report(&client, &format!("{}/again", server.uri())).await;
+    assert_eq!((again.attempts, again.stop), (2, StopReason::BudgetExhausted));
     // Without the spread the returns would be synchronised: the budget pays.
     let server = MockServer::start().await;
     script(

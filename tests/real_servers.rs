@@ -144,6 +144,35 @@ async fn graceful_goaway_is_retried() {
     }
 }
 
+/// The quick start's setup: the default redirect setting, and the inner
+/// client built with the middleware's redirect policy.
+#[cfg(feature = "http2")]
+#[tokio::test]
+async fn a_post_refused_by_http2_is_retried_through_the_quick_start_client() {
+    use support::h2_server::{Answer, h2_client, h2_server};
+
+    let refuse = Answer::Reset(h2::Reason::REFUSED_STREAM);
+    for script in [vec![refuse, Answer::Ok], vec![Answer::GoAwayBefore, Answer::Ok]] {
+        let (url, streams, _) = h2_server(script.clone()).await;
+        let config = RetryConfig::builder().with_initial_backoff(100 * MS).build().unwrap();
+        let clock = ManualClock::new();
+        let middleware = RetryMiddleware::new(config)
+            .with_clock(clock.clone())
+            .with_jitter_source(FixedJitter::TOP);
+        let inner = h2_client()
+            .redirect(middleware.redirect_policy())
+            .retry(reqwest::retry::never())
+            .build()
+            .unwrap();
+        let client = reqwest_middleware::ClientBuilder::new(inner).with(middleware).build();
+        let (result, report) = send(&client, Method::POST, &url).await;
+        let response = result.unwrap_or_else(|e| panic!("{script:?}: {}", chain(&e)));
+        assert_eq!(response.status(), 200, "{script:?}");
+        assert_eq!((report.attempts, streams.get()), (2, 2), "{script:?}");
+        assert_eq!(clock.sleeps(), [100 * MS], "{script:?}");
+    }
+}
+
 #[cfg(feature = "http2")]
 #[tokio::test]
 async fn cancelled_stream_is_not_retried_for_post() {

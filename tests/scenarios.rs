@@ -1,144 +1,113 @@
-//! The source tables, row by row, through the same code the demo prints.
+//! The source tables, row by row, through the same code the demo prints:
+//! `RetryConfig::default()` on the quick start's client, only the clock and
+//! the jitter injected. Each table runs two ways: every row in a fresh
+//! process (a middleware of its own), and every row through one middleware,
+//! so the budget earned and spent by earlier rows is in play for later ones.
 
 #[path = "../examples/scenarios/mod.rs"]
 mod scenarios;
 
 use std::time::Duration;
 
-use reqwest_safe_retry::{FixedJitter, StopReason};
-use scenarios::{Row, Scenario, api_client_table, roundtripper_table, run};
+use reqwest_safe_retry::{FixedJitter, ManualClock, ReportSlot, RetryConfig, StopReason};
+use scenarios::{Row, Scenario, api_client_table, roundtripper_table};
 
 const MS: Duration = Duration::from_millis(1);
 
-async fn row(
-    table: fn() -> (reqwest_safe_retry::RetryConfig, Vec<Scenario>),
-    jitter: FixedJitter,
-    label: &str,
-) -> Row {
-    let (config, scenarios) = table();
-    let scenario = scenarios.iter().find(|s| s.label == label).expect(label);
-    run(&config, jitter, scenario).await
+/// One expected row: result, attempts made, attempts that reached the
+/// server, waits in milliseconds, stop reason.
+type Expected = (&'static str, &'static str, u32, usize, &'static [u64], Option<StopReason>);
+
+const FINAL: Option<StopReason> = Some(StopReason::Final);
+const EXHAUSTED: Option<StopReason> = Some(StopReason::RetriesExhausted);
+const NOT_SAFE: Option<StopReason> = Some(StopReason::NotSafe);
+
+/// The seed's rows with the crate's defaults: its attempts and outcomes,
+/// waits of the default backoff (500 ms doubling, at the top of the full
+/// jitter's range), and Retry-After spread by up to the retry's ceiling.
+const ROUNDTRIPPER: [Expected; 9] = [
+    ("GET, two 503s then success", "status=200", 3, 3, &[500, 1000], FINAL),
+    ("GET, 429 with Retry-After: 2", "status=200", 2, 2, &[2500], FINAL),
+    ("POST without a key", "status=503", 1, 1, &[], NOT_SAFE),
+    ("POST with Idempotency-Key", "status=200", 2, 2, &[500], FINAL),
+    ("GET a missing page", "status=404", 1, 1, &[], FINAL),
+    ("GET, server stays down", "status=503", 4, 4, &[500, 1000, 2000], EXHAUSTED),
+    ("GET, cancelled during the wait", "cancelled", 1, 1, &[500], None),
+    ("GET, connection refused", "error: connect", 4, 0, &[500, 1000, 2000], EXHAUSTED),
+    ("POST, connection refused", "error: connect", 4, 0, &[500, 1000, 2000], EXHAUSTED),
+];
+
+/// The API client article's rows, jitter at half its range.
+const API_CLIENT: [Expected; 7] = [
+    ("GET, 503 twice then success", "status=200", 3, 3, &[250, 500], FINAL),
+    ("GET, 429 with Retry-After: 2", "status=200", 2, 2, &[2250], FINAL),
+    ("GET, 404 is final", "status=404", 1, 1, &[], FINAL),
+    ("GET, always 503 (gives up)", "status=503", 4, 4, &[250, 500, 1000], EXHAUSTED),
+    ("POST without a key, 503", "status=503", 1, 1, &[], NOT_SAFE),
+    ("POST with a key, 503 then success", "status=200", 2, 2, &[250], FINAL),
+    ("POST, 429 is safe to retry", "status=201", 2, 2, &[2250], FINAL),
+];
+
+fn check(rows: &[Row], expected: &[Expected]) {
+    assert_eq!(rows.len(), expected.len());
+    for (row, &(label, result, attempts, reached, waits, stop)) in rows.iter().zip(expected) {
+        assert_eq!(row.label, label);
+        assert_eq!(row.result, result, "{row}");
+        assert_eq!((row.attempts, row.reached), (attempts, reached), "{row}");
+        let waits: Vec<Duration> = waits.iter().map(|ms| *ms as u32 * MS).collect();
+        assert_eq!(row.waits, waits, "{row}");
+        assert_eq!(row.stop, stop, "{row}");
+    }
 }
 
-/// Checks a row: result, attempts made, attempts that reached the server,
-/// waits in milliseconds, stop reason.
-fn check(
-    row: &Row,
-    result: &str,
-    attempts: u32,
-    reached: usize,
-    waits: &[u64],
-    stop: Option<StopReason>,
-) {
-    assert_eq!(row.result, result, "{row}");
-    assert_eq!((row.attempts, row.reached), (attempts, reached), "{row}");
-    assert_eq!(row.waits, waits.iter().map(|ms| *ms as u32 * MS).collect::<Vec<_>>(), "{row}");
-    assert_eq!(row.stop, stop, "{row}");
-}
-
-async fn transport(label: &str) -> Row {
-    row(roundtripper_table, FixedJitter::TOP, label).await
-}
-
-async fn api(label: &str) -> Row {
-    row(api_client_table, FixedJitter::new(0.5), label).await
-}
-
-#[tokio::test]
-async fn transport_get_two_503s_then_success() {
-    let row = transport("GET, two 503s then success").await;
-    check(&row, "status=200", 3, 3, &[100, 200], Some(StopReason::Final));
-}
-
-#[tokio::test]
-async fn transport_get_429_with_retry_after() {
-    let row = transport("GET, 429 with Retry-After: 2").await;
-    check(&row, "status=200", 2, 2, &[2000], Some(StopReason::Final));
-}
-
-#[tokio::test]
-async fn transport_post_without_a_key() {
-    let row = transport("POST without a key").await;
-    check(&row, "status=503", 1, 1, &[], Some(StopReason::NotSafe));
-}
-
-#[tokio::test]
-async fn transport_post_with_idempotency_key_replays_the_body() {
-    let row = transport("POST with Idempotency-Key").await;
-    check(&row, "status=200", 2, 2, &[100], Some(StopReason::Final));
-    assert_eq!(row.last_body.as_deref(), Some("order=1"));
+async fn fresh(table: &[Scenario], jitter: FixedJitter) -> Vec<Row> {
+    scenarios::run_table(jitter, table).await
 }
 
 #[tokio::test]
-async fn transport_get_a_missing_page() {
-    let row = transport("GET a missing page").await;
-    check(&row, "status=404", 1, 1, &[], Some(StopReason::Final));
+async fn the_roundtripper_table_row_by_row_each_in_a_fresh_process() {
+    check(&fresh(&roundtripper_table(), FixedJitter::TOP).await, &ROUNDTRIPPER);
 }
 
 #[tokio::test]
-async fn transport_get_server_stays_down() {
-    let row = transport("GET, server stays down").await;
-    check(&row, "status=503", 4, 4, &[100, 200, 400], Some(StopReason::RetriesExhausted));
+async fn the_roundtripper_table_through_one_middleware() {
+    let rows = scenarios::run_shared(FixedJitter::TOP, &roundtripper_table()).await;
+    check(&rows, &ROUNDTRIPPER);
+    let keyed = rows.iter().find(|row| row.label == "POST with Idempotency-Key").unwrap();
+    assert_eq!(keyed.last_body.as_deref(), Some("order=1"), "the body was sent again");
 }
 
 #[tokio::test]
-async fn transport_cancelled_during_the_wait_returns_at_once_and_sends_nothing_more() {
-    let row = transport("GET, cancelled during the wait").await;
-    check(&row, "cancelled", 1, 1, &[100], None);
+async fn the_api_client_table_row_by_row_each_in_a_fresh_process() {
+    let rows = fresh(&api_client_table(), FixedJitter::new(0.5)).await;
+    check(&rows, &API_CLIENT);
+    let ids: Vec<Option<&str>> = rows.iter().map(|row| row.request_id.as_deref()).collect();
+    assert_eq!(ids[2..4], [Some("req-1"), Some("req-4")], "the final responses' request ids");
 }
 
 #[tokio::test]
-async fn transport_get_connection_refused() {
-    let row = transport("GET, connection refused").await;
-    check(&row, "error: connect", 4, 0, &[100, 200, 400], Some(StopReason::RetriesExhausted));
+async fn the_api_client_table_through_one_middleware() {
+    let rows = scenarios::run_shared(FixedJitter::new(0.5), &api_client_table()).await;
+    check(&rows, &API_CLIENT);
+}
+
+#[test]
+fn the_demo_runs_the_defaults() {
+    assert_eq!(format!("{:?}", scenarios::config()), format!("{:?}", RetryConfig::default()));
 }
 
 #[tokio::test]
-async fn transport_post_connection_refused_is_retried_too() {
-    let row = transport("POST, connection refused").await;
-    check(&row, "error: connect", 4, 0, &[100, 200, 400], Some(StopReason::RetriesExhausted));
-}
-
-#[tokio::test]
-async fn api_get_503_twice_then_success() {
-    let row = api("GET, 503 twice then success").await;
-    check(&row, "status=200", 3, 3, &[100, 200], Some(StopReason::Final));
-}
-
-#[tokio::test]
-async fn api_get_429_with_retry_after() {
-    let row = api("GET, 429 with Retry-After: 2").await;
-    check(&row, "status=200", 2, 2, &[2000], Some(StopReason::Final));
-}
-
-#[tokio::test]
-async fn api_get_404_is_final() {
-    let row = api("GET, 404 is final").await;
-    check(&row, "status=404", 1, 1, &[], Some(StopReason::Final));
-    assert_eq!(row.request_id.as_deref(), Some("req-1"));
-}
-
-#[tokio::test]
-async fn api_get_always_503_gives_up_with_the_last_response() {
-    let row = api("GET, always 503 (gives up)").await;
-    check(&row, "status=503", 4, 4, &[100, 200, 400], Some(StopReason::RetriesExhausted));
-    assert_eq!(row.request_id.as_deref(), Some("req-4"));
-}
-
-#[tokio::test]
-async fn api_post_without_a_key_503() {
-    let row = api("POST without a key, 503").await;
-    check(&row, "status=503", 1, 1, &[], Some(StopReason::NotSafe));
-}
-
-#[tokio::test]
-async fn api_post_with_a_key_503_then_success() {
-    let row = api("POST with a key, 503 then success").await;
-    check(&row, "status=200", 2, 2, &[100], Some(StopReason::Final));
-}
-
-#[tokio::test]
-async fn api_post_429_is_safe_to_retry() {
-    let row = api("POST, 429 is safe to retry").await;
-    check(&row, "status=201", 2, 2, &[2000], Some(StopReason::Final));
+async fn the_demo_client_is_the_quick_start_client() {
+    // The middleware follows redirects itself: the report counts the hop.
+    let server = wiremock::MockServer::start().await;
+    wiremock::Mock::given(wiremock::matchers::path("/a"))
+        .respond_with(wiremock::ResponseTemplate::new(303).insert_header("Location", "/b"))
+        .mount(&server)
+        .await;
+    let client = scenarios::client(ManualClock::new(), FixedJitter::TOP);
+    let slot = ReportSlot::new();
+    let response =
+        client.post(format!("{}/a", server.uri())).with_extension(slot.clone()).send().await;
+    assert_eq!(response.unwrap().status(), 404, "the hop was followed to /b");
+    assert_eq!(slot.get().unwrap().redirects, 1);
 }

@@ -8,11 +8,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use reqwest::Method;
+use reqwest_middleware::ClientWithMiddleware;
 use reqwest_safe_retry::{
-    FixedJitter, Jitter, ManualClock, Redirects, ReportSlot, RetryConfig, RetryMiddleware,
-    StopReason,
+    Clock, FixedJitter, ManualClock, ReportSlot, RetryConfig, RetryMiddleware, StopReason,
 };
-use wiremock::matchers::any;
 use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 
 /// One request against a scripted server.
@@ -87,25 +86,10 @@ impl fmt::Display for Row {
     }
 }
 
-/// The first table: equal jitter pinned at the top, so waits are the ceilings
-/// 100 ms, 200 ms, 400 ms; `Retry-After: 2` on every 429.
-///
-/// Both tables come from designs whose retry layer sees every hop (a Go
-/// round-tripper sits below the client's redirects), so they run on a
-/// client that does not follow redirects, and the middleware is told so.
-/// Those designs have no retry budget and wait exactly what `Retry-After`
-/// says, so the tables turn the budget and the spread off.
-pub fn roundtripper_table() -> (RetryConfig, Vec<Scenario>) {
-    let config = RetryConfig::builder()
-        .with_redirects(Redirects::NotFollowed)
-        .without_budget()
-        .with_retry_after_spread(false)
-        .with_initial_backoff(Duration::from_millis(100))
-        .with_max_backoff(Duration::from_secs(5))
-        .with_jitter(Jitter::Equal)
-        .build()
-        .expect("valid configuration");
-    let scenarios = vec![
+/// The first table, the round-tripper article's. Jitter pinned at the top
+/// of its range, so the waits are the default ceilings: 500 ms, 1 s, 2 s.
+pub fn roundtripper_table() -> Vec<Scenario> {
+    vec![
         Scenario::get("GET, two 503s then success", &[503, 503, 200]),
         Scenario::get("GET, 429 with Retry-After: 2", &[429, 200]),
         Scenario::post("POST without a key", &[503, 200], None),
@@ -115,23 +99,13 @@ pub fn roundtripper_table() -> (RetryConfig, Vec<Scenario>) {
         Scenario { cancelled: true, ..Scenario::get("GET, cancelled during the wait", &[503]) },
         Scenario { statuses: None, ..Scenario::get("GET, connection refused", &[]) },
         Scenario { statuses: None, ..Scenario::post("POST, connection refused", &[], None) },
-    ];
-    (config, scenarios)
+    ]
 }
 
-/// The second table: full jitter pinned at half the ceiling with a 200 ms
-/// initial backoff, so waits are 100 ms, 200 ms, 400 ms.
-pub fn api_client_table() -> (RetryConfig, Vec<Scenario>) {
-    let config = RetryConfig::builder()
-        .with_redirects(Redirects::NotFollowed)
-        .without_budget()
-        .with_retry_after_spread(false)
-        .with_initial_backoff(Duration::from_millis(200))
-        .with_max_backoff(Duration::from_secs(5))
-        .with_jitter(Jitter::Full)
-        .build()
-        .expect("valid configuration");
-    let scenarios = vec![
+/// The second table, the API client article's. Jitter pinned at half its
+/// range, so the waits are half the default ceilings: 250 ms, 500 ms, 1 s.
+pub fn api_client_table() -> Vec<Scenario> {
+    vec![
         Scenario::get("GET, 503 twice then success", &[503, 503, 200]),
         Scenario::get("GET, 429 with Retry-After: 2", &[429, 200]),
         Scenario::get("GET, 404 is final", &[404]),
@@ -139,8 +113,25 @@ pub fn api_client_table() -> (RetryConfig, Vec<Scenario>) {
         Scenario::post("POST without a key, 503", &[503, 200], None),
         Scenario::post("POST with a key, 503 then success", &[503, 200], Some("key-123")),
         Scenario::post("POST, 429 is safe to retry", &[429, 201], None),
-    ];
-    (config, scenarios)
+    ]
+}
+
+/// The configuration every row runs: the crate's default, nothing turned
+/// off. Only the clock and the jitter source are injected.
+pub fn config() -> RetryConfig {
+    RetryConfig::default()
+}
+
+/// The client of the quick start: the default configuration, the inner
+/// client built with the middleware's redirect policy, and the manual
+/// clock (or `clock`) and pinned `jitter` injected.
+pub fn client(clock: impl Clock + 'static, jitter: FixedJitter) -> ClientWithMiddleware {
+    let retry = RetryMiddleware::new(config()).with_clock(clock).with_jitter_source(jitter);
+    let inner = reqwest::Client::builder()
+        .redirect(retry.redirect_policy())
+        .build()
+        .expect("the quick start's client builds");
+    reqwest_middleware::ClientBuilder::new(inner).with(retry).build()
 }
 
 /// Answers the scripted statuses in turn, numbering responses `req-1`, ...
@@ -159,30 +150,65 @@ impl Respond for Scripted {
     }
 }
 
-/// Runs one scenario on a fresh server with a manual clock and `jitter`.
-pub async fn run(config: &RetryConfig, jitter: FixedJitter, scenario: &Scenario) -> Row {
+/// Runs one scenario with a middleware, a server and a manual clock of its
+/// own, jitter pinned at `jitter`: a fresh process per row.
+pub async fn run(jitter: FixedJitter, scenario: &Scenario) -> Row {
     let server = MockServer::start().await;
-    let url = match scenario.statuses {
-        Some(statuses) => {
-            let responder = Scripted { statuses, served: AtomicUsize::new(0) };
-            Mock::given(any()).respond_with(responder).mount(&server).await;
-            format!("{}/orders", server.uri())
-        }
-        None => refused_address().await,
-    };
     let clock = ManualClock::new();
     let gate = WaitGate::new(clock.clone());
-    let middleware = RetryMiddleware::new(config.clone()).with_jitter_source(jitter);
-    let middleware = if scenario.cancelled {
-        middleware.with_clock(gate.clone())
-    } else {
-        middleware.with_clock(clock.clone())
+    let client = match scenario.cancelled {
+        true => client(gate.clone(), jitter),
+        false => client(clock.clone(), jitter),
     };
-    let inner = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .expect("a client without redirects");
-    let client = reqwest_middleware::ClientBuilder::new(inner).with(middleware).build();
+    let path = mount(&server, scenario, "/orders").await;
+    let refused = refused_address().await;
+    run_on(&client, &server, &path, &refused, &clock, &gate, scenario).await
+}
+
+/// Runs every scenario of a table through one middleware, one client and one
+/// server, in order, as one process would: the retry budget earned and spent
+/// by the earlier rows is the later rows' budget. Each row has a path of its
+/// own on the server; each refused row a port of its own where nothing
+/// listens (a host of its own, as far as the per-host budget is concerned).
+pub async fn run_shared(jitter: FixedJitter, scenarios: &[Scenario]) -> Vec<Row> {
+    let server = MockServer::start().await;
+    let clock = ManualClock::new();
+    let gate = WaitGate::new(clock.clone());
+    // The gate's waits end at once until a row asks for one that never does.
+    let client = client(gate.clone(), jitter);
+    let mut rows = Vec::with_capacity(scenarios.len());
+    for (n, scenario) in scenarios.iter().enumerate() {
+        let path = mount(&server, scenario, &format!("/orders/{n}")).await;
+        let refused = refused_address().await;
+        rows.push(run_on(&client, &server, &path, &refused, &clock, &gate, scenario).await);
+    }
+    rows
+}
+
+/// Scripts `scenario`'s answers at `path` on `server`, if it has any.
+async fn mount(server: &MockServer, scenario: &Scenario, path: &str) -> String {
+    if let Some(statuses) = scenario.statuses {
+        let responder = Scripted { statuses, served: AtomicUsize::new(0) };
+        Mock::given(wiremock::matchers::path(path)).respond_with(responder).mount(server).await;
+    }
+    path.to_owned()
+}
+
+async fn run_on(
+    client: &ClientWithMiddleware,
+    server: &MockServer,
+    path: &str,
+    refused: &str,
+    clock: &ManualClock,
+    gate: &WaitGate,
+    scenario: &Scenario,
+) -> Row {
+    let url = match scenario.statuses {
+        Some(_) => format!("{}{path}", server.uri()),
+        None => format!("{refused}{path}"),
+    };
+    let before = clock.sleeps().len();
+    let seen_before = received(server, path).await.len();
     let slot = ReportSlot::new();
     let mut request = client.request(scenario.method.clone(), url).with_extension(slot.clone());
     if scenario.method == Method::POST {
@@ -194,11 +220,13 @@ pub async fn run(config: &RetryConfig, jitter: FixedJitter, scenario: &Scenario)
     let (result, request_id) = if scenario.cancelled {
         // The call runs until the middleware starts its first wait, a wait
         // that would not end by itself; then the caller gives up.
+        gate.close();
         let call = tokio::spawn(request.send());
         let waiting = tokio::time::timeout(Duration::from_secs(10), gate.started());
         waiting.await.expect("the middleware starts a wait");
         call.abort();
         let ended = tokio::time::timeout(Duration::from_secs(10), call).await;
+        gate.open();
         let cancelled = ended.expect("cancelling returns at once").is_err_and(|e| e.is_cancelled());
         (if cancelled { "cancelled" } else { "not cancelled" }.to_owned(), None)
     } else {
@@ -215,26 +243,25 @@ pub async fn run(config: &RetryConfig, jitter: FixedJitter, scenario: &Scenario)
             Err(error) => (format!("error: {error}"), None),
         }
     };
-    let received = server.received_requests().await.unwrap_or_default();
+    let received = received(server, path).await.split_off(seen_before);
     Row {
         label: scenario.label,
         result,
         // A cancelled call leaves no report: it never finished.
-        attempts: slot.get().map_or(received_len(&server).await, |report| report.attempts),
+        attempts: slot.get().map_or(received.len() as u32, |report| report.attempts),
         reached: received.len(),
-        waits: clock.sleeps(),
+        waits: clock.sleeps().split_off(before),
         stop: slot.get().map(|report| report.stop),
         last_body: received.last().map(|r| String::from_utf8_lossy(&r.body).into_owned()),
         request_id,
     }
 }
 
-/// Runs every scenario of a table.
-pub async fn run_table(table: (RetryConfig, Vec<Scenario>), jitter: FixedJitter) -> Vec<Row> {
-    let (config, scenarios) = table;
+/// Runs every scenario of a table, each as a fresh process.
+pub async fn run_table(jitter: FixedJitter, scenarios: &[Scenario]) -> Vec<Row> {
     let mut rows = Vec::with_capacity(scenarios.len());
-    for scenario in &scenarios {
-        rows.push(run(&config, jitter, scenario).await);
+    for scenario in scenarios {
+        rows.push(run(jitter, scenario).await);
     }
     rows
 }
@@ -243,34 +270,44 @@ async fn refused_address() -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind loopback");
     let addr = listener.local_addr().expect("bound address");
     drop(listener);
-    format!("http://{addr}/orders")
+    format!("http://{addr}")
 }
 
-/// The requests `server` has received.
-async fn received_len(server: &MockServer) -> u32 {
-    server.received_requests().await.map_or(0, |r| r.len() as u32)
+/// The requests `server` has received at `path`.
+async fn received(server: &MockServer, path: &str) -> Vec<wiremock::Request> {
+    let all = server.received_requests().await.unwrap_or_default();
+    all.into_iter().filter(|r| r.url.path() == path).collect()
 }
 
-/// A clock whose waits never end by themselves, recorded on a manual clock,
-/// and which says when the first one starts: a call can be cancelled in the
-/// middle of a wait.
+/// A clock that records its waits on a manual clock and, while closed,
+/// starts waits that never end by themselves and says when the first one
+/// starts: a call can be cancelled in the middle of a wait.
 #[derive(Debug, Clone)]
 struct WaitGate {
     clock: ManualClock,
     started: std::sync::Arc<tokio::sync::Notify>,
+    closed: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl WaitGate {
     fn new(clock: ManualClock) -> Self {
-        Self { clock, started: Default::default() }
+        Self { clock, started: Default::default(), closed: Default::default() }
     }
 
     async fn started(&self) {
         self.started.notified().await;
     }
+
+    fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+    }
+
+    fn open(&self) {
+        self.closed.store(false, Ordering::SeqCst);
+    }
 }
 
-impl reqwest_safe_retry::Clock for WaitGate {
+impl Clock for WaitGate {
     fn now(&self) -> std::time::Instant {
         self.clock.now()
     }
@@ -280,7 +317,11 @@ impl reqwest_safe_retry::Clock for WaitGate {
     }
 
     fn sleep(&self, duration: Duration) -> reqwest_safe_retry::Sleep {
-        drop(self.clock.sleep(duration));
+        let sleep = self.clock.sleep(duration);
+        if !self.closed.load(Ordering::SeqCst) {
+            return sleep;
+        }
+        drop(sleep);
         self.started.notify_one();
         Box::pin(std::future::pending())
     }

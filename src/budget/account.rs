@@ -67,14 +67,20 @@ impl Account {
         latest
     }
 
-    /// Records a final answer: `amount` into the window, and into the
-    /// reserve up to `cap`.
+    /// Records a final answer: `amount` into the reserve while it is below
+    /// `cap`, the rest into the window. Each answer earns once.
     pub(super) fn earn(&self, seen: u64, amount: u64, cap: u64) {
-        let slot = self.current(self.now(seen));
-        slot.earned.fetch_add(amount, Ordering::Relaxed);
+        let mut rest = amount;
         if self.reserve.load(Ordering::Relaxed) < cap {
             let refill = |r: u64| (r < cap).then(|| r.saturating_add(amount).min(cap));
-            let _ = self.reserve.fetch_update(Ordering::Relaxed, Ordering::Relaxed, refill);
+            if let Ok(before) =
+                self.reserve.fetch_update(Ordering::Relaxed, Ordering::Relaxed, refill)
+            {
+                rest -= (cap - before).min(amount);
+            }
+        }
+        if rest > 0 {
+            self.current(self.now(seen)).earned.fetch_add(rest, Ordering::Relaxed);
         }
     }
 
@@ -262,12 +268,22 @@ mod tests {
         assert!(!a.try_spend_ok(0));
         // Time alone refills nothing.
         assert!(!a.try_spend_ok(1000));
-        // Answers do, up to the cap.
+        // Answers do: the reserve first, up to its cap, then the window.
         for _ in 0..25 {
             a.earn(2000, EARN, CAP);
         }
         assert_eq!(a.reserve.load(Ordering::Relaxed), CAP);
-        assert_eq!(a.available(2000), 3, "2.5 in the window, 1 in the reserve");
+        assert_eq!(a.available(2000), 2, "1 in the reserve, 1.5 in the window");
+        // Each answer earns once: a full reserve takes nothing more.
+        let b = Account::new(CAP);
+        b.earn(0, EARN, CAP);
+        assert_eq!((b.reserve.load(Ordering::Relaxed), b.totals(0).0), (CAP, EARN));
+        // One that tops the reserve up puts only the rest in the window.
+        let c = Account::new(CAP);
+        assert!(c.try_spend_ok(0));
+        c.reserve.store(CAP - 30, Ordering::Relaxed);
+        c.earn(0, EARN, CAP);
+        assert_eq!((c.reserve.load(Ordering::Relaxed), c.totals(0).0), (CAP, 70));
     }
 
     #[test]

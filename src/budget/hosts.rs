@@ -367,15 +367,15 @@ mod tests {
             b.earn_for(&url("http://a.test/p"), t0);
             other.earn_for(&url("http://a.test/p"), t0);
         }
-        // One retry earned, and one back in the reserve.
-        assert_eq!(a.available(0), 2, "ten answers from a.test");
+        // Ten tenths: the reserve is full again, the window empty.
+        assert_eq!(a.available(0), 1, "ten answers from a.test");
         assert_eq!(c.available(0), 0, "c.test earned nothing");
         // Hosts taking turns, and a URL naming a user.
         for _ in 0..10 {
             b.earn_for(&url("http://c.test/"), t0);
             b.earn_for(&url("http://user@a.test/"), t0);
         }
-        assert_eq!((a.available(0), c.available(0)), (3, 2));
+        assert_eq!((a.available(0), c.available(0)), (2, 1));
         // One host over and over: answers recorded through the thread's
         // cache, including after a first URL that named a user.
         b.earn_for(&url("http://user@d.test/"), t0);
@@ -384,8 +384,9 @@ mod tests {
         for _ in 0..19 {
             b.earn_for(&url("http://d.test/q"), t0);
         }
-        // 2.0 earned, 0.1 of it spent with 0.9 of the reserve, which the
-        // answers since have refilled: 1.9 + 1.0.
+        // The first answer went to the window (the reserve was full); the
+        // retry took that 0.1 and 0.9 of the reserve; nine answers refilled
+        // the reserve and ten earned a retry in the window: 1.0 + 1.0.
         assert_eq!(d.available(0), 2);
         let fresh = other.account(&url("http://a.test/"), t0);
         assert_eq!(fresh.available(0), 2, "the other budget's own account");
