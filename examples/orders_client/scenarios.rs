@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use reqwest_safe_retry::{FixedJitter, ManualClock, Redirects, ReportSlot};
+use reqwest_safe_retry::{FixedJitter, ManualClock, ReportSlot};
 use wiremock::matchers::{method, path, query_param};
 use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 
@@ -214,13 +214,9 @@ pub(crate) fn client(base: &str) -> (OrdersClient, ManualClock, ReportSlot) {
     let clock = ManualClock::new();
     let report = ReportSlot::new();
     let keys = Arc::new(AtomicUsize::new(0));
-    let http = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .timeout(Duration::from_secs(10))
-        .build()
-        .expect("an HTTP client");
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(10));
     let client = OrdersClient::builder(base)
-        .with_http_client(http, Redirects::NotFollowed)
+        .with_http_client(http)
         .with_clock(clock.clone())
         .with_jitter(jitter())
         .with_report_slot(report.clone())
