@@ -20,7 +20,7 @@ fn in_process(c: &mut Criterion) {
     let runtime = current_thread();
     let mut group = c.benchmark_group("in_process");
     for stack in Stack::ALL.into_iter().chain([Stack::OursNoBudget]) {
-        let client = stack.build(reqwest::Client::new(), Some(Scripted::new(&[200])));
+        let client = stack.build(reqwest::Client::builder(), Some(Scripted::new(&[200])));
         group.bench_function(BenchmarkId::new("200 first time", stack.name()), |b| {
             b.iter(|| {
                 runtime.block_on(async { black_box(client.get("http://bench.test/").send().await) })
@@ -30,7 +30,7 @@ fn in_process(c: &mut Criterion) {
     // The retry path without the budget: a busy loop of failures would
     // spend it, and the bench would time calls that stop at the first 503.
     for stack in [Stack::Peer, Stack::OursNoBudget] {
-        let client = stack.build(reqwest::Client::new(), Some(Scripted::new(&[503, 200])));
+        let client = stack.build(reqwest::Client::builder(), Some(Scripted::new(&[503, 200])));
         runtime.block_on(expect_200(&client));
         group.bench_function(BenchmarkId::new("503 then 200", stack.name()), |b| {
             b.iter(|| {
@@ -59,7 +59,7 @@ fn loopback(c: &mut Criterion) {
     let url = format!("http://{addr}/orders/1");
     let mut group = c.benchmark_group("loopback");
     for stack in Stack::ALL {
-        let client = stack.build(reqwest::Client::new(), None);
+        let client = stack.build(reqwest::Client::builder(), None);
         group.bench_function(BenchmarkId::new("GET 200", stack.name()), |b| {
             b.iter(|| {
                 runtime.block_on(async {
@@ -81,7 +81,8 @@ fn large_body(c: &mut Criterion) {
         let body = Bytes::from(vec![7u8; size]);
         group.throughput(Throughput::Elements(1));
         for stack in [Stack::Peer, Stack::OursNoBudget] {
-            let client = stack.build(reqwest::Client::new(), Some(Scripted::new(&[503, 503, 200])));
+            let client =
+                stack.build(reqwest::Client::builder(), Some(Scripted::new(&[503, 503, 200])));
             runtime.block_on(expect_200(&client));
             let id = BenchmarkId::new(stack.name(), format!("{} KiB", size >> 10));
             group.bench_with_input(id, &body, |b, body| {

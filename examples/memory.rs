@@ -25,7 +25,7 @@ fn allocations() {
     );
     println!("  {:<20} {:>8} {:>10}", "stack", "blocks", "bytes");
     for stack in Stack::ALL {
-        let client = stack.build(reqwest::Client::new(), Some(Scripted::new(&[200])));
+        let client = stack.build(reqwest::Client::builder(), Some(Scripted::new(&[200])));
         runtime.block_on(async {
             // Warm up: first-use allocations (pools, caches) are not per request.
             for _ in 0..10 {
@@ -73,7 +73,7 @@ fn peak(stack: Stack) {
         .expect("a runtime");
     runtime.block_on(async {
         let addr = loopback_server(&[503, 503, 200]).await;
-        let client = stack.build(reqwest::Client::new(), None);
+        let client = stack.build(reqwest::Client::builder(), None);
         let url = format!("http://{addr}/put");
         let base = dhat::HeapStats::get().max_bytes;
         let body = Bytes::from(vec![7u8; BODY]);

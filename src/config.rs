@@ -31,9 +31,9 @@ use crate::predicate::Predicate;
 /// | `retry_after_spread` | on | `Retry-After` is a floor: clients told the same thing come back spread over the retry's backoff ceiling, not in one instant |
 /// | `deadline` | none | the caller owns the deadline; set one to bound attempts and waits together |
 /// | `attempt_timeout` | none | the request's or the client's own timeout bounds each attempt |
-/// | `redirects` | [`Redirects::Followed`] | what `reqwest::Client::new()` does; the safe assumption |
+/// | `redirects` | [`Redirects::Followed`] | what `reqwest::Client::new()` does; the safe assumption for a client not built with [`redirect_policy`](crate::RetryMiddleware::redirect_policy), which makes the setting moot |
 /// | `drain_limit` | 64 KiB | enough to finish a typical error body so the connection is reused, small enough to bound memory |
-/// | `budget` | [`RetryBudget::default`]: a tenth of a retry earned per final answer, a reserve of one, per host | the extra load of an outage stays bounded for any number of processes |
+/// | `budget` | [`RetryBudget::default`]: a tenth of a retry earned per final answer, a reserve of one call's retries and two more, per host | the extra load of an outage stays bounded for any number of processes, and a fresh client still gets every retry of an isolated failure |
 /// | `predicate` | none | the built-in rules above |
 /// | `stream_buffering` | off | a streamed request body is sent once, never held in memory; see [`with_stream_buffering`](crate::RetryConfigBuilder::with_stream_buffering) |
 /// | `response_buffering` | off | a response is returned once its headers arrive, its body the caller's to read; see [`with_response_buffering`](crate::RetryConfigBuilder::with_response_buffering) |
@@ -209,7 +209,10 @@ impl fmt::Debug for RetryConfig {
     }
 }
 
-/// What the middleware may assume about redirects followed below it.
+/// What the middleware may assume about redirects followed below it, when
+/// the client was not built with the middleware's
+/// [`redirect_policy`](crate::RetryMiddleware::redirect_policy) (with it the
+/// middleware follows redirects itself, and this setting is not read).
 ///
 /// reqwest follows redirects inside the client, below every middleware, so
 /// the middleware sees only the last hop's outcome. After a redirect the

@@ -5,10 +5,11 @@
 //! ```no_run
 //! use reqwest_safe_retry::{RetryConfig, RetryMiddleware};
 //!
-//! # async fn run() -> Result<(), reqwest_middleware::Error> {
-//! let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
-//!     .with(RetryMiddleware::new(RetryConfig::default()))
-//!     .build();
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let retry = RetryMiddleware::new(RetryConfig::default());
+//! // The middleware follows redirects itself, above its retries.
+//! let inner = reqwest::Client::builder().redirect(retry.redirect_policy()).build()?;
+//! let client = reqwest_middleware::ClientBuilder::new(inner).with(retry).build();
 //! let response = client.get("http://127.0.0.1:8080/orders/1").send().await?;
 //! # let _ = response;
 //! # Ok(())
@@ -32,14 +33,19 @@
 //! can know the outcome belongs to the request it sent. See [`Retryability`]
 //! for the two halves of the decision.
 //!
-//! That proof fails once redirects are followed. reqwest follows them inside
-//! the client, below every middleware: a POST answered `303 See Other` has
-//! been processed, and the 429 or refused connection of the next hop says
-//! nothing about it. So by default ([`Redirects::Followed`], matching
-//! `reqwest::Client::new()`) a request that is not safe to repeat is never
-//! retried once it may have been processed. A client built without redirects
-//! says so with [`Redirects::NotFollowed`] and gets the any-method retries
-//! back.
+//! That proof needs the outcome to be the request's own, which it is not
+//! when reqwest follows redirects inside the client, below every middleware:
+//! a POST answered `303 See Other` has been processed, and the 429 or refused
+//! connection of the next hop says nothing about it — and a 303 may lead back
+//! to the very URL that was POSTed. So the quick start builds the inner
+//! client with [`RetryMiddleware::redirect_policy`]: the client hands every
+//! redirect up, and the middleware follows it itself, above its retry loop,
+//! each hop a request of its own, retried by its own method. Every rule then
+//! applies, to every request. A middleware used with a client that may
+//! follow redirects below it (`reqwest::Client::new()`, and
+//! [`Redirects::Followed`], the default setting) stays on the safe side: a
+//! request that is not safe to repeat is never retried once it may have been
+//! processed, so the any-method retries are lost for it.
 //!
 //! ```no_run
 //! # async fn run(client: reqwest_middleware::ClientWithMiddleware) -> reqwest_middleware::Result<()> {
@@ -77,12 +83,13 @@
 //! Backoff protects a server from one client; a fleet of clients that each
 //! retry three times still quadruples the load of an outage. A
 //! [`RetryBudget`], on by default, makes every retry to a host be paid for by
-//! answers the host gave: each final answer earns a tenth of a retry, for ten
-//! seconds, and a reserve of one retry, refilled by answers, covers a quiet
-//! client. Nothing is granted for time passing, so the extra load of an outage
-//! stays bounded for any number of processes, with no coordination between
-//! them. When the budget is spent the outcome is returned as it is, with
-//! [`StopReason::BudgetExhausted`].
+//! answers the host gave: each final answer earns a tenth of a retry, and a
+//! reserve of one call's retries and two more, refilled by answers, covers a
+//! quiet or fresh client. A retry that works is given back. Nothing is
+//! granted for time passing, so the extra load of an outage stays bounded for
+//! any number of processes (1.10 at a request a second over a minute), with
+//! no coordination between them. When the budget is spent the outcome is
+//! returned as it is, with [`StopReason::BudgetExhausted`].
 //!
 //! ```
 //! use std::time::Duration;

@@ -6,7 +6,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Instant;
+use std::time::Duration;
 
 use http::{Extensions, Method};
 use reqwest::{Request, Response};
@@ -180,123 +180,53 @@ impl Middleware for RetryMiddleware {
         'life2: 'async_trait,
         Self: 'async_trait,
     {
-        if self.shared.follows() {
-            // Boxed as one: only calls through a client that hands its
-            // redirects up pay for the hops' state.
-            return Box::pin(self.shared.follow(req, extensions, next));
-        }
         Box::pin(self.shared.send(req, extensions, next))
     }
 }
 
 impl Shared {
     /// One call: copy, send, decide, wait while discarding the old body,
-    /// repeat; then leave the report where the caller finds it.
+    /// repeat. Through a client that hands its redirects up, a redirect
+    /// ends one request and starts the next, a request of its own, retried
+    /// by its own rules under the call's one deadline (see
+    /// [`crate::redirect`]).
+    ///
+    /// Not an `async fn`: its arguments would be kept in the future beside
+    /// the loop's own state, and a request is 264 bytes. The request lives
+    /// once, in `pending`, until the last attempt takes it.
     fn send<'a>(
         &'a self,
         request: Request,
         extensions: &'a mut Extensions,
         next: Next<'a>,
     ) -> impl Future<Output = Result<Response>> + Send + 'a {
-        // The report is left by the attempts' own future: one wrapped
-        // around it would keep it, and so the request, twice.
-        self.attempts(request, extensions, next, None, |end| {
-            finish(end.extensions, end.caller.as_ref(), end.outcome, end.report)
-        })
-    }
-
-    /// One call through a client that hands every redirect up: each hop is
-    /// a request of its own, retried by its own rules, under the call's one
-    /// deadline. See [`crate::redirect`].
-    async fn follow(
-        &self,
-        mut request: Request,
-        extensions: &mut Extensions,
-        next: Next<'_>,
-    ) -> Result<Response> {
-        let caller = extensions.clone();
-        let mut started = None;
-        let mut total = RetryReport { attempts: 0, ..RetryReport::FIRST_AND_FINAL };
-        loop {
-            // What the next hop is made from when the loop keeps no copy:
-            // the request without its body, which a stream's is.
-            let bodiless = request.body().is_some_and(|body| body.as_bytes().is_none());
-            let stand_in = bodiless.then(|| redirect::bodiless(&request));
-            let end =
-                self.attempts(request, &mut *extensions, next.clone(), started, |end| end).await;
-            started = end.started;
-            total.attempts = total.attempts.saturating_add(end.report.attempts);
-            total.total_wait = total.total_wait.saturating_add(end.report.total_wait);
-            total.stop = end.report.stop;
-            let hop = match &end.outcome {
-                Ok(response) => end
-                    .left
-                    .or(stand_in)
-                    .and_then(|left| redirect::next_hop(response, left, !bodiless)),
-                Err(_) => None,
-            };
-            let Some(hop) = hop else {
-                return finish(end.extensions, Some(&caller), end.outcome, total);
-            };
-            if total.redirects == redirect::MAX_REDIRECTS {
-                let error = TooManyRedirects::new(total.redirects, hop.url().clone());
-                return finish(extensions, Some(&caller), Err(Error::middleware(error)), total);
-            }
-            total.redirects += 1;
-            // The redirect's body is not the caller's to read: dropped.
-            drop(end.outcome);
-            extensions.clone_from(&caller);
-            request = hop;
-        }
-    }
-
-    /// The attempts of one request: copy, send, decide, wait while
-    /// discarding the old body, repeat; then `done` with how they ended.
-    /// `started` is when the call began, for a request that is a later hop
-    /// of it.
-    ///
-    /// Not an `async fn`: its arguments would be kept in the future beside
-    /// the loop's own state, and a request is 264 bytes. The request lives
-    /// once, in `pending`, until the last attempt takes it.
-    fn attempts<'a, T>(
-        &'a self,
-        request: Request,
-        extensions: &'a mut Extensions,
-        next: Next<'a>,
-        started: Option<Instant>,
-        done: impl FnOnce(End<'a>) -> T + Send + 'a,
-    ) -> impl Future<Output = T> + Send + 'a {
-        let method = request.method().clone();
-        let server = events::server(self, &request);
+        let mut method = request.method().clone();
+        let mut server = events::server(self, &request);
+        // What a redirect is followed with when no copy of a streamed body
+        // could be kept: the request without it. Boxed: only a stream pays.
+        let follows = self.follows();
+        let mut bodiless = (follows
+            && request.body().is_some_and(|body| body.as_bytes().is_none()))
+        .then(|| Box::new(redirect::bodiless(&request)));
         let mut pending = Some(request);
         async move {
             let request = pending.as_ref().expect("the request");
-            let mut policy = Policy::new(self, request, extensions, started);
+            let mut policy = Policy::new(self, request, extensions, None);
             if let Some(rewind) = Rewind::new(self, &policy, &mut pending) {
                 // Boxed: only a streamed body, with stream buffering on, pays.
                 Box::pin(rewind.run()).await;
             }
-            // Response bodies are read only where their failure could be
-            // retried: the request is safe to repeat, retries are allowed,
-            // and its body can be sent again.
-            let reading = self.config.response_buffering.filter(|_| {
-                policy.may_retry_body_failures()
-                    && pending.as_ref().is_some_and(|request| {
-                        request.body().is_none_or(|body| body.as_bytes().is_some())
-                    })
-            });
+            let mut reading = self.reading(&policy, pending.as_ref());
             // What the caller attached: every attempt starts from it, so
             // nothing an attempt added below this middleware leaks into the
             // next one.
             let mut caller: Option<Extensions> = None;
+            // The attempts, waits and redirects of the hops before this one.
+            let mut before = Hops::default();
             loop {
                 let Ok((attempt, cut_at)) = policy.start(&mut pending) else {
-                    return done(self.expired(
-                        &policy,
-                        (&method, server.as_deref()),
-                        caller,
-                        extensions,
-                    ));
+                    let what = (&method, server.as_deref());
+                    return self.expired(&policy, what, extensions, caller.as_ref(), before);
                 };
                 if pending.is_some() && caller.is_none() {
                     caller = Some(extensions.clone());
@@ -321,7 +251,13 @@ impl Shared {
                         Some(outcome) => outcome,
                         None => {
                             let what = (&method, server.as_deref());
-                            return done(self.expired(&policy, what, caller, extensions));
+                            return self.expired(
+                                &policy,
+                                what,
+                                extensions,
+                                caller.as_ref(),
+                                before,
+                            );
                         }
                     },
                 };
@@ -331,15 +267,39 @@ impl Shared {
                 let after = match decision {
                     Decision::Retry { after, .. } => after,
                     Decision::Stop(stop) => {
-                        let (report, started) = (policy.report(stop), policy.started());
-                        return done(End {
-                            outcome,
-                            report,
-                            caller,
-                            left: pending,
-                            started,
-                            extensions,
-                        });
+                        let report = before.report(policy.report(stop));
+                        let hop = match &outcome {
+                            Ok(response) if follows && response.status().is_redirection() => {
+                                let (left, has_body) = match pending.take() {
+                                    Some(left) => (Some(left), true),
+                                    None => (bodiless.take().map(|copy| *copy), false),
+                                };
+                                left.and_then(|left| redirect::next_hop(response, left, has_body))
+                            }
+                            _ => None,
+                        };
+                        let Some(hop) = hop else {
+                            return finish(extensions, caller.as_ref(), outcome, report);
+                        };
+                        if report.redirects == redirect::MAX_REDIRECTS {
+                            let error = TooManyRedirects::new(report.redirects, hop.url().clone());
+                            let outcome = Err(Error::middleware(error));
+                            return finish(extensions, caller.as_ref(), outcome, report);
+                        }
+                        // The redirect's body is not the caller's to read:
+                        // dropped. The next hop starts from what the caller
+                        // attached, as every attempt does.
+                        drop(outcome);
+                        before = Hops::after(report);
+                        if let Some(caller) = &caller {
+                            extensions.clone_from(caller);
+                        }
+                        method = hop.method().clone();
+                        server = events::server(self, &hop);
+                        policy = Policy::new(self, &hop, extensions, policy.started());
+                        reading = self.reading(&policy, Some(&hop));
+                        pending = Some(hop);
+                        continue;
                     }
                 };
                 // Boxed, as only a retry needs it: the drain holds the old
@@ -354,36 +314,60 @@ impl Shared {
         }
     }
 
+    /// How much of a final response's body to read inside the attempt, if
+    /// any: only where its failure could be retried (the request is safe to
+    /// repeat, retries are allowed, and its body can be sent again).
+    fn reading(&self, policy: &Policy<'_>, request: Option<&Request>) -> Option<usize> {
+        self.config.response_buffering.filter(|_| {
+            policy.may_retry_body_failures()
+                && request.is_some_and(|request| {
+                    request.body().is_none_or(|body| body.as_bytes().is_some())
+                })
+        })
+    }
+
     /// Stops because the deadline passed with no outcome to return: before
     /// an attempt could be sent, or while one was in flight.
-    fn expired<'a>(
+    fn expired(
         &self,
         policy: &Policy<'_>,
         (method, server): (&Method, Option<&str>),
-        caller: Option<Extensions>,
-        extensions: &'a mut Extensions,
-    ) -> End<'a> {
+        extensions: &mut Extensions,
+        caller: Option<&Extensions>,
+        before: Hops,
+    ) -> Result<Response> {
         let stop = StopReason::DeadlineExceeded;
         events::notify(self, policy.attempts(), method, server, Decision::Stop(stop));
-        let outcome = Err(Error::middleware(policy.deadline_exceeded()));
-        let (report, started) = (policy.report(stop), policy.started());
-        End { outcome, report, caller, left: None, started, extensions }
+        let error = Error::middleware(policy.deadline_exceeded());
+        finish(extensions, caller, Err(error), before.report(policy.report(stop)))
     }
 }
 
-/// How the attempts of one request ended.
-struct End<'a> {
-    outcome: Result<Response>,
-    report: RetryReport,
-    /// The caller's extensions, if a copy was made for later attempts.
-    caller: Option<Extensions>,
-    /// The copy kept for another attempt, if one was kept: what a redirect
-    /// is followed with.
-    left: Option<Request>,
-    /// When the call's deadline started counting, if it has one.
-    started: Option<Instant>,
-    /// The extensions the attempts were sent with, handed back.
-    extensions: &'a mut Extensions,
+/// What the hops before the current one took: redirects followed, and the
+/// attempts and waits that led to them.
+#[derive(Debug, Clone, Copy, Default)]
+struct Hops {
+    redirects: u32,
+    attempts: u32,
+    total_wait: Duration,
+}
+
+impl Hops {
+    /// The hops up to the end of the one `report` covers, and its redirect.
+    fn after(report: RetryReport) -> Self {
+        let RetryReport { redirects, attempts, total_wait, .. } = report;
+        Self { redirects: redirects + 1, attempts, total_wait }
+    }
+
+    /// The call's report, the current hop's being `hop`.
+    fn report(self, hop: RetryReport) -> RetryReport {
+        RetryReport {
+            attempts: self.attempts.saturating_add(hop.attempts),
+            total_wait: self.total_wait.saturating_add(hop.total_wait),
+            stop: hop.stop,
+            redirects: self.redirects,
+        }
+    }
 }
 
 /// Leaves the report where the caller can find it, puts back the caller's

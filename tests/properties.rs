@@ -481,7 +481,10 @@ impl Shared {
                     Some(Play::Redirect(_, hop)) => hop,
                     _ => break,
                 };
-                on = if matches!(hop, Hop::OtherHost(_)) { 'b' } else { 'a' };
+                // A same-host hop stays where the redirect came from.
+                if matches!(hop, Hop::OtherHost(_)) {
+                    on = 'b';
+                }
                 play = hop.next();
             }
             let play = play.filter(|_| depth > 0 && on == server).cloned();

@@ -5,6 +5,7 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -39,16 +40,24 @@ impl Stack {
         }
     }
 
-    /// The stack over `client`, with zero-length waits, then `last` if given.
-    pub fn build(self, client: reqwest::Client, last: Option<Scripted>) -> ClientWithMiddleware {
-        let builder = ClientBuilder::new(client);
-        let builder = match self {
-            Stack::None => builder,
-            Stack::Peer => builder.with(RetryTransientMiddleware::new_with_policy(
-                ExponentialBackoff::builder()
-                    .retry_bounds(Duration::ZERO, Duration::ZERO)
-                    .build_with_max_retries(3),
-            )),
+    /// The stack over a client built from `client`, with zero-length waits,
+    /// then `last` if given. Ours is set up as the quick start shows: the
+    /// inner client built with the middleware's redirect policy.
+    pub fn build(
+        self,
+        client: reqwest::ClientBuilder,
+        last: Option<Scripted>,
+    ) -> ClientWithMiddleware {
+        let (client, retry): (_, Option<Arc<dyn Middleware>>) = match self {
+            Stack::None => (client, None),
+            Stack::Peer => (
+                client,
+                Some(Arc::new(RetryTransientMiddleware::new_with_policy(
+                    ExponentialBackoff::builder()
+                        .retry_bounds(Duration::ZERO, Duration::ZERO)
+                        .build_with_max_retries(3),
+                ))),
+            ),
             Stack::Ours | Stack::OursNoBudget => {
                 let mut config = RetryConfig::builder()
                     .with_initial_backoff(Duration::ZERO)
@@ -56,9 +65,14 @@ impl Stack {
                 if self == Stack::OursNoBudget {
                     config = config.without_budget();
                 }
-                builder.with(RetryMiddleware::new(config.build().expect("a valid configuration")))
+                let retry = RetryMiddleware::new(config.build().expect("a valid configuration"));
+                (client.redirect(retry.redirect_policy()), Some(Arc::new(retry)))
             }
         };
+        let mut builder = ClientBuilder::new(client.build().expect("a client"));
+        if let Some(retry) = retry {
+            builder = builder.with_arc(retry);
+        }
         match last {
             Some(last) => builder.with(last).build(),
             None => builder.build(),
