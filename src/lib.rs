@@ -127,6 +127,20 @@
 //! progress. Per-request [`RetryDeadline`], [`MaxRetries`], [`NoRetry`] and
 //! [`SafeToRetry`] extensions adjust one request.
 //!
+//! Four limits can bound a call; each is optional:
+//!
+//! | limit | set with | bounds | when it passes |
+//! |---|---|---|---|
+//! | client timeout | `reqwest::ClientBuilder::timeout` | each attempt that has no timeout of its own, from sending to the end of the body | `reqwest::Error`, `is_timeout()`; retried when safe |
+//! | request timeout | `RequestBuilder::timeout` | each attempt, likewise | the same |
+//! | attempt timeout | [`RetryConfigBuilder::with_attempt_timeout`] | each attempt: put on the request as its timeout unless the request's own is shorter | the same |
+//! | deadline | [`RetryConfigBuilder::with_deadline`], or [`RetryDeadline`] per request | the whole call: every attempt and hop, the one in flight included, and every wait | a timeout, or [`DeadlineExceeded`]; stop reason [`StopReason::DeadlineExceeded`] |
+//!
+//! The middleware cannot see the client's timeout, and reqwest lets a
+//! request's timeout replace it, so an attempt timeout, once set, replaces
+//! the client's for requests without their own: keep it no longer than the
+//! client's. The deadline never replaces a timeout it cannot see.
+//!
 //! ## Be honest with the caller
 //!
 //! The caller gets the last response as it came, or the last error exactly as
@@ -137,6 +151,22 @@
 //! how long was spent waiting and why the middleware stopped: read it with
 //! [`RetryReport::from_response`], or through a [`ReportSlot`] when the
 //! outcome is an error.
+//!
+//! ```no_run
+//! use reqwest_safe_retry::{ReportSlot, RetryReport};
+//!
+//! # async fn run(client: reqwest_middleware::ClientWithMiddleware) {
+//! let slot = ReportSlot::new();
+//! let result = client.get("http://127.0.0.1:8080/orders").with_extension(slot.clone()).send().await;
+//! if let Ok(response) = &result {
+//!     let report = RetryReport::from_response(response);
+//!     println!("{} attempts, stopped: {}", report.attempts, report.stop);
+//! }
+//! if let Some(report) = slot.get() {
+//!     println!("{} attempts, {:?} waiting: {}", report.attempts, report.total_wait, report.stop);
+//! }
+//! # }
+//! ```
 //!
 //! # Testing
 //!
@@ -157,6 +187,72 @@
 //! # let _ = middleware;
 //! # }
 //! ```
+//!
+//! # Observability
+//!
+//! With the `tracing` feature (on by default), every retry decision is one
+//! event under targets starting `reqwest_safe_retry`, at debug level
+//! ([`RetryMiddleware::with_log_level`] changes it), with OpenTelemetry's
+//! HTTP field names where one exists:
+//!
+//! | field | in | value |
+//! |---|---|---|
+//! | `http.request.method` | every event | `GET`, `POST`, ... |
+//! | `http.request.resend_count` | every event | attempts before this one |
+//! | `server.address` | every event | the host, and nothing else of the URL |
+//! | `attempt` | every event | the attempt just made, from 1 (0: the deadline passed before anything was sent) |
+//! | `error.type` | retries | the status (`"503"`), or the reason's label |
+//! | `retry.reason` | retries | [`RetryReason::as_str`]: `status`, `timeout`, ... |
+//! | `wait_ms` | retries | the wait before the next attempt |
+//! | `retry.stop` | stops | [`StopReason::as_str`]: `retries_exhausted`, `budget_exhausted`, ... |
+//!
+//! A first answer that is final — nearly every call — emits nothing, and
+//! headers, bodies, paths and queries are never logged. The labels of
+//! [`RetryReason::as_str`] and [`StopReason::as_str`] are stable across
+//! releases and carry no duration or status code.
+//!
+//! The crate depends on no metrics library: [`RetryMiddleware::on_decision`]
+//! calls a hook after every attempt, from which any facade can be fed. With
+//! the `metrics` crate:
+//!
+//! ```
+//! use reqwest_safe_retry::{Decision, RetryMiddleware, StopReason};
+//!
+//! let middleware = RetryMiddleware::default().on_decision(|event| match event.decision {
+//!     Decision::Retry { after, reason } => {
+//!         metrics::counter!("http_client_retries_total", "reason" => reason.as_str())
+//!             .increment(1);
+//!         metrics::histogram!("http_client_retry_wait_seconds").record(after.as_secs_f64());
+//!     }
+//!     // A first answer that is final is every ordinary call: not news.
+//!     Decision::Stop(StopReason::Final) if event.attempt == 1 => {}
+//!     Decision::Stop(stop) => {
+//!         metrics::counter!("http_client_retry_stops_total", "stop" => stop.as_str())
+//!             .increment(1);
+//!     }
+//!     _ => {}
+//! });
+//! # let _ = middleware;
+//! ```
+//!
+//! Where a tracing middleware such as reqwest-tracing's goes decides what its
+//! span covers: outside this one, one span per call; inside it, one per
+//! attempt, which can read the attempt under way from the request's
+//! [`AttemptNumber`] extension (absent on the first attempt).
+//!
+//! # Examples
+//!
+//! The repository's `examples/` run against local servers:
+//!
+//! | command | shows |
+//! |---|---|
+//! | `cargo run --example demo` | the source documents' scenario tables with the defaults |
+//! | `cargo run --example orders_client` | a typed API client on the middleware: its own options, error codes with the request id, pagination as a `Stream` |
+//! | `cargo run --example custom_policy` | another status set, a predicate, per-request overrides |
+//! | `cargo run --example tracing` | the retry events through `tracing-subscriber`, and a span per attempt |
+//! | `cargo run --example metrics` | the decision hook feeding the `metrics` facade |
+//! | `cargo run --release --example herd` | retry storms simulated: the fleet grid, partial failures, `Retry-After` spread, contention |
+//! | `cargo run --release --example hedging` | hedged requests against a server that is slow 5% of the time |
 //!
 //! # Features
 //!

@@ -88,9 +88,9 @@ pub enum BudgetScope {
 ///
 /// In partial failures the budget lets the retries that work through and
 /// stops those that pile up: with independent failures of 5% or 20% of
-/// attempts every call still succeeds with 99.9% or 99.7% likelihood, and at
-/// 50% the extra load stays near a quarter (the `herd` example's table,
-/// beside models of the AWS, gRPC and Finagle budgets).
+/// attempts, 100% and 99.6% of calls still succeed, and at 50% the extra
+/// load stays at an eighth (the `herd` example's table, beside models of the
+/// AWS, gRPC and Finagle budgets).
 ///
 /// # No coordination
 ///
