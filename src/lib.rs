@@ -196,6 +196,7 @@ mod redirect;
 mod report;
 mod retry_after;
 mod rewind;
+mod shared;
 
 pub use backoff::Jitter;
 pub use budget::{BudgetScope, RetryBudget};

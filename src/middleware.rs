@@ -12,18 +12,18 @@ use http::{Extensions, Method};
 use reqwest::{Request, Response};
 use reqwest_middleware::{Error, Middleware, Next, Result};
 
-use crate::budget::Budget;
-use crate::clock::{Clock, TokioClock};
+use crate::clock::Clock;
 use crate::config::RetryConfig;
 use crate::discard::{discard, first};
 use crate::events;
-use crate::jitter::{JitterSource, ThreadRngJitter};
-use crate::policy::{Policy, Shared};
+use crate::jitter::JitterSource;
+use crate::policy::Policy;
 use crate::read_body;
 use crate::reason::{Decision, StopReason};
 use crate::redirect::{self, TooManyRedirects};
 use crate::report::{AttemptNumber, ReportSlot, RetryEvent, RetryReport};
 use crate::rewind::Rewind;
+use crate::shared::Shared;
 
 /// The retry middleware for `reqwest_middleware`.
 ///
@@ -50,22 +50,10 @@ impl Default for RetryMiddleware {
 }
 
 impl RetryMiddleware {
-    /// A middleware with this policy, the [`TokioClock`] and thread-local
+    /// A middleware with this policy, the [`TokioClock`](crate::TokioClock) and thread-local
     /// randomness.
     pub fn new(config: RetryConfig) -> Self {
-        let budget =
-            config.budget().map(|budget| Arc::new(Budget::new(budget, config.max_retries())));
-        let shared = Shared {
-            config,
-            clock: Arc::new(TokioClock),
-            jitter: Arc::new(ThreadRngJitter),
-            budget,
-            hook: None,
-            follows: Arc::default(),
-            #[cfg(feature = "tracing")]
-            log_level: tracing::Level::DEBUG,
-        };
-        Self { shared: Arc::new(shared) }
+        Self { shared: Arc::new(Shared::new(config)) }
     }
 
     /// Uses `clock` for every reading of the time and every wait.

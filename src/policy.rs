@@ -6,7 +6,6 @@
 //! request uses, and it alone answers "what happens after this attempt?".
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use http::{Extensions, StatusCode};
@@ -14,44 +13,16 @@ use reqwest::{Request, Response};
 use reqwest_middleware::Result;
 
 use crate::backoff::{Jitter, backoff, ceiling, scale};
-use crate::budget::{Account, Budget, Paid};
+use crate::budget::{Account, Paid};
 use crate::classify::{self, Class};
-use crate::clock::Clock;
 use crate::config::{Redirects, RetryAfterOverCap, RetryConfig};
 use crate::error::DeadlineExceeded;
 use crate::extensions::{MaxRetries, NoRetry, RetryDeadline, SafeToRetry};
-use crate::jitter::JitterSource;
 use crate::predicate::{Attempt, Outcome};
 use crate::reason::{Decision, RetryReason, Retryability, StopReason};
-use crate::report::{RetryEvent, RetryReport};
+use crate::report::RetryReport;
 use crate::retry_after::parse_retry_after;
-
-/// The hook the middleware calls after every attempt.
-pub(crate) type Hook = Arc<dyn Fn(&RetryEvent<'_>) + Send + Sync>;
-
-/// What every request of one middleware shares: the configuration, the
-/// clock, the randomness, the budget and the hook.
-#[derive(Clone)]
-pub(crate) struct Shared {
-    pub(crate) config: RetryConfig,
-    pub(crate) clock: Arc<dyn Clock>,
-    pub(crate) jitter: Arc<dyn JitterSource>,
-    pub(crate) budget: Option<Arc<Budget>>,
-    pub(crate) hook: Option<Hook>,
-    /// The inner client hands every redirect up and the middleware follows
-    /// them: set once [`redirect_policy`](crate::RetryMiddleware::redirect_policy)
-    /// was taken, for this middleware and its clones.
-    pub(crate) follows: Arc<AtomicBool>,
-    #[cfg(feature = "tracing")]
-    pub(crate) log_level: tracing::Level,
-}
-
-impl Shared {
-    /// Whether the middleware follows redirects itself.
-    pub(crate) fn follows(&self) -> bool {
-        self.follows.load(Ordering::Relaxed)
-    }
-}
+use crate::shared::Shared;
 
 /// One request's policy and progress.
 pub(crate) struct Policy<'a> {

@@ -17,7 +17,8 @@ use reqwest::{Body, Request};
 
 use crate::clock::Clock;
 use crate::discard::first;
-use crate::policy::{Policy, Shared};
+use crate::policy::Policy;
+use crate::shared::Shared;
 
 /// A streamed body to read before the first attempt.
 pub(crate) struct Rewind<'a> {
