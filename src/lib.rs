@@ -185,6 +185,7 @@ mod discard;
 mod error;
 mod events;
 mod extensions;
+mod future;
 mod hedge;
 mod jitter;
 mod middleware;

@@ -14,8 +14,9 @@ use reqwest_middleware::{Error, Middleware, Next, Result};
 
 use crate::clock::Clock;
 use crate::config::RetryConfig;
-use crate::discard::{discard, first};
+use crate::discard::discard;
 use crate::events;
+use crate::future::first;
 use crate::jitter::JitterSource;
 use crate::policy::Policy;
 use crate::read_body;

@@ -16,7 +16,7 @@ use hyper::body::{Body as HttpBody, Bytes, Frame, SizeHint};
 use reqwest::{Body, Request};
 
 use crate::clock::Clock;
-use crate::discard::first;
+use crate::future::first;
 use crate::policy::Policy;
 use crate::shared::Shared;
 
