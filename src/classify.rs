@@ -76,6 +76,24 @@ pub(crate) fn classify_error(
     None
 }
 
+/// The built-in rule for a body that failed while the middleware read it:
+/// a timeout, or a connection lost mid-body (reset, aborted, closed before
+/// the declared length), may be retried when the request is safe to repeat.
+/// A malformed body will be the same next time: final.
+pub(crate) fn classify_body_error(error: &reqwest_middleware::Error) -> Class {
+    let reqwest_middleware::Error::Reqwest(error) = error else { return None };
+    if error.is_timeout() || any_io(error, |kind| kind == io::ErrorKind::TimedOut) {
+        return Some((Retryability::WhenSafe, RetryReason::Timeout));
+    }
+    if any_hyper(error, |e| e.is_parse() || e.is_user()) {
+        return None;
+    }
+    let lost = any_io(error, is_lost_connection)
+        || any_hyper(error, |e| e.is_incomplete_message() || e.is_closed())
+        || chain_has_lost_stream(error);
+    lost.then_some((Retryability::WhenSafe, RetryReason::ConnectionLost))
+}
+
 /// The `reqwest::Error` behind an outcome, also when an inner middleware
 /// wrapped it in [`reqwest_middleware::Error::Middleware`] — but only one
 /// about this request: an inner middleware may have made calls of its own
@@ -102,7 +120,7 @@ fn reqwest_error<'a>(
 /// answers `source()` with the *wrapped error's* source, skipping the wrapped
 /// error itself, so the walk steps into it with `get_ref` instead: that is
 /// where rustls leaves a handshake's real cause.
-pub(crate) fn sources<'a>(
+fn sources<'a>(
     error: &'a (dyn StdError + 'static),
 ) -> impl Iterator<Item = &'a (dyn StdError + 'static)> {
     std::iter::successors(Some(error), |&e| match e.downcast_ref::<io::Error>() {
@@ -111,14 +129,11 @@ pub(crate) fn sources<'a>(
     })
 }
 
-pub(crate) fn any_io(error: &(dyn StdError + 'static), test: fn(io::ErrorKind) -> bool) -> bool {
+fn any_io(error: &(dyn StdError + 'static), test: fn(io::ErrorKind) -> bool) -> bool {
     sources(error).filter_map(|e| e.downcast_ref::<io::Error>()).any(|io| test(io.kind()))
 }
 
-pub(crate) fn any_hyper(
-    error: &(dyn StdError + 'static),
-    test: impl Fn(&hyper::Error) -> bool,
-) -> bool {
+fn any_hyper(error: &(dyn StdError + 'static), test: impl Fn(&hyper::Error) -> bool) -> bool {
     sources(error).filter_map(|e| e.downcast_ref::<hyper::Error>()).any(test)
 }
 
@@ -131,7 +146,15 @@ fn is_passing_connect_failure(kind: io::ErrorKind) -> bool {
             | io::ErrorKind::HostUnreachable
             | io::ErrorKind::NetworkUnreachable
             | io::ErrorKind::AddrNotAvailable
-            | io::ErrorKind::ConnectionReset
+    ) || is_lost_connection(kind)
+}
+
+/// A connection that broke: reset, aborted, closed before the end, or
+/// written to after the peer closed it.
+fn is_lost_connection(kind: io::ErrorKind) -> bool {
+    matches!(
+        kind,
+        io::ErrorKind::ConnectionReset
             | io::ErrorKind::ConnectionAborted
             | io::ErrorKind::UnexpectedEof
             | io::ErrorKind::BrokenPipe
@@ -168,6 +191,21 @@ fn chain_has_refused_stream(error: &(dyn StdError + 'static)) -> bool {
         h2.reason() == Some(h2::Reason::REFUSED_STREAM)
             || (h2.is_go_away() && h2.reason() == Some(h2::Reason::NO_ERROR))
     });
+    #[cfg(not(feature = "http2"))]
+    let found = {
+        let _ = error;
+        false
+    };
+    found
+}
+
+/// An HTTP/2 stream reset, or its connection gone away, mid-body. Without
+/// the `http2` feature there is no HTTP/2, and nothing to find.
+fn chain_has_lost_stream(error: &(dyn StdError + 'static)) -> bool {
+    #[cfg(feature = "http2")]
+    let found = sources(error)
+        .filter_map(|e| e.downcast_ref::<h2::Error>())
+        .any(|h2| h2.is_io() || h2.is_go_away() || h2.is_reset());
     #[cfg(not(feature = "http2"))]
     let found = {
         let _ = error;
@@ -295,6 +333,13 @@ mod tests {
         for code in [200, 201, 301, 400, 404, 408, 500, 501, 505, 599] {
             assert_eq!(verdict(code, true), None, "{code}");
         }
+    }
+
+    #[test]
+    fn only_reqwest_errors_are_read_for_a_body_failure() {
+        let error =
+            reqwest_middleware::Error::middleware(io::Error::from(io::ErrorKind::ConnectionReset));
+        assert_eq!(classify_body_error(&error), None);
     }
 
     #[test]

@@ -350,7 +350,7 @@ impl<'a> Policy<'a> {
                 &config.retryable_statuses,
                 config.retry_429_any_method,
             ),
-            Err(error) if body_failed => crate::read_body::classify_body_error(error),
+            Err(error) if body_failed => classify::classify_body_error(error),
             Err(error) => classify::classify_error(error, request.map(Request::url)),
         };
         (class, None)

@@ -12,9 +12,8 @@ use hyper::body::Frame;
 use reqwest::{Response, ResponseBuilderExt};
 use reqwest_middleware::{Error, Result};
 
-use crate::classify::{self, Class};
+use crate::classify;
 use crate::config::RetryConfig;
-use crate::reason::{RetryReason, Retryability};
 use crate::rewind;
 
 /// Reads the body of `outcome`, when it is a response the built-in status
@@ -86,59 +85,9 @@ async fn read(
     Ok(Response::from(http::Response::from_parts(parts, body)))
 }
 
-/// The built-in rule for a body that failed while the middleware read it:
-/// a timeout, or a connection lost mid-body (reset, aborted, closed before
-/// the declared length), may be retried when the request is safe to repeat.
-/// A malformed body will be the same next time: final.
-pub(crate) fn classify_body_error(error: &Error) -> Class {
-    let Error::Reqwest(error) = error else { return None };
-    if error.is_timeout() || classify::any_io(error, |kind| kind == std::io::ErrorKind::TimedOut) {
-        return Some((Retryability::WhenSafe, RetryReason::Timeout));
-    }
-    if classify::any_hyper(error, |e| e.is_parse() || e.is_user()) {
-        return None;
-    }
-    let lost = classify::any_io(error, is_lost_connection)
-        || classify::any_hyper(error, |e| e.is_incomplete_message() || e.is_closed())
-        || h2_stream_lost(error);
-    lost.then_some((Retryability::WhenSafe, RetryReason::ConnectionLost))
-}
-
-fn is_lost_connection(kind: std::io::ErrorKind) -> bool {
-    use std::io::ErrorKind;
-    matches!(
-        kind,
-        ErrorKind::ConnectionReset
-            | ErrorKind::ConnectionAborted
-            | ErrorKind::UnexpectedEof
-            | ErrorKind::BrokenPipe
-    )
-}
-
-/// An HTTP/2 stream reset or a connection gone away mid-body.
-#[cfg(feature = "http2")]
-fn h2_stream_lost(error: &(dyn std::error::Error + 'static)) -> bool {
-    classify::sources(error)
-        .filter_map(|e| e.downcast_ref::<h2::Error>())
-        .any(|h2| h2.is_io() || h2.is_go_away() || h2.is_reset())
-}
-
-#[cfg(not(feature = "http2"))]
-fn h2_stream_lost(_: &(dyn std::error::Error + 'static)) -> bool {
-    false
-}
-
 #[cfg(test)]
 mod tests {
-    use std::io;
-
     use super::*;
-
-    #[test]
-    fn only_reqwest_errors_are_read() {
-        let error = Error::middleware(io::Error::from(io::ErrorKind::ConnectionReset));
-        assert_eq!(classify_body_error(&error), None);
-    }
 
     #[tokio::test]
     async fn a_response_within_the_limit_keeps_its_parts() {
