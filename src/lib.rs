@@ -181,6 +181,7 @@ mod builder;
 mod classify;
 mod clock;
 mod config;
+mod deadline;
 mod discard;
 mod error;
 mod events;

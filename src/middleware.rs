@@ -201,7 +201,14 @@ impl Shared {
         async move {
             let request = pending.as_ref().expect("the request");
             let mut policy = Policy::new(self, request, extensions, None);
-            if let Some(rewind) = Rewind::new(self, &policy, &mut pending) {
+            if let Some(rewind) = Rewind::new(
+                &mut pending,
+                self.config.stream_buffering,
+                policy.may_retry(),
+                policy.deadline_at(),
+                self.config.attempt_timeout,
+                &*self.clock,
+            ) {
                 // Boxed: only a streamed body, with stream buffering on, pays.
                 Box::pin(rewind.run()).await;
             }

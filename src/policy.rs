@@ -16,6 +16,7 @@ use crate::backoff::{Jitter, backoff, ceiling, scale};
 use crate::budget::{Account, Paid};
 use crate::classify::{self, Class};
 use crate::config::{Redirects, RetryAfterOverCap, RetryConfig};
+use crate::deadline::{Deadline, MIN_ATTEMPT, visible_timeout};
 use crate::error::DeadlineExceeded;
 use crate::extensions::{MaxRetries, NoRetry, RetryDeadline, SafeToRetry};
 use crate::predicate::{Attempt, Outcome};
@@ -104,9 +105,9 @@ impl<'a> Policy<'a> {
         pending: &mut Option<Request>,
     ) -> std::result::Result<(Request, Option<Instant>), DeadlineExceeded> {
         let left = match self.deadline {
-            Some(Deadline { start, limit }) => {
+            Some(deadline) => {
                 let now = self.shared.clock.now();
-                let left = limit.saturating_sub(now.saturating_duration_since(start));
+                let left = deadline.left(now);
                 if left.is_zero() {
                     return Err(self.deadline_exceeded());
                 }
@@ -140,10 +141,7 @@ impl<'a> Policy<'a> {
         // `pending` is always there to copy or take.
         let mut attempt = copy.or_else(|| pending.take()).expect("a request to send");
         let own = attempt.timeout().copied();
-        let visible = match (own, self.shared.config.attempt_timeout) {
-            (Some(own), Some(configured)) => Some(own.min(configured)),
-            (own, configured) => own.or(configured),
-        };
+        let visible = visible_timeout(own, self.shared.config.attempt_timeout);
         let (timeout, cut_at) = match (visible, left) {
             (visible, None) => (visible, None),
             (Some(visible), Some((_, left))) => (Some(visible.min(left)), None),
@@ -356,19 +354,21 @@ impl<'a> Policy<'a> {
         (class, None)
     }
 
-    /// Whether a retry may follow the first attempt, and when the deadline
-    /// passes, if there is one: what reading a streamed body must respect.
-    pub(crate) fn rewind_bounds(&self) -> (bool, Option<Instant>) {
-        let deadline =
-            self.deadline.and_then(|deadline| deadline.start.checked_add(deadline.limit));
-        (!self.disabled && self.max_retries > 0, deadline)
+    /// Whether a retry may follow the first attempt: retries are allowed.
+    pub(crate) fn may_retry(&self) -> bool {
+        !self.disabled && self.max_retries > 0
     }
 
     /// Whether a body that fails while it is read could be retried: the
     /// request is safe to repeat and retries are allowed. (Whether its body
     /// can be sent again is the caller's to check.)
     pub(crate) fn may_retry_body_failures(&self) -> bool {
-        !self.disabled && self.max_retries > 0 && self.safe
+        self.may_retry() && self.safe
+    }
+
+    /// When the call's deadline passes, if it has one.
+    pub(crate) fn deadline_at(&self) -> Option<Instant> {
+        self.deadline.and_then(Deadline::at)
     }
 
     /// Holds the budget account of `request`'s host, if there is a budget
@@ -406,16 +406,6 @@ impl Drop for Policy<'_> {
         }
     }
 }
-
-/// When a call with a deadline started, and how long it may take.
-#[derive(Clone, Copy)]
-struct Deadline {
-    start: Instant,
-    limit: Duration,
-}
-
-/// The least time a retry must have left before the deadline.
-const MIN_ATTEMPT: Duration = Duration::from_millis(10);
 
 /// An idempotent method, or an idempotency key that is not blank.
 fn is_safe(config: &RetryConfig, request: &Request) -> bool {

@@ -10,15 +10,14 @@
 use std::future::poll_fn;
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use hyper::body::{Body as HttpBody, Bytes, Frame, SizeHint};
 use reqwest::{Body, Request};
 
 use crate::clock::Clock;
+use crate::deadline::{tightest, visible_timeout};
 use crate::future::first;
-use crate::policy::Policy;
-use crate::shared::Shared;
 
 /// A streamed body to read before the first attempt.
 pub(crate) struct Rewind<'a> {
@@ -31,27 +30,25 @@ pub(crate) struct Rewind<'a> {
 }
 
 impl<'a> Rewind<'a> {
-    /// The body to read, if stream buffering is on, a retry may follow and
-    /// the request's body is a stream.
+    /// The body to read, if stream buffering is on (a `limit`), a retry
+    /// may follow and the request's body is a stream. Reading stops at the
+    /// call's `deadline`, or once the attempt's visible timeout (the
+    /// request's own, or `attempt_timeout`) has passed from now.
     pub(crate) fn new(
-        shared: &'a Shared,
-        policy: &Policy<'_>,
         pending: &'a mut Option<Request>,
+        limit: Option<usize>,
+        may_retry: bool,
+        deadline: Option<Instant>,
+        attempt_timeout: Option<Duration>,
+        clock: &'a dyn Clock,
     ) -> Option<Self> {
-        let limit = shared.config.stream_buffering?;
-        let (may_retry, deadline) = policy.rewind_bounds();
+        let limit = limit?;
         let request = pending.as_mut().filter(|_| may_retry)?;
         request.body().filter(|body| body.as_bytes().is_none())?;
-        let timeout = match (request.timeout().copied(), shared.config.attempt_timeout) {
-            (Some(own), Some(configured)) => Some(own.min(configured)),
-            (own, configured) => own.or(configured),
-        };
-        let timeout_at = timeout.and_then(|timeout| shared.clock.now().checked_add(timeout));
-        let cut_at = match (deadline, timeout_at) {
-            (Some(deadline), Some(timeout_at)) => Some(deadline.min(timeout_at)),
-            (deadline, timeout_at) => deadline.or(timeout_at),
-        };
-        Some(Self { request, limit, clock: &*shared.clock, cut_at })
+        let timeout = visible_timeout(request.timeout().copied(), attempt_timeout);
+        let timeout_at = timeout.and_then(|timeout| clock.now().checked_add(timeout));
+        let cut_at = tightest(deadline, timeout_at);
+        Some(Self { request, limit, clock, cut_at })
     }
 
     /// Reads the body until it ends, goes over the limit, fails, or the time
