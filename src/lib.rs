@@ -176,13 +176,13 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backoff;
+mod body;
 mod budget;
 mod builder;
 mod classify;
 mod clock;
 mod config;
 mod deadline;
-mod discard;
 mod error;
 mod events;
 mod extensions;
@@ -192,12 +192,10 @@ mod jitter;
 mod middleware;
 mod policy;
 mod predicate;
-mod read_body;
 mod reason;
 mod redirect;
 mod report;
 mod retry_after;
-mod rewind;
 mod shared;
 
 pub use backoff::Jitter;

@@ -12,18 +12,16 @@ use http::{Extensions, Method};
 use reqwest::{Request, Response};
 use reqwest_middleware::{Error, Middleware, Next, Result};
 
+use crate::body::{self, Rewind};
 use crate::clock::Clock;
 use crate::config::RetryConfig;
-use crate::discard::discard;
 use crate::events;
 use crate::future::first;
 use crate::jitter::JitterSource;
 use crate::policy::Policy;
-use crate::read_body;
 use crate::reason::{Decision, StopReason};
 use crate::redirect::{self, TooManyRedirects};
 use crate::report::{AttemptNumber, ReportSlot, RetryEvent, RetryReport};
-use crate::rewind::Rewind;
 use crate::shared::Shared;
 
 /// The retry middleware for `reqwest_middleware`.
@@ -236,7 +234,7 @@ impl Shared {
                     match reading {
                         None => (outcome, false),
                         // Boxed: only calls that read bodies pay for it.
-                        Some(limit) => Box::pin(read_body::settle(config, outcome, limit)).await,
+                        Some(limit) => Box::pin(body::settle(config, outcome, limit)).await,
                     }
                 };
                 let (outcome, body_failed) = match cut_at {
@@ -301,7 +299,7 @@ impl Shared {
                 // Boxed, as only a retry needs it: the drain holds the old
                 // response, kept out of every request's future.
                 let wait = self.clock.sleep(after);
-                Box::pin(discard(outcome, wait, self.config.drain_limit)).await;
+                Box::pin(body::discard(outcome, wait, self.config.drain_limit)).await;
                 if let Some(caller) = &caller {
                     extensions.clone_from(caller);
                 }

@@ -1,5 +1,6 @@
 //! Discarding the body of a response that is being retried, within the wait
-//! before the retry.
+//! before the retry, so that its connection can be reused; see
+//! [`with_drain_limit`](crate::RetryConfigBuilder::with_drain_limit).
 
 use reqwest::Response;
 use reqwest_middleware::Result;

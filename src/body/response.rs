@@ -1,20 +1,15 @@
-//! Reading the body of a final response inside the attempt, up to a limit,
-//! so that a body that breaks while it is read is retried like any other
-//! failed attempt; see
+//! Reading the body of a final response inside the attempt, so that a body
+//! that breaks while it is read is retried like any other failed attempt.
+//! What a caller gets is stated once, on
 //! [`with_response_buffering`](crate::RetryConfigBuilder::with_response_buffering).
-//!
-//! As with a streamed request body ([`rewind`](crate::rewind)), a body that
-//! ends within the limit comes back as bytes, a longer one as the bytes read
-//! then the rest of the body, and no more than the limit plus one chunk is
-//! held.
 
 use hyper::body::Frame;
 use reqwest::{Response, ResponseBuilderExt};
 use reqwest_middleware::{Error, Result};
 
+use super::replay::{Tail, append, replay};
 use crate::classify;
 use crate::config::RetryConfig;
-use crate::rewind;
 
 /// Reads the body of `outcome`, when it is a response the built-in status
 /// rules take as final, up to `limit`. Returns the outcome to decide on, and
@@ -66,7 +61,7 @@ async fn read(
         match response.chunk().await {
             Ok(None) => break None,
             Ok(Some(chunk)) if chunk.len() > limit - prefix.len() => break Some(chunk),
-            Ok(Some(chunk)) => rewind::append(&mut prefix, &chunk, limit),
+            Ok(Some(chunk)) => append(&mut prefix, &chunk, limit),
             Err(error) => return Err(error.with_url(response.url().clone())),
         }
     };
@@ -77,7 +72,7 @@ async fn read(
     let (mut parts, rest) = http::Response::<reqwest::Body>::from(response).into_parts();
     let body = match held {
         None => reqwest::Body::from(prefix),
-        Some(chunk) => rewind::replay(prefix, Some(Frame::data(chunk)), rest),
+        Some(chunk) => replay(prefix, Some(Frame::data(chunk)), Tail::Rest(rest)),
     };
     // Building a response without a status or header to check cannot fail.
     let (marker, ()) = http::Response::builder().url(url).body(()).unwrap_or_default().into_parts();
