@@ -18,7 +18,28 @@ use http::StatusCode;
 use crate::reason::{RetryReason, Retryability};
 
 /// How far an outcome may be retried and why; `None` when it is final.
-pub(crate) type Class = Option<(Retryability, RetryReason)>;
+pub(crate) type Class = Option<(Scope, RetryReason)>;
+
+/// How far an outcome that is not final may be retried: [`Retryability`]
+/// without `Never`, which a [`Class`] says with `None`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Scope {
+    /// Only if the request is safe to repeat.
+    WhenSafe,
+    /// Whatever the method, once the outcome is known to be the request's own.
+    AnyMethod,
+}
+
+impl Scope {
+    /// The scope of a predicate's answer; `None` when it is final.
+    pub(crate) fn of(retryability: Retryability) -> Option<Self> {
+        match retryability {
+            Retryability::Never => None,
+            Retryability::WhenSafe => Some(Self::WhenSafe),
+            Retryability::AnyMethod => Some(Self::AnyMethod),
+        }
+    }
+}
 
 /// The built-in rules for a response status.
 pub(crate) fn classify_status(
@@ -29,12 +50,12 @@ pub(crate) fn classify_status(
     if !retryable.contains(&status) {
         return None;
     }
-    let retryability = if status == StatusCode::TOO_MANY_REQUESTS && any_method_429 {
-        Retryability::AnyMethod
+    let scope = if status == StatusCode::TOO_MANY_REQUESTS && any_method_429 {
+        Scope::AnyMethod
     } else {
-        Retryability::WhenSafe
+        Scope::WhenSafe
     };
-    Some((retryability, RetryReason::Status(status)))
+    Some((scope, RetryReason::Status(status)))
 }
 
 /// The built-in rules for a failed attempt of the request to `url`, when
@@ -53,25 +74,25 @@ pub(crate) fn classify_error(
         let passing = error.is_timeout()
             || any_io(error, is_passing_connect_failure)
             || is_temporary_dns_failure(error);
-        return passing.then_some((Retryability::AnyMethod, RetryReason::NotConnected));
+        return passing.then_some((Scope::AnyMethod, RetryReason::NotConnected));
     }
     if chain_has_refused_stream(error) {
-        return Some((Retryability::AnyMethod, RetryReason::RefusedStream));
+        return Some((Scope::AnyMethod, RetryReason::RefusedStream));
     }
     if any_hyper(error, hyper::Error::is_canceled) {
         // hyper hands a request back unsent when its new connection closed
         // before the request was written (on a reused one it retries itself).
-        return Some((Retryability::AnyMethod, RetryReason::NotSent));
+        return Some((Scope::AnyMethod, RetryReason::NotSent));
     }
     if error.is_timeout() {
-        return Some((Retryability::WhenSafe, RetryReason::Timeout));
+        return Some((Scope::WhenSafe, RetryReason::Timeout));
     }
     // A malformed response, oversized headers or an unsupported version
     // will be the same next time; so will an error in the request itself.
     if error.is_request() && !any_hyper(error, |e| e.is_parse() || e.is_user()) {
         // Reset, closed before the response, incomplete message: the
         // request may have been processed.
-        return Some((Retryability::WhenSafe, RetryReason::ConnectionLost));
+        return Some((Scope::WhenSafe, RetryReason::ConnectionLost));
     }
     None
 }
@@ -83,7 +104,7 @@ pub(crate) fn classify_error(
 pub(crate) fn classify_body_error(error: &reqwest_middleware::Error) -> Class {
     let reqwest_middleware::Error::Reqwest(error) = error else { return None };
     if error.is_timeout() || any_io(error, |kind| kind == io::ErrorKind::TimedOut) {
-        return Some((Retryability::WhenSafe, RetryReason::Timeout));
+        return Some((Scope::WhenSafe, RetryReason::Timeout));
     }
     if any_hyper(error, |e| e.is_parse() || e.is_user()) {
         return None;
@@ -91,7 +112,7 @@ pub(crate) fn classify_body_error(error: &reqwest_middleware::Error) -> Class {
     let lost = any_io(error, is_lost_connection)
         || any_hyper(error, |e| e.is_incomplete_message() || e.is_closed())
         || chain_has_lost_stream(error);
-    lost.then_some((Retryability::WhenSafe, RetryReason::ConnectionLost))
+    lost.then_some((Scope::WhenSafe, RetryReason::ConnectionLost))
 }
 
 /// The `reqwest::Error` behind an outcome, also when an inner middleware
@@ -319,15 +340,22 @@ mod tests {
     }
 
     #[test]
+    fn a_predicate_that_says_never_gives_no_scope() {
+        assert_eq!(Scope::of(Retryability::Never), None);
+        assert_eq!(Scope::of(Retryability::WhenSafe), Some(Scope::WhenSafe));
+        assert_eq!(Scope::of(Retryability::AnyMethod), Some(Scope::AnyMethod));
+    }
+
+    #[test]
     fn statuses_follow_the_given_set() {
         let set = [429, 502, 503, 504].map(|c| StatusCode::from_u16(c).unwrap());
         let verdict =
             |code: u16, any: bool| classify_status(StatusCode::from_u16(code).unwrap(), &set, any);
-        assert_eq!(verdict(429, true).unwrap().0, Retryability::AnyMethod);
-        assert_eq!(verdict(429, false).unwrap().0, Retryability::WhenSafe);
+        assert_eq!(verdict(429, true).unwrap().0, Scope::AnyMethod);
+        assert_eq!(verdict(429, false).unwrap().0, Scope::WhenSafe);
         for code in [502, 503, 504] {
-            let (retryability, reason) = verdict(code, true).unwrap();
-            assert_eq!(retryability, Retryability::WhenSafe);
+            let (scope, reason) = verdict(code, true).unwrap();
+            assert_eq!(scope, Scope::WhenSafe);
             assert_eq!(reason, RetryReason::Status(StatusCode::from_u16(code).unwrap()));
         }
         for code in [200, 201, 301, 400, 404, 408, 500, 501, 505, 599] {

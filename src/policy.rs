@@ -14,13 +14,13 @@ use reqwest_middleware::Result;
 
 use crate::backoff::{Jitter, backoff, ceiling, scale};
 use crate::budget::{Account, Paid};
-use crate::classify::{self, Class};
+use crate::classify::{self, Class, Scope};
 use crate::config::{Redirects, RetryAfterOverCap, RetryConfig};
 use crate::deadline::{Deadline, MIN_ATTEMPT, visible_timeout};
 use crate::error::DeadlineExceeded;
 use crate::extensions::{MaxRetries, NoRetry, RetryDeadline, SafeToRetry};
 use crate::predicate::{Attempt, Outcome};
-use crate::reason::{Decision, RetryReason, Retryability, StopReason};
+use crate::reason::{Decision, RetryReason, StopReason};
 use crate::report::RetryReport;
 use crate::retry_after::parse_retry_after;
 use crate::shared::Shared;
@@ -179,7 +179,7 @@ impl<'a> Policy<'a> {
         // The retry that led here, if one was paid for: its cost stands
         // unless this answer is final.
         let paid = self.paid.take().map(|(paid, _)| paid);
-        let (retryability, reason) = match class {
+        let (scope, reason) = match class {
             None => {
                 // A final answer pays towards later retries, and a retry
                 // that reached one costs nothing.
@@ -232,14 +232,13 @@ impl<'a> Policy<'a> {
             }
             (Redirects::NotFollowed, ..) => true,
         };
-        let safe_to_repeat = match retryability {
-            // (`verdict` answers `None` for a predicate's `Never`.)
-            Retryability::WhenSafe | Retryability::Never => self.safe,
+        let safe_to_repeat = match scope {
+            Scope::WhenSafe => self.safe,
             // The server did not act on *this hop*; that proves the request
             // unprocessed only if no earlier hop answered with a redirect.
             // A predicate's `AnyMethod` is held to the same proof: an error
             // carries the original URL whatever hop failed.
-            Retryability::AnyMethod => self.safe || first_hop(),
+            Scope::AnyMethod => self.safe || first_hop(),
         };
         if !safe_to_repeat {
             return Decision::Stop(StopReason::NotSafe);
@@ -335,9 +334,9 @@ impl<'a> Policy<'a> {
         if let (Some(predicate), Some(request)) = (self.shared.config.predicate(), request) {
             let attempt = Attempt { request, number: self.attempts, outcome: Outcome::of(outcome) };
             if let Some(verdict) = predicate(&attempt) {
-                return match verdict.retryability() {
-                    Retryability::Never => (None, None),
-                    retryability => (Some((retryability, RetryReason::Custom)), verdict.wait()),
+                return match Scope::of(verdict.retryability()) {
+                    None => (None, None),
+                    Some(scope) => (Some((scope, RetryReason::Custom)), verdict.wait()),
                 };
             }
         }
