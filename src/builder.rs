@@ -18,7 +18,7 @@ pub struct RetryConfigBuilder {
     config: RetryConfig,
     statuses: Option<Vec<StatusCode>>,
     /// The header name, or why it is not one.
-    header: Option<Result<HeaderName, String>>,
+    header: Option<Result<HeaderName, ConfigError>>,
 }
 
 impl RetryConfig {
@@ -91,7 +91,7 @@ impl RetryConfigBuilder {
         HeaderName: TryFrom<K>,
         <HeaderName as TryFrom<K>>::Error: fmt::Display,
     {
-        self.header = Some(HeaderName::try_from(name).map_err(|e| e.to_string()));
+        self.header = Some(idempotency_header(name));
         self
     }
 
@@ -386,9 +386,7 @@ impl RetryConfigBuilder {
             config.retryable_statuses = statuses;
         }
         if let Some(header) = self.header {
-            config.idempotency_header = header.map_err(|error| {
-                ConfigError::new("idempotency_header", format!("is not valid: {error}"))
-            })?;
+            config.idempotency_header = header?;
         }
         if let Some(budget) = &config.budget {
             budget.validate()?;
@@ -419,6 +417,18 @@ impl RetryConfigBuilder {
         }
         Ok(config)
     }
+}
+
+/// An idempotency header as both builders take one: whatever
+/// `reqwest::RequestBuilder::header` takes, or the error their `build`
+/// reports for a name that is not valid.
+pub(crate) fn idempotency_header<K>(name: K) -> Result<HeaderName, ConfigError>
+where
+    HeaderName: TryFrom<K>,
+    <HeaderName as TryFrom<K>>::Error: fmt::Display,
+{
+    HeaderName::try_from(name)
+        .map_err(|error| ConfigError::new("idempotency_header", format!("is not valid: {error}")))
 }
 
 #[cfg(test)]

@@ -59,6 +59,22 @@ pub struct RetryConfig {
     pub(crate) response_buffering: Option<usize>,
 }
 
+/// The statuses that say "not now" rather than "no": retried by default,
+/// and the answers that stop further hedges.
+pub(crate) const DEFAULT_RETRYABLE_STATUSES: [StatusCode; 4] = [
+    StatusCode::TOO_MANY_REQUESTS,
+    StatusCode::BAD_GATEWAY,
+    StatusCode::SERVICE_UNAVAILABLE,
+    StatusCode::GATEWAY_TIMEOUT,
+];
+
+/// The header that makes a request safe to repeat unless another is set:
+/// `Idempotency-Key`, the de-facto header for deduplicated POSTs. The retry
+/// and hedge configurations both start from it.
+pub(crate) fn default_idempotency_header() -> HeaderName {
+    HeaderName::from_static("idempotency-key")
+}
+
 impl Default for RetryConfig {
     fn default() -> Self {
         Self {
@@ -66,14 +82,9 @@ impl Default for RetryConfig {
             initial_backoff: Duration::from_millis(500),
             max_backoff: Duration::from_secs(30),
             jitter: Jitter::Full,
-            retryable_statuses: vec![
-                StatusCode::TOO_MANY_REQUESTS,
-                StatusCode::BAD_GATEWAY,
-                StatusCode::SERVICE_UNAVAILABLE,
-                StatusCode::GATEWAY_TIMEOUT,
-            ],
+            retryable_statuses: DEFAULT_RETRYABLE_STATUSES.to_vec(),
             retry_429_any_method: true,
-            idempotency_header: HeaderName::from_static("idempotency-key"),
+            idempotency_header: default_idempotency_header(),
             max_retry_after: Duration::from_secs(30),
             retry_after_spread: true,
             retry_after_over_cap: RetryAfterOverCap::ReturnResponse,

@@ -196,6 +196,7 @@ mod reason;
 mod redirect;
 mod report;
 mod retry_after;
+mod safety;
 mod shared;
 
 pub use backoff::Jitter;

@@ -15,14 +15,15 @@ use reqwest_middleware::Result;
 use crate::backoff::{Jitter, backoff, ceiling, scale};
 use crate::budget::{Account, Paid};
 use crate::classify::{self, Class, Scope};
-use crate::config::{Redirects, RetryAfterOverCap, RetryConfig};
+use crate::config::{Redirects, RetryAfterOverCap};
 use crate::deadline::{Deadline, MIN_ATTEMPT, visible_timeout};
 use crate::error::DeadlineExceeded;
-use crate::extensions::{MaxRetries, NoRetry, RetryDeadline, SafeToRetry};
+use crate::extensions::{MaxRetries, NoRetry, RetryDeadline};
 use crate::predicate::{Attempt, Outcome};
 use crate::reason::{Decision, RetryReason, StopReason};
 use crate::report::RetryReport;
 use crate::retry_after::parse_retry_after;
+use crate::safety::is_safe;
 use crate::shared::Shared;
 
 /// One request's policy and progress.
@@ -64,7 +65,7 @@ impl<'a> Policy<'a> {
         let limit = extensions.get::<RetryDeadline>().map(RetryDeadline::get).or(config.deadline);
         Self {
             shared,
-            safe: extensions.get::<SafeToRetry>().is_some() || is_safe(config, request),
+            safe: is_safe(request, extensions, &config.idempotency_header),
             disabled,
             max_retries: match disabled {
                 true => 0,
@@ -404,15 +405,6 @@ impl Drop for Policy<'_> {
             budget.refund(account, paid, self.shared.clock.now());
         }
     }
-}
-
-/// An idempotent method, or an idempotency key that is not blank.
-fn is_safe(config: &RetryConfig, request: &Request) -> bool {
-    request.method().is_idempotent()
-        || request
-            .headers()
-            .get(&config.idempotency_header)
-            .is_some_and(|key| key.as_bytes().iter().any(|b| !b.is_ascii_whitespace()))
 }
 
 /// The same resource: scheme, host, port, path and query. reqwest drops the
