@@ -36,6 +36,22 @@ pub(crate) fn visible_timeout(
     tightest(own, attempt)
 }
 
+/// How an attempt is bounded, from its `visible` timeout and, with a
+/// deadline, the time `left` before it at `now`: the timeout to put on the
+/// request (the shorter of the two), or, when the attempt has no timeout
+/// the middleware can see, the instant to cut it at. A deadline too far off
+/// for an `Instant` never cuts.
+pub(crate) fn attempt_bounds(
+    visible: Option<Duration>,
+    left: Option<(Instant, Duration)>,
+) -> (Option<Duration>, Option<Instant>) {
+    match (visible, left) {
+        (visible, None) => (visible, None),
+        (Some(visible), Some((_, left))) => (Some(visible.min(left)), None),
+        (None, Some((now, left))) => (None, now.checked_add(left)),
+    }
+}
+
 /// The tighter of two optional bounds, or whichever is set: the shorter
 /// timeout, the earlier instant.
 pub(crate) fn tightest<T: Ord>(a: Option<T>, b: Option<T>) -> Option<T> {
@@ -57,6 +73,17 @@ mod tests {
         assert_eq!(tightest(None, two), two);
         assert_eq!(tightest(two, None), two);
         assert_eq!(tightest::<Duration>(None, None), None);
+    }
+
+    #[test]
+    fn an_attempt_is_cut_on_the_clock_only_without_a_visible_timeout() {
+        let (now, second) = (Instant::now(), Duration::from_secs(1));
+        assert_eq!(attempt_bounds(Some(second), None), (Some(second), None));
+        assert_eq!(attempt_bounds(None, None), (None, None));
+        assert_eq!(attempt_bounds(Some(second), Some((now, 2 * second))), (Some(second), None));
+        assert_eq!(attempt_bounds(Some(2 * second), Some((now, second))), (Some(second), None));
+        assert_eq!(attempt_bounds(None, Some((now, second))), (None, Some(now + second)));
+        assert_eq!(attempt_bounds(None, Some((now, Duration::MAX))), (None, None));
     }
 
     #[test]

@@ -16,13 +16,14 @@ use crate::backoff::{Jitter, backoff, ceiling, scale};
 use crate::budget::{Account, Paid};
 use crate::classify::{self, Class, Scope};
 use crate::config::{Redirects, RetryAfterOverCap};
-use crate::deadline::{Deadline, MIN_ATTEMPT, visible_timeout};
+use crate::deadline::{Deadline, MIN_ATTEMPT, attempt_bounds, visible_timeout};
 use crate::error::DeadlineExceeded;
 use crate::extensions::{MaxRetries, NoRetry, RetryDeadline};
 use crate::predicate::{Attempt, Outcome};
 use crate::reason::{Decision, RetryReason, StopReason};
+use crate::redirect::same_resource;
 use crate::report::RetryReport;
-use crate::retry_after::parse_retry_after;
+use crate::retry_after::asked;
 use crate::safety::is_safe;
 use crate::shared::Shared;
 
@@ -143,12 +144,7 @@ impl<'a> Policy<'a> {
         let mut attempt = copy.or_else(|| pending.take()).expect("a request to send");
         let own = attempt.timeout().copied();
         let visible = visible_timeout(own, self.shared.config.attempt_timeout);
-        let (timeout, cut_at) = match (visible, left) {
-            (visible, None) => (visible, None),
-            (Some(visible), Some((_, left))) => (Some(visible.min(left)), None),
-            // A deadline too far off for an `Instant` never cuts.
-            (None, Some((now, left))) => (None, now.checked_add(left)),
-        };
+        let (timeout, cut_at) = attempt_bounds(visible, left);
         // Only when it changes: reqwest keeps the timeout in the request's
         // extensions, and writing one there allocates their map.
         if timeout != own {
@@ -253,7 +249,8 @@ impl<'a> Policy<'a> {
         let config = &self.shared.config;
         let (initial, max) = (config.initial_backoff, config.max_backoff);
         let retry = self.attempts - 1;
-        let asked = outcome.as_ref().ok().and_then(|response| self.asked(response));
+        let wall_time = || self.shared.clock.wall_time();
+        let asked = outcome.as_ref().ok().and_then(|response| asked(response.headers(), wall_time));
         let asked = match asked {
             // A predicate's chosen wait replaces the server's and ours.
             _ if chosen.is_some() => None,
@@ -310,19 +307,6 @@ impl<'a> Policy<'a> {
         }
         self.total_wait = self.total_wait.saturating_add(after);
         Decision::Retry { after, reason }
-    }
-
-    /// The wait a response's `Retry-After` asks for. A date is measured
-    /// against the response's own `Date` when it has a valid one, so a
-    /// client whose clock is off waits what the server meant; otherwise
-    /// against the clock's wall time.
-    fn asked(&self, response: &Response) -> Option<Duration> {
-        let headers = response.headers();
-        let value = headers.get(http::header::RETRY_AFTER)?;
-        let server_now = headers
-            .get(http::header::DATE)
-            .and_then(|date| httpdate::parse_http_date(date.to_str().ok()?).ok());
-        parse_retry_after(value, server_now.unwrap_or_else(|| self.shared.clock.wall_time()))
     }
 
     /// The predicate's verdict if it gives one, else the built-in rules'.
@@ -405,12 +389,4 @@ impl Drop for Policy<'_> {
             budget.refund(account, paid, self.shared.clock.now());
         }
     }
-}
-
-/// The same resource: scheme, host, port, path and query. reqwest drops the
-/// fragment from a response's URL, and user information says nothing about
-/// which server answered.
-fn same_resource(a: &reqwest::Url, b: &reqwest::Url) -> bool {
-    (a.scheme(), a.host_str(), a.port_or_known_default(), a.path(), a.query())
-        == (b.scheme(), b.host_str(), b.port_or_known_default(), b.path(), b.query())
 }
