@@ -6,7 +6,6 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use http::{Extensions, Method};
 use reqwest::{Request, Response};
@@ -21,7 +20,7 @@ use crate::jitter::JitterSource;
 use crate::policy::Policy;
 use crate::reason::{Decision, StopReason};
 use crate::redirect::{self, TooManyRedirects};
-use crate::report::{AttemptNumber, ReportSlot, RetryEvent, RetryReport};
+use crate::report::{AttemptNumber, Hops, RetryEvent, finish};
 use crate::shared::Shared;
 
 /// The retry middleware for `reqwest_middleware`.
@@ -111,8 +110,8 @@ impl RetryMiddleware {
     /// is a request of its own, retried by its own method (a GET after a
     /// POST's `303 See Other` can be retried without repeating the POST),
     /// under the call's one deadline. Hops follow reqwest's own rules, at
-    /// most 10 of them; the [`RetryReport`] counts them in
-    /// [`redirects`](RetryReport::redirects).
+    /// most 10 of them; the [`RetryReport`](crate::RetryReport) counts them in
+    /// [`redirects`](crate::RetryReport::redirects).
     ///
     /// The policy itself hands every redirect up to the middleware (it is
     /// [`reqwest::redirect::Policy::none`]); taking it tells this middleware
@@ -335,60 +334,6 @@ impl Shared {
         let error = Error::middleware(policy.deadline_exceeded());
         finish(extensions, caller, Err(error), before.report(policy.report(stop)))
     }
-}
-
-/// What the hops before the current one took: redirects followed, and the
-/// attempts and waits that led to them.
-#[derive(Debug, Clone, Copy, Default)]
-struct Hops {
-    redirects: u32,
-    attempts: u32,
-    total_wait: Duration,
-}
-
-impl Hops {
-    /// The hops up to the end of the one `report` covers, and its redirect.
-    fn after(report: RetryReport) -> Self {
-        let RetryReport { redirects, attempts, total_wait, .. } = report;
-        Self { redirects: redirects + 1, attempts, total_wait }
-    }
-
-    /// The call's report, the current hop's being `hop`.
-    fn report(self, hop: RetryReport) -> RetryReport {
-        RetryReport {
-            attempts: self.attempts.saturating_add(hop.attempts),
-            total_wait: self.total_wait.saturating_add(hop.total_wait),
-            stop: hop.stop,
-            redirects: self.redirects,
-        }
-    }
-}
-
-/// Leaves the report where the caller can find it, puts back the caller's
-/// own [`AttemptNumber`] (or none), and returns the outcome.
-fn finish(
-    extensions: &mut Extensions,
-    caller: Option<&Extensions>,
-    mut outcome: Result<Response>,
-    report: RetryReport,
-) -> Result<Response> {
-    if let Some(caller) = caller {
-        match caller.get::<AttemptNumber>() {
-            Some(theirs) => extensions.insert(*theirs),
-            None => extensions.remove::<AttemptNumber>(),
-        };
-    }
-    if let Some(slot) = extensions.get::<ReportSlot>() {
-        slot.set(report);
-    }
-    // Absence reads as this report (`RetryReport::from_response`), so the
-    // common case allocates nothing.
-    if report != RetryReport::FIRST_AND_FINAL {
-        if let Ok(response) = &mut outcome {
-            response.extensions_mut().insert(report);
-        }
-    }
-    outcome
 }
 
 #[cfg(test)]
