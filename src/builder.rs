@@ -13,7 +13,7 @@ use http::{HeaderName, StatusCode};
 
 use crate::backoff::Jitter;
 use crate::budget::RetryBudget;
-use crate::config::{Redirects, RetryAfterOverCap, RetryConfig};
+use crate::config::{Redirects, RetryAfterOverCap, RetryConfig, idempotency_header};
 use crate::error::ConfigError;
 use crate::predicate::{Attempt, Verdict};
 
@@ -422,18 +422,6 @@ impl RetryConfigBuilder {
         }
         Ok(config)
     }
-}
-
-/// An idempotency header as both builders take one: whatever
-/// `reqwest::RequestBuilder::header` takes, or the error their `build`
-/// reports for a name that is not valid.
-pub(crate) fn idempotency_header<K>(name: K) -> Result<HeaderName, ConfigError>
-where
-    HeaderName: TryFrom<K>,
-    <HeaderName as TryFrom<K>>::Error: fmt::Display,
-{
-    HeaderName::try_from(name)
-        .map_err(|error| ConfigError::new("idempotency_header", format!("is not valid: {error}")))
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@ use http::{HeaderName, StatusCode};
 
 use crate::backoff::Jitter;
 use crate::budget::RetryBudget;
+use crate::error::ConfigError;
 use crate::predicate::Predicate;
 
 /// The retry policy: how many times, on what, how long to wait.
@@ -73,6 +74,18 @@ pub(crate) const DEFAULT_RETRYABLE_STATUSES: [StatusCode; 4] = [
 /// and hedge configurations both start from it.
 pub(crate) fn default_idempotency_header() -> HeaderName {
     HeaderName::from_static("idempotency-key")
+}
+
+/// An idempotency header as both builders take one: whatever
+/// `reqwest::RequestBuilder::header` takes, or the error their `build`
+/// reports for a name that is not valid.
+pub(crate) fn idempotency_header<K>(name: K) -> Result<HeaderName, ConfigError>
+where
+    HeaderName: TryFrom<K>,
+    <HeaderName as TryFrom<K>>::Error: fmt::Display,
+{
+    HeaderName::try_from(name)
+        .map_err(|error| ConfigError::new("idempotency_header", format!("is not valid: {error}")))
 }
 
 impl Default for RetryConfig {

@@ -6,8 +6,7 @@ use std::time::Duration;
 use http::HeaderName;
 
 use crate::budget::RetryBudget;
-use crate::builder::idempotency_header;
-use crate::config::default_idempotency_header;
+use crate::config::{default_idempotency_header, idempotency_header};
 use crate::error::ConfigError;
 
 /// When a hedge is sent.
