@@ -30,7 +30,7 @@ use crate::shared::Shared;
 /// One request's policy and progress.
 pub(crate) struct Policy<'a> {
     shared: &'a Shared,
-    /// Idempotent method, idempotency key, or [`SafeToRetry`].
+    /// Idempotent method, idempotency key, or [`SafeToRetry`](crate::SafeToRetry).
     safe: bool,
     /// [`NoRetry`]: sent once, within the deadline and attempt timeout.
     disabled: bool,
