@@ -3,8 +3,9 @@
 //! Two questions decide a retry, and they are kept apart: *may the outcome be
 //! retried at all*, and *is this request safe to repeat*. This module answers
 //! the first, as pure functions of the outcome: `None` means final, and
-//! `Some` carries how far the outcome may be retried and why. The method, the
-//! idempotency key and the redirect rule answer the second, in the policy.
+//! `Some` carries how far the outcome may be retried and why. The method and
+//! the idempotency key answer the second (in `safety.rs`), with the redirect
+//! rule (in the policy).
 //!
 //! Errors are read by walking their `source()` chain for the types the HTTP
 //! stack really produces (`std::io::Error` kinds, `hyper::Error`, and with the

@@ -164,9 +164,9 @@ impl HedgeConfigBuilder {
     }
 
     /// The header whose presence (with a non-blank value) makes a request
-    /// safe to repeat, and so hedged: give it the retry configuration's own
-    /// [`idempotency_header`](crate::RetryConfigBuilder::with_idempotency_header)
-    /// when both middlewares are used.
+    /// safe to repeat, and so hedged. When both middlewares are used, give
+    /// it the header given to the retry configuration's
+    /// [`with_idempotency_header`](crate::RetryConfigBuilder::with_idempotency_header).
     ///
     /// Takes what `reqwest::RequestBuilder::header` takes: a `HeaderName`, a
     /// `&str` or a `String`; a name that is not valid is reported by
