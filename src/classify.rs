@@ -3,8 +3,9 @@
 //! Two questions decide a retry, and they are kept apart: *may the outcome be
 //! retried at all*, and *is this request safe to repeat*. This module answers
 //! the first, as pure functions of the outcome: `None` means final, and
-//! `Some` carries how far the outcome may be retried and why. The method, the
-//! idempotency key and the redirect rule answer the second, in the policy.
+//! `Some` carries how far the outcome may be retried and why. The method and
+//! the idempotency key answer the second (in `safety.rs`), with the redirect
+//! rule (in the policy).
 //!
 //! Errors are read by walking their `source()` chain for the types the HTTP
 //! stack really produces (`std::io::Error` kinds, `hyper::Error`, and with the
@@ -18,7 +19,28 @@ use http::StatusCode;
 use crate::reason::{RetryReason, Retryability};
 
 /// How far an outcome may be retried and why; `None` when it is final.
-pub(crate) type Class = Option<(Retryability, RetryReason)>;
+pub(crate) type Class = Option<(Scope, RetryReason)>;
+
+/// How far an outcome that is not final may be retried: [`Retryability`]
+/// without `Never`, which a [`Class`] says with `None`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Scope {
+    /// Only if the request is safe to repeat.
+    WhenSafe,
+    /// Whatever the method, once the outcome is known to be the request's own.
+    AnyMethod,
+}
+
+impl Scope {
+    /// The scope of a predicate's answer; `None` when it is final.
+    pub(crate) fn of(retryability: Retryability) -> Option<Self> {
+        match retryability {
+            Retryability::Never => None,
+            Retryability::WhenSafe => Some(Self::WhenSafe),
+            Retryability::AnyMethod => Some(Self::AnyMethod),
+        }
+    }
+}
 
 /// The built-in rules for a response status.
 pub(crate) fn classify_status(
@@ -29,12 +51,12 @@ pub(crate) fn classify_status(
     if !retryable.contains(&status) {
         return None;
     }
-    let retryability = if status == StatusCode::TOO_MANY_REQUESTS && any_method_429 {
-        Retryability::AnyMethod
+    let scope = if status == StatusCode::TOO_MANY_REQUESTS && any_method_429 {
+        Scope::AnyMethod
     } else {
-        Retryability::WhenSafe
+        Scope::WhenSafe
     };
-    Some((retryability, RetryReason::Status(status)))
+    Some((scope, RetryReason::Status(status)))
 }
 
 /// The built-in rules for a failed attempt of the request to `url`, when
@@ -53,27 +75,45 @@ pub(crate) fn classify_error(
         let passing = error.is_timeout()
             || any_io(error, is_passing_connect_failure)
             || is_temporary_dns_failure(error);
-        return passing.then_some((Retryability::AnyMethod, RetryReason::NotConnected));
+        return passing.then_some((Scope::AnyMethod, RetryReason::NotConnected));
     }
     if chain_has_refused_stream(error) {
-        return Some((Retryability::AnyMethod, RetryReason::RefusedStream));
+        return Some((Scope::AnyMethod, RetryReason::RefusedStream));
     }
     if any_hyper(error, hyper::Error::is_canceled) {
         // hyper hands a request back unsent when its new connection closed
         // before the request was written (on a reused one it retries itself).
-        return Some((Retryability::AnyMethod, RetryReason::NotSent));
+        return Some((Scope::AnyMethod, RetryReason::NotSent));
     }
     if error.is_timeout() {
-        return Some((Retryability::WhenSafe, RetryReason::Timeout));
+        return Some((Scope::WhenSafe, RetryReason::Timeout));
     }
     // A malformed response, oversized headers or an unsupported version
     // will be the same next time; so will an error in the request itself.
     if error.is_request() && !any_hyper(error, |e| e.is_parse() || e.is_user()) {
         // Reset, closed before the response, incomplete message: the
         // request may have been processed.
-        return Some((Retryability::WhenSafe, RetryReason::ConnectionLost));
+        return Some((Scope::WhenSafe, RetryReason::ConnectionLost));
     }
     None
+}
+
+/// The built-in rule for a body that failed while the middleware read it:
+/// a timeout, or a connection lost mid-body (reset, aborted, closed before
+/// the declared length), may be retried when the request is safe to repeat.
+/// A malformed body will be the same next time: final.
+pub(crate) fn classify_body_error(error: &reqwest_middleware::Error) -> Class {
+    let reqwest_middleware::Error::Reqwest(error) = error else { return None };
+    if error.is_timeout() || any_io(error, |kind| kind == io::ErrorKind::TimedOut) {
+        return Some((Scope::WhenSafe, RetryReason::Timeout));
+    }
+    if any_hyper(error, |e| e.is_parse() || e.is_user()) {
+        return None;
+    }
+    let lost = any_io(error, is_lost_connection)
+        || any_hyper(error, |e| e.is_incomplete_message() || e.is_closed())
+        || chain_has_lost_stream(error);
+    lost.then_some((Scope::WhenSafe, RetryReason::ConnectionLost))
 }
 
 /// The `reqwest::Error` behind an outcome, also when an inner middleware
@@ -102,7 +142,7 @@ fn reqwest_error<'a>(
 /// answers `source()` with the *wrapped error's* source, skipping the wrapped
 /// error itself, so the walk steps into it with `get_ref` instead: that is
 /// where rustls leaves a handshake's real cause.
-pub(crate) fn sources<'a>(
+fn sources<'a>(
     error: &'a (dyn StdError + 'static),
 ) -> impl Iterator<Item = &'a (dyn StdError + 'static)> {
     std::iter::successors(Some(error), |&e| match e.downcast_ref::<io::Error>() {
@@ -111,14 +151,11 @@ pub(crate) fn sources<'a>(
     })
 }
 
-pub(crate) fn any_io(error: &(dyn StdError + 'static), test: fn(io::ErrorKind) -> bool) -> bool {
+fn any_io(error: &(dyn StdError + 'static), test: fn(io::ErrorKind) -> bool) -> bool {
     sources(error).filter_map(|e| e.downcast_ref::<io::Error>()).any(|io| test(io.kind()))
 }
 
-pub(crate) fn any_hyper(
-    error: &(dyn StdError + 'static),
-    test: impl Fn(&hyper::Error) -> bool,
-) -> bool {
+fn any_hyper(error: &(dyn StdError + 'static), test: impl Fn(&hyper::Error) -> bool) -> bool {
     sources(error).filter_map(|e| e.downcast_ref::<hyper::Error>()).any(test)
 }
 
@@ -131,7 +168,15 @@ fn is_passing_connect_failure(kind: io::ErrorKind) -> bool {
             | io::ErrorKind::HostUnreachable
             | io::ErrorKind::NetworkUnreachable
             | io::ErrorKind::AddrNotAvailable
-            | io::ErrorKind::ConnectionReset
+    ) || is_lost_connection(kind)
+}
+
+/// A connection that broke: reset, aborted, closed before the end, or
+/// written to after the peer closed it.
+fn is_lost_connection(kind: io::ErrorKind) -> bool {
+    matches!(
+        kind,
+        io::ErrorKind::ConnectionReset
             | io::ErrorKind::ConnectionAborted
             | io::ErrorKind::UnexpectedEof
             | io::ErrorKind::BrokenPipe
@@ -168,6 +213,21 @@ fn chain_has_refused_stream(error: &(dyn StdError + 'static)) -> bool {
         h2.reason() == Some(h2::Reason::REFUSED_STREAM)
             || (h2.is_go_away() && h2.reason() == Some(h2::Reason::NO_ERROR))
     });
+    #[cfg(not(feature = "http2"))]
+    let found = {
+        let _ = error;
+        false
+    };
+    found
+}
+
+/// An HTTP/2 stream reset, or its connection gone away, mid-body. Without
+/// the `http2` feature there is no HTTP/2, and nothing to find.
+fn chain_has_lost_stream(error: &(dyn StdError + 'static)) -> bool {
+    #[cfg(feature = "http2")]
+    let found = sources(error)
+        .filter_map(|e| e.downcast_ref::<h2::Error>())
+        .any(|h2| h2.is_io() || h2.is_go_away() || h2.is_reset());
     #[cfg(not(feature = "http2"))]
     let found = {
         let _ = error;
@@ -281,20 +341,34 @@ mod tests {
     }
 
     #[test]
+    fn a_predicate_that_says_never_gives_no_scope() {
+        assert_eq!(Scope::of(Retryability::Never), None);
+        assert_eq!(Scope::of(Retryability::WhenSafe), Some(Scope::WhenSafe));
+        assert_eq!(Scope::of(Retryability::AnyMethod), Some(Scope::AnyMethod));
+    }
+
+    #[test]
     fn statuses_follow_the_given_set() {
         let set = [429, 502, 503, 504].map(|c| StatusCode::from_u16(c).unwrap());
         let verdict =
             |code: u16, any: bool| classify_status(StatusCode::from_u16(code).unwrap(), &set, any);
-        assert_eq!(verdict(429, true).unwrap().0, Retryability::AnyMethod);
-        assert_eq!(verdict(429, false).unwrap().0, Retryability::WhenSafe);
+        assert_eq!(verdict(429, true).unwrap().0, Scope::AnyMethod);
+        assert_eq!(verdict(429, false).unwrap().0, Scope::WhenSafe);
         for code in [502, 503, 504] {
-            let (retryability, reason) = verdict(code, true).unwrap();
-            assert_eq!(retryability, Retryability::WhenSafe);
+            let (scope, reason) = verdict(code, true).unwrap();
+            assert_eq!(scope, Scope::WhenSafe);
             assert_eq!(reason, RetryReason::Status(StatusCode::from_u16(code).unwrap()));
         }
         for code in [200, 201, 301, 400, 404, 408, 500, 501, 505, 599] {
             assert_eq!(verdict(code, true), None, "{code}");
         }
+    }
+
+    #[test]
+    fn only_reqwest_errors_are_read_for_a_body_failure() {
+        let error =
+            reqwest_middleware::Error::middleware(io::Error::from(io::ErrorKind::ConnectionReset));
+        assert_eq!(classify_body_error(&error), None);
     }
 
     #[test]

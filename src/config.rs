@@ -7,6 +7,7 @@ use http::{HeaderName, StatusCode};
 
 use crate::backoff::Jitter;
 use crate::budget::RetryBudget;
+use crate::error::ConfigError;
 use crate::predicate::Predicate;
 
 /// The retry policy: how many times, on what, how long to wait.
@@ -59,6 +60,34 @@ pub struct RetryConfig {
     pub(crate) response_buffering: Option<usize>,
 }
 
+/// The statuses that say "not now" rather than "no": retried by default,
+/// and the answers that stop further hedges.
+pub(crate) const DEFAULT_RETRYABLE_STATUSES: [StatusCode; 4] = [
+    StatusCode::TOO_MANY_REQUESTS,
+    StatusCode::BAD_GATEWAY,
+    StatusCode::SERVICE_UNAVAILABLE,
+    StatusCode::GATEWAY_TIMEOUT,
+];
+
+/// The header that makes a request safe to repeat unless another is set:
+/// `Idempotency-Key`, the de-facto header for deduplicated POSTs. The retry
+/// and hedge configurations both start from it.
+pub(crate) fn default_idempotency_header() -> HeaderName {
+    HeaderName::from_static("idempotency-key")
+}
+
+/// An idempotency header as both builders take one: whatever
+/// `reqwest::RequestBuilder::header` takes, or the error their `build`
+/// reports for a name that is not valid.
+pub(crate) fn idempotency_header<K>(name: K) -> Result<HeaderName, ConfigError>
+where
+    HeaderName: TryFrom<K>,
+    <HeaderName as TryFrom<K>>::Error: fmt::Display,
+{
+    HeaderName::try_from(name)
+        .map_err(|error| ConfigError::new("idempotency_header", format!("is not valid: {error}")))
+}
+
 impl Default for RetryConfig {
     fn default() -> Self {
         Self {
@@ -66,14 +95,9 @@ impl Default for RetryConfig {
             initial_backoff: Duration::from_millis(500),
             max_backoff: Duration::from_secs(30),
             jitter: Jitter::Full,
-            retryable_statuses: vec![
-                StatusCode::TOO_MANY_REQUESTS,
-                StatusCode::BAD_GATEWAY,
-                StatusCode::SERVICE_UNAVAILABLE,
-                StatusCode::GATEWAY_TIMEOUT,
-            ],
+            retryable_statuses: DEFAULT_RETRYABLE_STATUSES.to_vec(),
             retry_429_any_method: true,
-            idempotency_header: HeaderName::from_static("idempotency-key"),
+            idempotency_header: default_idempotency_header(),
             max_retry_after: Duration::from_secs(30),
             retry_after_spread: true,
             retry_after_over_cap: RetryAfterOverCap::ReturnResponse,
@@ -291,4 +315,33 @@ pub enum RetryAfterOverCap {
     /// cap (spread as any `Retry-After` wait is). The retry may well meet the
     /// same answer; the retry count and the budget still bound how often.
     WaitTheCap,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_matches_the_documented_table() {
+        let config = RetryConfig::default();
+        assert_eq!(config.max_retries(), 3);
+        assert_eq!(config.initial_backoff(), Duration::from_millis(500));
+        assert_eq!(config.max_backoff(), Duration::from_secs(30));
+        assert_eq!(config.jitter(), Jitter::Full);
+        let codes: Vec<u16> = config.retryable_statuses().iter().map(|s| s.as_u16()).collect();
+        assert_eq!(codes, [429, 502, 503, 504]);
+        assert!(config.retry_429_any_method());
+        assert_eq!(config.idempotency_header(), "idempotency-key");
+        assert_eq!(config.max_retry_after(), Duration::from_secs(30));
+        assert!(config.retry_after_spread());
+        assert_eq!(config.retry_after_over_cap(), RetryAfterOverCap::ReturnResponse);
+        assert_eq!(config.deadline(), None);
+        assert_eq!(config.attempt_timeout(), None);
+        assert_eq!(config.redirects(), Redirects::Followed);
+        assert_eq!(config.drain_limit(), 64 * 1024);
+        assert_eq!(config.budget(), Some(&RetryBudget::default()));
+        assert!(config.predicate().is_none());
+        assert_eq!(config.stream_buffering(), None);
+        assert_eq!(config.response_buffering(), None);
+    }
 }

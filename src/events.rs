@@ -12,9 +12,9 @@
 use http::Method;
 use reqwest::Request;
 
-use crate::policy::Shared;
 use crate::reason::Decision;
 use crate::report::RetryEvent;
+use crate::shared::Shared;
 
 /// The host to name in events, copied only when an event could be emitted.
 pub(crate) fn server(shared: &Shared, request: &Request) -> Option<Box<str>> {

@@ -272,26 +272,28 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backoff;
+mod body;
 mod budget;
 mod builder;
 mod classify;
 mod clock;
 mod config;
-mod discard;
+mod deadline;
 mod error;
 mod events;
 mod extensions;
+mod future;
 mod hedge;
 mod jitter;
 mod middleware;
 mod policy;
 mod predicate;
-mod read_body;
 mod reason;
 mod redirect;
 mod report;
 mod retry_after;
-mod rewind;
+mod safety;
+mod shared;
 
 pub use backoff::Jitter;
 pub use budget::{BudgetScope, RetryBudget};

@@ -6,24 +6,22 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use http::{Extensions, Method};
 use reqwest::{Request, Response};
 use reqwest_middleware::{Error, Middleware, Next, Result};
 
-use crate::budget::Budget;
-use crate::clock::{Clock, TokioClock};
+use crate::body::{self, Rewind};
+use crate::clock::Clock;
 use crate::config::RetryConfig;
-use crate::discard::{discard, first};
 use crate::events;
-use crate::jitter::{JitterSource, ThreadRngJitter};
-use crate::policy::{Policy, Shared};
-use crate::read_body;
+use crate::future::first;
+use crate::jitter::JitterSource;
+use crate::policy::Policy;
 use crate::reason::{Decision, StopReason};
 use crate::redirect::{self, TooManyRedirects};
-use crate::report::{AttemptNumber, ReportSlot, RetryEvent, RetryReport};
-use crate::rewind::Rewind;
+use crate::report::{AttemptNumber, Hops, RetryEvent, finish};
+use crate::shared::Shared;
 
 /// The retry middleware for `reqwest_middleware`.
 ///
@@ -50,22 +48,10 @@ impl Default for RetryMiddleware {
 }
 
 impl RetryMiddleware {
-    /// A middleware with this policy, the [`TokioClock`] and thread-local
+    /// A middleware with this policy, the [`TokioClock`](crate::TokioClock) and thread-local
     /// randomness.
     pub fn new(config: RetryConfig) -> Self {
-        let budget =
-            config.budget().map(|budget| Arc::new(Budget::new(budget, config.max_retries())));
-        let shared = Shared {
-            config,
-            clock: Arc::new(TokioClock),
-            jitter: Arc::new(ThreadRngJitter),
-            budget,
-            hook: None,
-            follows: Arc::default(),
-            #[cfg(feature = "tracing")]
-            log_level: tracing::Level::DEBUG,
-        };
-        Self { shared: Arc::new(shared) }
+        Self { shared: Arc::new(Shared::new(config)) }
     }
 
     /// Uses `clock` for every reading of the time and every wait.
@@ -124,8 +110,8 @@ impl RetryMiddleware {
     /// is a request of its own, retried by its own method (a GET after a
     /// POST's `303 See Other` can be retried without repeating the POST),
     /// under the call's one deadline. Hops follow reqwest's own rules, at
-    /// most 10 of them; the [`RetryReport`] counts them in
-    /// [`redirects`](RetryReport::redirects).
+    /// most 10 of them; the [`RetryReport`](crate::RetryReport) counts them in
+    /// [`redirects`](crate::RetryReport::redirects).
     ///
     /// The policy itself hands every redirect up to the middleware (it is
     /// [`reqwest::redirect::Policy::none`]); taking it tells this middleware
@@ -212,7 +198,14 @@ impl Shared {
         async move {
             let request = pending.as_ref().expect("the request");
             let mut policy = Policy::new(self, request, extensions, None);
-            if let Some(rewind) = Rewind::new(self, &policy, &mut pending) {
+            if let Some(rewind) = Rewind::new(
+                &mut pending,
+                self.config.stream_buffering,
+                policy.may_retry(),
+                policy.deadline_at(),
+                self.config.attempt_timeout,
+                &*self.clock,
+            ) {
                 // Boxed: only a streamed body, with stream buffering on, pays.
                 Box::pin(rewind.run()).await;
             }
@@ -240,7 +233,7 @@ impl Shared {
                     match reading {
                         None => (outcome, false),
                         // Boxed: only calls that read bodies pay for it.
-                        Some(limit) => Box::pin(read_body::settle(config, outcome, limit)).await,
+                        Some(limit) => Box::pin(body::settle(config, outcome, limit)).await,
                     }
                 };
                 let (outcome, body_failed) = match cut_at {
@@ -305,7 +298,7 @@ impl Shared {
                 // Boxed, as only a retry needs it: the drain holds the old
                 // response, kept out of every request's future.
                 let wait = self.clock.sleep(after);
-                Box::pin(discard(outcome, wait, self.config.drain_limit)).await;
+                Box::pin(body::discard(outcome, wait, self.config.drain_limit)).await;
                 if let Some(caller) = &caller {
                     extensions.clone_from(caller);
                 }
@@ -341,60 +334,6 @@ impl Shared {
         let error = Error::middleware(policy.deadline_exceeded());
         finish(extensions, caller, Err(error), before.report(policy.report(stop)))
     }
-}
-
-/// What the hops before the current one took: redirects followed, and the
-/// attempts and waits that led to them.
-#[derive(Debug, Clone, Copy, Default)]
-struct Hops {
-    redirects: u32,
-    attempts: u32,
-    total_wait: Duration,
-}
-
-impl Hops {
-    /// The hops up to the end of the one `report` covers, and its redirect.
-    fn after(report: RetryReport) -> Self {
-        let RetryReport { redirects, attempts, total_wait, .. } = report;
-        Self { redirects: redirects + 1, attempts, total_wait }
-    }
-
-    /// The call's report, the current hop's being `hop`.
-    fn report(self, hop: RetryReport) -> RetryReport {
-        RetryReport {
-            attempts: self.attempts.saturating_add(hop.attempts),
-            total_wait: self.total_wait.saturating_add(hop.total_wait),
-            stop: hop.stop,
-            redirects: self.redirects,
-        }
-    }
-}
-
-/// Leaves the report where the caller can find it, puts back the caller's
-/// own [`AttemptNumber`] (or none), and returns the outcome.
-fn finish(
-    extensions: &mut Extensions,
-    caller: Option<&Extensions>,
-    mut outcome: Result<Response>,
-    report: RetryReport,
-) -> Result<Response> {
-    if let Some(caller) = caller {
-        match caller.get::<AttemptNumber>() {
-            Some(theirs) => extensions.insert(*theirs),
-            None => extensions.remove::<AttemptNumber>(),
-        };
-    }
-    if let Some(slot) = extensions.get::<ReportSlot>() {
-        slot.set(report);
-    }
-    // Absence reads as this report (`RetryReport::from_response`), so the
-    // common case allocates nothing.
-    if report != RetryReport::FIRST_AND_FINAL {
-        if let Ok(response) = &mut outcome {
-            response.extensions_mut().insert(report);
-        }
-    }
-    outcome
 }
 
 #[cfg(test)]

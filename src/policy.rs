@@ -6,7 +6,6 @@
 //! request uses, and it alone answers "what happens after this attempt?".
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use http::{Extensions, StatusCode};
@@ -14,49 +13,24 @@ use reqwest::{Request, Response};
 use reqwest_middleware::Result;
 
 use crate::backoff::{Jitter, backoff, ceiling, scale};
-use crate::budget::{Account, Budget, Paid};
-use crate::classify::{self, Class};
-use crate::clock::Clock;
-use crate::config::{Redirects, RetryAfterOverCap, RetryConfig};
+use crate::budget::{Account, Paid};
+use crate::classify::{self, Class, Scope};
+use crate::config::{Redirects, RetryAfterOverCap};
+use crate::deadline::{Deadline, MIN_ATTEMPT, attempt_bounds, visible_timeout};
 use crate::error::DeadlineExceeded;
-use crate::extensions::{MaxRetries, NoRetry, RetryDeadline, SafeToRetry};
-use crate::jitter::JitterSource;
+use crate::extensions::{MaxRetries, NoRetry, RetryDeadline};
 use crate::predicate::{Attempt, Outcome};
-use crate::reason::{Decision, RetryReason, Retryability, StopReason};
-use crate::report::{RetryEvent, RetryReport};
-use crate::retry_after::parse_retry_after;
-
-/// The hook the middleware calls after every attempt.
-pub(crate) type Hook = Arc<dyn Fn(&RetryEvent<'_>) + Send + Sync>;
-
-/// What every request of one middleware shares: the configuration, the
-/// clock, the randomness, the budget and the hook.
-#[derive(Clone)]
-pub(crate) struct Shared {
-    pub(crate) config: RetryConfig,
-    pub(crate) clock: Arc<dyn Clock>,
-    pub(crate) jitter: Arc<dyn JitterSource>,
-    pub(crate) budget: Option<Arc<Budget>>,
-    pub(crate) hook: Option<Hook>,
-    /// The inner client hands every redirect up and the middleware follows
-    /// them: set once [`redirect_policy`](crate::RetryMiddleware::redirect_policy)
-    /// was taken, for this middleware and its clones.
-    pub(crate) follows: Arc<AtomicBool>,
-    #[cfg(feature = "tracing")]
-    pub(crate) log_level: tracing::Level,
-}
-
-impl Shared {
-    /// Whether the middleware follows redirects itself.
-    pub(crate) fn follows(&self) -> bool {
-        self.follows.load(Ordering::Relaxed)
-    }
-}
+use crate::reason::{Decision, RetryReason, StopReason};
+use crate::redirect::same_resource;
+use crate::report::RetryReport;
+use crate::retry_after::asked;
+use crate::safety::is_safe;
+use crate::shared::Shared;
 
 /// One request's policy and progress.
 pub(crate) struct Policy<'a> {
     shared: &'a Shared,
-    /// Idempotent method, idempotency key, or [`SafeToRetry`].
+    /// Idempotent method, idempotency key, or [`SafeToRetry`](crate::SafeToRetry).
     safe: bool,
     /// [`NoRetry`]: sent once, within the deadline and attempt timeout.
     disabled: bool,
@@ -92,7 +66,7 @@ impl<'a> Policy<'a> {
         let limit = extensions.get::<RetryDeadline>().map(RetryDeadline::get).or(config.deadline);
         Self {
             shared,
-            safe: extensions.get::<SafeToRetry>().is_some() || is_safe(config, request),
+            safe: is_safe(request, extensions, &config.idempotency_header),
             disabled,
             max_retries: match disabled {
                 true => 0,
@@ -133,9 +107,9 @@ impl<'a> Policy<'a> {
         pending: &mut Option<Request>,
     ) -> std::result::Result<(Request, Option<Instant>), DeadlineExceeded> {
         let left = match self.deadline {
-            Some(Deadline { start, limit }) => {
+            Some(deadline) => {
                 let now = self.shared.clock.now();
-                let left = limit.saturating_sub(now.saturating_duration_since(start));
+                let left = deadline.left(now);
                 if left.is_zero() {
                     return Err(self.deadline_exceeded());
                 }
@@ -169,16 +143,8 @@ impl<'a> Policy<'a> {
         // `pending` is always there to copy or take.
         let mut attempt = copy.or_else(|| pending.take()).expect("a request to send");
         let own = attempt.timeout().copied();
-        let visible = match (own, self.shared.config.attempt_timeout) {
-            (Some(own), Some(configured)) => Some(own.min(configured)),
-            (own, configured) => own.or(configured),
-        };
-        let (timeout, cut_at) = match (visible, left) {
-            (visible, None) => (visible, None),
-            (Some(visible), Some((_, left))) => (Some(visible.min(left)), None),
-            // A deadline too far off for an `Instant` never cuts.
-            (None, Some((now, left))) => (None, now.checked_add(left)),
-        };
+        let visible = visible_timeout(own, self.shared.config.attempt_timeout);
+        let (timeout, cut_at) = attempt_bounds(visible, left);
         // Only when it changes: reqwest keeps the timeout in the request's
         // extensions, and writing one there allocates their map.
         if timeout != own {
@@ -210,7 +176,7 @@ impl<'a> Policy<'a> {
         // The retry that led here, if one was paid for: its cost stands
         // unless this answer is final.
         let paid = self.paid.take().map(|(paid, _)| paid);
-        let (retryability, reason) = match class {
+        let (scope, reason) = match class {
             None => {
                 // A final answer pays towards later retries, and a retry
                 // that reached one costs nothing.
@@ -263,14 +229,13 @@ impl<'a> Policy<'a> {
             }
             (Redirects::NotFollowed, ..) => true,
         };
-        let safe_to_repeat = match retryability {
-            // (`verdict` answers `None` for a predicate's `Never`.)
-            Retryability::WhenSafe | Retryability::Never => self.safe,
+        let safe_to_repeat = match scope {
+            Scope::WhenSafe => self.safe,
             // The server did not act on *this hop*; that proves the request
             // unprocessed only if no earlier hop answered with a redirect.
             // A predicate's `AnyMethod` is held to the same proof: an error
             // carries the original URL whatever hop failed.
-            Retryability::AnyMethod => self.safe || first_hop(),
+            Scope::AnyMethod => self.safe || first_hop(),
         };
         if !safe_to_repeat {
             return Decision::Stop(StopReason::NotSafe);
@@ -284,7 +249,8 @@ impl<'a> Policy<'a> {
         let config = &self.shared.config;
         let (initial, max) = (config.initial_backoff, config.max_backoff);
         let retry = self.attempts - 1;
-        let asked = outcome.as_ref().ok().and_then(|response| self.asked(response));
+        let wall_time = || self.shared.clock.wall_time();
+        let asked = outcome.as_ref().ok().and_then(|response| asked(response.headers(), wall_time));
         let asked = match asked {
             // A predicate's chosen wait replaces the server's and ours.
             _ if chosen.is_some() => None,
@@ -343,19 +309,6 @@ impl<'a> Policy<'a> {
         Decision::Retry { after, reason }
     }
 
-    /// The wait a response's `Retry-After` asks for. A date is measured
-    /// against the response's own `Date` when it has a valid one, so a
-    /// client whose clock is off waits what the server meant; otherwise
-    /// against the clock's wall time.
-    fn asked(&self, response: &Response) -> Option<Duration> {
-        let headers = response.headers();
-        let value = headers.get(http::header::RETRY_AFTER)?;
-        let server_now = headers
-            .get(http::header::DATE)
-            .and_then(|date| httpdate::parse_http_date(date.to_str().ok()?).ok());
-        parse_retry_after(value, server_now.unwrap_or_else(|| self.shared.clock.wall_time()))
-    }
-
     /// The predicate's verdict if it gives one, else the built-in rules'.
     fn verdict(
         &self,
@@ -366,9 +319,9 @@ impl<'a> Policy<'a> {
         if let (Some(predicate), Some(request)) = (self.shared.config.predicate(), request) {
             let attempt = Attempt { request, number: self.attempts, outcome: Outcome::of(outcome) };
             if let Some(verdict) = predicate(&attempt) {
-                return match verdict.retryability() {
-                    Retryability::Never => (None, None),
-                    retryability => (Some((retryability, RetryReason::Custom)), verdict.wait()),
+                return match Scope::of(verdict.retryability()) {
+                    None => (None, None),
+                    Some(scope) => (Some((scope, RetryReason::Custom)), verdict.wait()),
                 };
             }
         }
@@ -379,25 +332,27 @@ impl<'a> Policy<'a> {
                 &config.retryable_statuses,
                 config.retry_429_any_method,
             ),
-            Err(error) if body_failed => crate::read_body::classify_body_error(error),
+            Err(error) if body_failed => classify::classify_body_error(error),
             Err(error) => classify::classify_error(error, request.map(Request::url)),
         };
         (class, None)
     }
 
-    /// Whether a retry may follow the first attempt, and when the deadline
-    /// passes, if there is one: what reading a streamed body must respect.
-    pub(crate) fn rewind_bounds(&self) -> (bool, Option<Instant>) {
-        let deadline =
-            self.deadline.and_then(|deadline| deadline.start.checked_add(deadline.limit));
-        (!self.disabled && self.max_retries > 0, deadline)
+    /// Whether a retry may follow the first attempt: retries are allowed.
+    pub(crate) fn may_retry(&self) -> bool {
+        !self.disabled && self.max_retries > 0
     }
 
     /// Whether a body that fails while it is read could be retried: the
     /// request is safe to repeat and retries are allowed. (Whether its body
     /// can be sent again is the caller's to check.)
     pub(crate) fn may_retry_body_failures(&self) -> bool {
-        !self.disabled && self.max_retries > 0 && self.safe
+        self.may_retry() && self.safe
+    }
+
+    /// When the call's deadline passes, if it has one.
+    pub(crate) fn deadline_at(&self) -> Option<Instant> {
+        self.deadline.and_then(Deadline::at)
     }
 
     /// Holds the budget account of `request`'s host, if there is a budget
@@ -434,31 +389,4 @@ impl Drop for Policy<'_> {
             budget.refund(account, paid, self.shared.clock.now());
         }
     }
-}
-
-/// When a call with a deadline started, and how long it may take.
-#[derive(Clone, Copy)]
-struct Deadline {
-    start: Instant,
-    limit: Duration,
-}
-
-/// The least time a retry must have left before the deadline.
-const MIN_ATTEMPT: Duration = Duration::from_millis(10);
-
-/// An idempotent method, or an idempotency key that is not blank.
-fn is_safe(config: &RetryConfig, request: &Request) -> bool {
-    request.method().is_idempotent()
-        || request
-            .headers()
-            .get(&config.idempotency_header)
-            .is_some_and(|key| key.as_bytes().iter().any(|b| !b.is_ascii_whitespace()))
-}
-
-/// The same resource: scheme, host, port, path and query. reqwest drops the
-/// fragment from a response's URL, and user information says nothing about
-/// which server answered.
-fn same_resource(a: &reqwest::Url, b: &reqwest::Url) -> bool {
-    (a.scheme(), a.host_str(), a.port_or_known_default(), a.path(), a.query())
-        == (b.scheme(), b.host_str(), b.port_or_known_default(), b.path(), b.query())
 }

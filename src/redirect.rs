@@ -113,6 +113,15 @@ pub(crate) fn next_hop(
     Some(request)
 }
 
+/// The same resource: scheme, host, port, path and query. reqwest drops the
+/// fragment from a response's URL, and user information says nothing about
+/// which server answered. A response whose URL is not the request's is the
+/// answer of a later hop.
+pub(crate) fn same_resource(a: &Url, b: &Url) -> bool {
+    (a.scheme(), a.host_str(), a.port_or_known_default(), a.path(), a.query())
+        == (b.scheme(), b.host_str(), b.port_or_known_default(), b.path(), b.query())
+}
+
 /// The `Referer` of a hop from `previous` to `next`: none from HTTPS to HTTP,
 /// and never a user, password or fragment.
 fn referer(next: &Url, previous: &Url) -> Option<HeaderValue> {

@@ -1,10 +1,12 @@
-//! What the caller can learn about the attempts behind a result.
+//! What the caller can learn about the attempts behind a result, and where
+//! the middleware leaves it.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use http::Method;
+use http::{Extensions, Method};
 use reqwest::Response;
+use reqwest_middleware::Result;
 
 use crate::reason::{Decision, StopReason};
 
@@ -128,4 +130,58 @@ pub struct RetryEvent<'a> {
     pub method: &'a Method,
     /// What happens next.
     pub decision: Decision,
+}
+
+/// What the hops before the current one took: redirects followed, and the
+/// attempts and waits that led to them.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Hops {
+    redirects: u32,
+    attempts: u32,
+    total_wait: Duration,
+}
+
+impl Hops {
+    /// The hops up to the end of the one `report` covers, and its redirect.
+    pub(crate) fn after(report: RetryReport) -> Self {
+        let RetryReport { redirects, attempts, total_wait, .. } = report;
+        Self { redirects: redirects + 1, attempts, total_wait }
+    }
+
+    /// The call's report, the current hop's being `hop`.
+    pub(crate) fn report(self, hop: RetryReport) -> RetryReport {
+        RetryReport {
+            attempts: self.attempts.saturating_add(hop.attempts),
+            total_wait: self.total_wait.saturating_add(hop.total_wait),
+            stop: hop.stop,
+            redirects: self.redirects,
+        }
+    }
+}
+
+/// Leaves the report where the caller can find it, puts back the caller's
+/// own [`AttemptNumber`] (or none), and returns the outcome.
+pub(crate) fn finish(
+    extensions: &mut Extensions,
+    caller: Option<&Extensions>,
+    mut outcome: Result<Response>,
+    report: RetryReport,
+) -> Result<Response> {
+    if let Some(caller) = caller {
+        match caller.get::<AttemptNumber>() {
+            Some(theirs) => extensions.insert(*theirs),
+            None => extensions.remove::<AttemptNumber>(),
+        };
+    }
+    if let Some(slot) = extensions.get::<ReportSlot>() {
+        slot.set(report);
+    }
+    // Absence reads as this report (`RetryReport::from_response`), so the
+    // common case allocates nothing.
+    if report != RetryReport::FIRST_AND_FINAL {
+        if let Ok(response) = &mut outcome {
+            response.extensions_mut().insert(report);
+        }
+    }
+    outcome
 }

@@ -2,7 +2,8 @@
 
 use std::time::{Duration, SystemTime};
 
-use http::HeaderValue;
+use http::header::{DATE, RETRY_AFTER};
+use http::{HeaderMap, HeaderValue};
 
 /// The wait a `Retry-After` value asks for, measured from `now`.
 ///
@@ -38,6 +39,20 @@ pub fn parse_retry_after(value: &HeaderValue, now: SystemTime) -> Option<Duratio
     }
     let at = httpdate::parse_http_date(text).ok()?;
     Some(at.duration_since(now).unwrap_or(Duration::ZERO))
+}
+
+/// The wait a response's `Retry-After` asks for. A date is measured against
+/// the response's own `Date` when it has a valid one, so a client whose clock
+/// is off waits what the server meant; otherwise against `wall_time`, read
+/// only then.
+pub(crate) fn asked(
+    headers: &HeaderMap,
+    wall_time: impl FnOnce() -> SystemTime,
+) -> Option<Duration> {
+    let value = headers.get(RETRY_AFTER)?;
+    let server_now =
+        headers.get(DATE).and_then(|date| httpdate::parse_http_date(date.to_str().ok()?).ok());
+    parse_retry_after(value, server_now.unwrap_or_else(wall_time))
 }
 
 #[cfg(test)]
@@ -82,6 +97,20 @@ mod tests {
     fn huge_number_saturates() {
         let got = parse_str("99999999999999999999999", rfc_example());
         assert_eq!(got, Some(Duration::from_secs(u64::MAX)));
+    }
+
+    #[test]
+    fn a_date_is_measured_against_the_response_date_when_it_has_one() {
+        let headers = |pairs: &[(http::HeaderName, &'static str)]| {
+            pairs.iter().map(|(k, v)| (k.clone(), HeaderValue::from_static(v))).collect()
+        };
+        let retry_at = (RETRY_AFTER, "Sun, 06 Nov 1994 08:49:37 GMT");
+        let with_date = headers(&[retry_at.clone(), (DATE, "Sun, 06 Nov 1994 08:49:30 GMT")]);
+        let never = || -> SystemTime { unreachable!("the response's Date is used") };
+        assert_eq!(asked(&with_date, never), Some(Duration::from_secs(7)));
+        let without = headers(&[retry_at]);
+        assert_eq!(asked(&without, rfc_example), Some(Duration::ZERO));
+        assert_eq!(asked(&HeaderMap::new(), never), None);
     }
 
     #[test]

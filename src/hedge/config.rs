@@ -1,8 +1,12 @@
 //! The settings of [`HedgeMiddleware`](crate::HedgeMiddleware).
 
+use std::fmt;
 use std::time::Duration;
 
+use http::HeaderName;
+
 use crate::budget::RetryBudget;
+use crate::config::{default_idempotency_header, idempotency_header};
 use crate::error::ConfigError;
 
 /// When a hedge is sent.
@@ -34,9 +38,11 @@ pub enum HedgeDelay {
 /// | fallback delay | 100 ms | used until a host has 20 latencies on record |
 /// | `max_copies` | 2 | the first copy and one hedge: a third copy rarely helps once the second has gone out |
 /// | `budget` | [`RetryBudget::default()`] | each hedge is paid for by final answers, a tenth of one each: hedges stay near 10% of the traffic a host answers, and stop when it stops answering |
+/// | `idempotency_header` | `Idempotency-Key` | the retry middleware's default, so that both take the same requests for safe to repeat |
 ///
-/// A request is hedged only if it is safe to repeat: an idempotent method, a
-/// non-blank `Idempotency-Key`, or [`SafeToRetry`](crate::SafeToRetry).
+/// A request is hedged only if it is safe to repeat, by the retry
+/// middleware's rule: an idempotent method, a non-blank value of the
+/// idempotency header, or [`SafeToRetry`](crate::SafeToRetry).
 /// Statuses 429, 502, 503 and 504 (the retry middleware's default set) are
 /// answers that stop further hedges.
 #[derive(Debug, Clone, PartialEq)]
@@ -44,6 +50,7 @@ pub struct HedgeConfig {
     pub(crate) delay: HedgeDelay,
     pub(crate) max_copies: u32,
     pub(crate) budget: Option<RetryBudget>,
+    pub(crate) idempotency_header: HeaderName,
 }
 
 impl Default for HedgeConfig {
@@ -52,6 +59,7 @@ impl Default for HedgeConfig {
             delay: HedgeDelay::Quantile { quantile: 0.95, fallback: Duration::from_millis(100) },
             max_copies: 2,
             budget: Some(RetryBudget::default()),
+            idempotency_header: default_idempotency_header(),
         }
     }
 }
@@ -59,7 +67,7 @@ impl Default for HedgeConfig {
 impl HedgeConfig {
     /// A builder starting from the defaults.
     pub fn builder() -> HedgeConfigBuilder {
-        HedgeConfigBuilder { config: Self::default() }
+        HedgeConfigBuilder { config: Self::default(), header: None }
     }
 
     /// When a hedge is sent.
@@ -75,6 +83,11 @@ impl HedgeConfig {
     /// The budget hedges are paid from; `None` when unbudgeted.
     pub fn budget(&self) -> Option<&RetryBudget> {
         self.budget.as_ref()
+    }
+
+    /// The header whose presence makes a request safe to repeat.
+    pub fn idempotency_header(&self) -> &HeaderName {
+        &self.idempotency_header
     }
 }
 
@@ -95,6 +108,8 @@ impl HedgeConfig {
 #[derive(Debug, Clone)]
 pub struct HedgeConfigBuilder {
     config: HedgeConfig,
+    /// The header name, or why it is not one.
+    header: Option<Result<HeaderName, ConfigError>>,
 }
 
 impl HedgeConfigBuilder {
@@ -148,14 +163,32 @@ impl HedgeConfigBuilder {
         self
     }
 
+    /// The header whose presence (with a non-blank value) makes a request
+    /// safe to repeat, and so hedged. When both middlewares are used, give
+    /// it the header given to the retry configuration's
+    /// [`with_idempotency_header`](crate::RetryConfigBuilder::with_idempotency_header).
+    ///
+    /// Takes what `reqwest::RequestBuilder::header` takes: a `HeaderName`, a
+    /// `&str` or a `String`; a name that is not valid is reported by
+    /// [`build`](Self::build).
+    pub fn with_idempotency_header<K>(mut self, name: K) -> Self
+    where
+        HeaderName: TryFrom<K>,
+        <HeaderName as TryFrom<K>>::Error: fmt::Display,
+    {
+        self.header = Some(idempotency_header(name));
+        self
+    }
+
     /// The configuration, or the first invalid setting.
     ///
     /// # Errors
     ///
     /// A [`ConfigError`] naming the setting out of range: `delay`,
-    /// `latency_quantile`, `fallback_delay`, `max_copies`, or `budget.*`.
+    /// `latency_quantile`, `fallback_delay`, `max_copies`,
+    /// `idempotency_header`, or `budget.*`.
     pub fn build(self) -> Result<HedgeConfig, ConfigError> {
-        let config = self.config;
+        let mut config = self.config;
         let check_delay = |field, delay: Duration| {
             if delay.is_zero() || delay > Duration::from_secs(3600) {
                 return Err(ConfigError::new(
@@ -183,6 +216,9 @@ impl HedgeConfigBuilder {
                 format!("{} is not from 1 to 10", config.max_copies),
             ));
         }
+        if let Some(header) = self.header {
+            config.idempotency_header = header?;
+        }
         if let Some(budget) = &config.budget {
             budget.validate()?;
         }
@@ -203,6 +239,7 @@ mod tests {
         );
         assert_eq!(config.max_copies(), 2);
         assert_eq!(config.budget(), Some(&RetryBudget::default()));
+        assert_eq!(config.idempotency_header(), "idempotency-key");
     }
 
     #[test]
@@ -217,6 +254,7 @@ mod tests {
             (HedgeConfig::builder().with_fallback_delay(Duration::ZERO), "fallback_delay"),
             (HedgeConfig::builder().with_max_copies(0), "max_copies"),
             (HedgeConfig::builder().with_max_copies(11), "max_copies"),
+            (HedgeConfig::builder().with_idempotency_header("bad header"), "idempotency_header"),
             (
                 HedgeConfig::builder().with_budget(RetryBudget::default().with_ratio(2.0)),
                 "budget.ratio",

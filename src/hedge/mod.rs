@@ -30,9 +30,12 @@ pub use report::{HedgeReport, HedgeSlot};
 /// See [`HedgeConfig`] for the delay, the number of copies and the budget
 /// that bounds them. The rules:
 ///
-/// - Only a request safe to repeat is hedged: an idempotent method, a
-///   non-blank `Idempotency-Key`, or [`SafeToRetry`](crate::SafeToRetry). Others, and a request
-///   whose body cannot be copied, are sent once, untouched.
+/// - Only a request safe to repeat is hedged, by the retry middleware's
+///   rule: an idempotent method, a non-blank value of the idempotency header
+///   (`Idempotency-Key` unless
+///   [set otherwise](HedgeConfigBuilder::with_idempotency_header)), or
+///   [`SafeToRetry`](crate::SafeToRetry). Others, and a request whose body
+///   cannot be copied, are sent once, untouched.
 /// - A final answer (any status but 429, 502, 503, 504) from any copy is
 ///   returned at once; the other copies' futures are dropped, which closes
 ///   their HTTP/1 connections (or resets their HTTP/2 streams).

@@ -5,7 +5,7 @@ use std::pin::Pin;
 use std::task::Poll;
 use std::time::Instant;
 
-use http::{Extensions, StatusCode};
+use http::Extensions;
 use reqwest::{Request, Response};
 use reqwest_middleware::{Next, Result};
 
@@ -13,15 +13,8 @@ use super::{HedgeMiddleware, HedgeReport, HedgeSlot};
 use crate::budget::Account;
 use crate::classify;
 use crate::clock::Sleep;
-use crate::extensions::SafeToRetry;
-
-/// The statuses that stop further hedges: the retry middleware's defaults.
-const STOPPING: [StatusCode; 4] = [
-    StatusCode::TOO_MANY_REQUESTS,
-    StatusCode::BAD_GATEWAY,
-    StatusCode::SERVICE_UNAVAILABLE,
-    StatusCode::GATEWAY_TIMEOUT,
-];
+use crate::config::DEFAULT_RETRYABLE_STATUSES;
+use crate::safety::is_safe;
 
 /// One copy in flight: its number, when it was sent, and its future.
 type InFlight<'a> = (u32, Instant, Pin<Box<dyn Future<Output = Sent> + Send + 'a>>);
@@ -37,7 +30,12 @@ enum Kind {
 
 fn kind(outcome: &Result<Response>) -> Kind {
     match outcome {
-        Ok(response) if classify::classify_status(response.status(), &STOPPING, true).is_some() => {
+        // The statuses that stop further hedges: the retry middleware's
+        // defaults.
+        Ok(response)
+            if classify::classify_status(response.status(), &DEFAULT_RETRYABLE_STATUSES, true)
+                .is_some() =>
+        {
             Kind::Stopping
         }
         Ok(_) => Kind::Final,
@@ -55,7 +53,7 @@ impl HedgeMiddleware {
         let inner = &*self.inner;
         let start = inner.clock.now();
         let max = inner.config.max_copies;
-        let safe = extensions.get::<SafeToRetry>().is_some() || is_safe(&request);
+        let safe = is_safe(&request, extensions, &inner.config.idempotency_header);
         let url = request.url().clone();
         let account = inner.budget.as_ref().map(|budget| budget.account(&url, start));
         if max < 2 || !safe || request.try_clone().is_none() {
@@ -193,15 +191,6 @@ fn finish(
         response.extensions_mut().insert(report);
     }
     outcome
-}
-
-/// An idempotent method, or an `Idempotency-Key` that is not blank.
-fn is_safe(request: &Request) -> bool {
-    request.method().is_idempotent()
-        || request
-            .headers()
-            .get("idempotency-key")
-            .is_some_and(|key| key.as_bytes().iter().any(|b| !b.is_ascii_whitespace()))
 }
 
 /// A debug event for each hedge sent, or refused by the budget. Only the

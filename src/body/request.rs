@@ -1,23 +1,18 @@
-//! Reading a streamed request body into memory before the first attempt, up
-//! to a limit, so that the request can be sent again; see
+//! Reading a streamed request body into memory before the first attempt, so
+//! that the request can be sent again. What a caller gets is stated once, on
 //! [`with_stream_buffering`](crate::RetryConfigBuilder::with_stream_buffering).
-//!
-//! A body that ends within the limit becomes a bytes body, which reqwest
-//! copies for every attempt. Any other is sent once, whole and as it came:
-//! the bytes read, then what was not read ([`Replay`]). At most the limit
-//! plus the one chunk that went over it is held.
 
 use std::future::poll_fn;
 use std::pin::Pin;
-use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use hyper::body::{Body as HttpBody, Bytes, Frame, SizeHint};
+use hyper::body::{Body as HttpBody, Bytes, Frame};
 use reqwest::{Body, Request};
 
+use super::replay::{Tail, append, replay};
 use crate::clock::Clock;
-use crate::discard::first;
-use crate::policy::{Policy, Shared};
+use crate::deadline::{tightest, visible_timeout};
+use crate::future::first;
 
 /// A streamed body to read before the first attempt.
 pub(crate) struct Rewind<'a> {
@@ -30,27 +25,25 @@ pub(crate) struct Rewind<'a> {
 }
 
 impl<'a> Rewind<'a> {
-    /// The body to read, if stream buffering is on, a retry may follow and
-    /// the request's body is a stream.
+    /// The body to read, if stream buffering is on (a `limit`), a retry
+    /// may follow and the request's body is a stream. Reading stops at the
+    /// call's `deadline`, or once the attempt's visible timeout (the
+    /// request's own, or `attempt_timeout`) has passed from now.
     pub(crate) fn new(
-        shared: &'a Shared,
-        policy: &Policy<'_>,
         pending: &'a mut Option<Request>,
+        limit: Option<usize>,
+        may_retry: bool,
+        deadline: Option<Instant>,
+        attempt_timeout: Option<Duration>,
+        clock: &'a dyn Clock,
     ) -> Option<Self> {
-        let limit = shared.config.stream_buffering?;
-        let (may_retry, deadline) = policy.rewind_bounds();
+        let limit = limit?;
         let request = pending.as_mut().filter(|_| may_retry)?;
         request.body().filter(|body| body.as_bytes().is_none())?;
-        let timeout = match (request.timeout().copied(), shared.config.attempt_timeout) {
-            (Some(own), Some(configured)) => Some(own.min(configured)),
-            (own, configured) => own.or(configured),
-        };
-        let timeout_at = timeout.and_then(|timeout| shared.clock.now().checked_add(timeout));
-        let cut_at = match (deadline, timeout_at) {
-            (Some(deadline), Some(timeout_at)) => Some(deadline.min(timeout_at)),
-            (deadline, timeout_at) => deadline.or(timeout_at),
-        };
-        Some(Self { request, limit, clock: &*shared.clock, cut_at })
+        let timeout = visible_timeout(request.timeout().copied(), attempt_timeout);
+        let timeout_at = timeout.and_then(|timeout| clock.now().checked_add(timeout));
+        let cut_at = tightest(deadline, timeout_at);
+        Some(Self { request, limit, clock, cut_at })
     }
 
     /// Reads the body until it ends, goes over the limit, fails, or the time
@@ -120,105 +113,18 @@ impl Reader {
         append(&mut self.prefix, data, self.limit);
     }
 
-    /// The body to send after reading ended with `end`.
+    /// The body to send after reading ended with `end`: the bytes read,
+    /// then what was not read, sent once, unless the body ended within the
+    /// limit.
     fn into_body(self, end: End) -> Body {
-        let prefix = Some(Bytes::from(self.prefix)).filter(|prefix| !prefix.is_empty());
         let (held, tail) = match end {
-            End::Whole => return Body::from(prefix.unwrap_or_default()),
+            End::Whole => return Body::from(self.prefix),
             // Nothing read: the body as it came.
-            End::Stopped(None) if prefix.is_none() => return self.body,
+            End::Stopped(None) if self.prefix.is_empty() => return self.body,
             End::Stopped(held) => (held, Tail::Rest(self.body)),
             End::Failed(error) => (None, Tail::Failed(Some(error))),
         };
-        Body::wrap(Replay { prefix, held, tail })
-    }
-}
-
-/// Appends `data`, which fits within `limit`, growing the buffer by doubling
-/// but never past the limit.
-pub(crate) fn append(prefix: &mut Vec<u8>, data: &[u8], limit: usize) {
-    let needed = prefix.len() + data.len();
-    if needed > prefix.capacity() {
-        let grown = prefix.capacity().saturating_mul(2).min(limit).max(needed);
-        prefix.reserve_exact(grown - prefix.len());
-    }
-    prefix.extend_from_slice(data);
-}
-
-/// A body that yields `prefix`, then `held`, then the rest of `body`, its
-/// length known when the rest's is.
-pub(crate) fn replay(prefix: Vec<u8>, held: Option<Frame<Bytes>>, body: Body) -> Body {
-    let prefix = Some(Bytes::from(prefix)).filter(|prefix| !prefix.is_empty());
-    Body::wrap(Replay { prefix, held, tail: Tail::Rest(body) })
-}
-
-/// A body sent once: the bytes read, the frame that stopped the reading,
-/// then the rest of the original body, or its error.
-#[derive(Debug)]
-struct Replay {
-    prefix: Option<Bytes>,
-    held: Option<Frame<Bytes>>,
-    tail: Tail,
-}
-
-#[derive(Debug)]
-enum Tail {
-    Rest(Body),
-    /// The error reading failed with, until it is yielded.
-    Failed(Option<reqwest::Error>),
-}
-
-impl HttpBody for Replay {
-    type Data = Bytes;
-    type Error = reqwest::Error;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, reqwest::Error>>> {
-        let this = self.get_mut();
-        if let Some(prefix) = this.prefix.take() {
-            return Poll::Ready(Some(Ok(Frame::data(prefix))));
-        }
-        if let Some(held) = this.held.take() {
-            return Poll::Ready(Some(Ok(held)));
-        }
-        match &mut this.tail {
-            Tail::Rest(body) => Pin::new(body).poll_frame(cx),
-            Tail::Failed(error) => Poll::Ready(error.take().map(Err)),
-        }
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        let held = self.held.as_ref().and_then(Frame::data_ref).map_or(0, Bytes::len);
-        let front = (self.prefix.as_ref().map_or(0, Bytes::len) + held) as u64;
-        match &self.tail {
-            Tail::Rest(body) => {
-                let rest = body.size_hint();
-                let mut hint = SizeHint::new();
-                hint.set_lower(rest.lower().saturating_add(front));
-                if let Some(upper) = rest.upper().and_then(|upper| upper.checked_add(front)) {
-                    hint.set_upper(upper);
-                }
-                hint
-            }
-            // Never exact: a body of known length would be sent with a
-            // `Content-Length`, and could end, complete, before its error.
-            Tail::Failed(_) => {
-                let mut hint = SizeHint::new();
-                hint.set_lower(front);
-                hint
-            }
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.prefix.is_none()
-            && self.held.is_none()
-            && match &self.tail {
-                Tail::Rest(body) => body.is_end_stream(),
-                Tail::Failed(error) => error.is_none(),
-            }
+        replay(self.prefix, held, tail)
     }
 }
 
@@ -227,6 +133,7 @@ mod tests {
     use std::collections::VecDeque;
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::task::{Context, Poll};
 
     use http::HeaderMap;
 

@@ -1,29 +1,12 @@
 //! Discarding the body of a response that is being retried, within the wait
-//! before the retry, and racing an attempt against a deadline.
-
-use std::future::{Future, poll_fn};
-use std::pin::pin;
-use std::task::Poll;
+//! before the retry, so that its connection can be reused; see
+//! [`with_drain_limit`](crate::RetryConfigBuilder::with_drain_limit).
 
 use reqwest::Response;
 use reqwest_middleware::Result;
 
 use crate::clock::Sleep;
-
-/// Runs `work` until `cut` completes first: `None` when it was cut.
-pub(crate) async fn first<T>(
-    work: impl Future<Output = T>,
-    cut: impl Future<Output = ()>,
-) -> Option<T> {
-    let (mut work, mut cut) = (pin!(work), pin!(cut));
-    poll_fn(|cx| {
-        if let Poll::Ready(done) = work.as_mut().poll(cx) {
-            return Poll::Ready(Some(done));
-        }
-        cut.as_mut().poll(cx).map(|()| None)
-    })
-    .await
-}
+use crate::future::first;
 
 /// Waits `wait` while reading and discarding the body of a response being
 /// retried, so its connection can go back to the pool. What has not arrived

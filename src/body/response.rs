@@ -1,21 +1,15 @@
-//! Reading the body of a final response inside the attempt, up to a limit,
-//! so that a body that breaks while it is read is retried like any other
-//! failed attempt; see
+//! Reading the body of a final response inside the attempt, so that a body
+//! that breaks while it is read is retried like any other failed attempt.
+//! What a caller gets is stated once, on
 //! [`with_response_buffering`](crate::RetryConfigBuilder::with_response_buffering).
-//!
-//! As with a streamed request body ([`rewind`](crate::rewind)), a body that
-//! ends within the limit comes back as bytes, a longer one as the bytes read
-//! then the rest of the body, and no more than the limit plus one chunk is
-//! held.
 
 use hyper::body::Frame;
 use reqwest::{Response, ResponseBuilderExt};
 use reqwest_middleware::{Error, Result};
 
-use crate::classify::{self, Class};
+use super::replay::{Tail, append, replay};
+use crate::classify;
 use crate::config::RetryConfig;
-use crate::reason::{RetryReason, Retryability};
-use crate::rewind;
 
 /// Reads the body of `outcome`, when it is a response the built-in status
 /// rules take as final, up to `limit`. Returns the outcome to decide on, and
@@ -67,7 +61,7 @@ async fn read(
         match response.chunk().await {
             Ok(None) => break None,
             Ok(Some(chunk)) if chunk.len() > limit - prefix.len() => break Some(chunk),
-            Ok(Some(chunk)) => rewind::append(&mut prefix, &chunk, limit),
+            Ok(Some(chunk)) => append(&mut prefix, &chunk, limit),
             Err(error) => return Err(error.with_url(response.url().clone())),
         }
     };
@@ -78,7 +72,7 @@ async fn read(
     let (mut parts, rest) = http::Response::<reqwest::Body>::from(response).into_parts();
     let body = match held {
         None => reqwest::Body::from(prefix),
-        Some(chunk) => rewind::replay(prefix, Some(Frame::data(chunk)), rest),
+        Some(chunk) => replay(prefix, Some(Frame::data(chunk)), Tail::Rest(rest)),
     };
     // Building a response without a status or header to check cannot fail.
     let (marker, ()) = http::Response::builder().url(url).body(()).unwrap_or_default().into_parts();
@@ -86,59 +80,9 @@ async fn read(
     Ok(Response::from(http::Response::from_parts(parts, body)))
 }
 
-/// The built-in rule for a body that failed while the middleware read it:
-/// a timeout, or a connection lost mid-body (reset, aborted, closed before
-/// the declared length), may be retried when the request is safe to repeat.
-/// A malformed body will be the same next time: final.
-pub(crate) fn classify_body_error(error: &Error) -> Class {
-    let Error::Reqwest(error) = error else { return None };
-    if error.is_timeout() || classify::any_io(error, |kind| kind == std::io::ErrorKind::TimedOut) {
-        return Some((Retryability::WhenSafe, RetryReason::Timeout));
-    }
-    if classify::any_hyper(error, |e| e.is_parse() || e.is_user()) {
-        return None;
-    }
-    let lost = classify::any_io(error, is_lost_connection)
-        || classify::any_hyper(error, |e| e.is_incomplete_message() || e.is_closed())
-        || h2_stream_lost(error);
-    lost.then_some((Retryability::WhenSafe, RetryReason::ConnectionLost))
-}
-
-fn is_lost_connection(kind: std::io::ErrorKind) -> bool {
-    use std::io::ErrorKind;
-    matches!(
-        kind,
-        ErrorKind::ConnectionReset
-            | ErrorKind::ConnectionAborted
-            | ErrorKind::UnexpectedEof
-            | ErrorKind::BrokenPipe
-    )
-}
-
-/// An HTTP/2 stream reset or a connection gone away mid-body.
-#[cfg(feature = "http2")]
-fn h2_stream_lost(error: &(dyn std::error::Error + 'static)) -> bool {
-    classify::sources(error)
-        .filter_map(|e| e.downcast_ref::<h2::Error>())
-        .any(|h2| h2.is_io() || h2.is_go_away() || h2.is_reset())
-}
-
-#[cfg(not(feature = "http2"))]
-fn h2_stream_lost(_: &(dyn std::error::Error + 'static)) -> bool {
-    false
-}
-
 #[cfg(test)]
 mod tests {
-    use std::io;
-
     use super::*;
-
-    #[test]
-    fn only_reqwest_errors_are_read() {
-        let error = Error::middleware(io::Error::from(io::ErrorKind::ConnectionReset));
-        assert_eq!(classify_body_error(&error), None);
-    }
 
     #[tokio::test]
     async fn a_response_within_the_limit_keeps_its_parts() {

@@ -1,0 +1,17 @@
+//! The bodies the middleware reads itself, each up to a limit: a streamed
+//! request body, so that the request can be sent again ([`Rewind`]); a final
+//! response's body, so that a failure while reading it can be retried
+//! ([`settle`]); and a retried response's body, drained during the wait so
+//! that its connection can be reused ([`discard`]).
+//!
+//! This code takes plain values (limits, instants, "may a retry follow")
+//! and knows nothing of the policy, which decides what is read and when.
+
+mod drain;
+mod replay;
+mod request;
+mod response;
+
+pub(crate) use drain::discard;
+pub(crate) use request::Rewind;
+pub(crate) use response::settle;

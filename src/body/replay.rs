@@ -1,0 +1,101 @@
+//! The body the middleware sends or returns when it read only part of one:
+//! the bytes read, the frame that stopped the reading, then the rest of the
+//! original body, or the error it failed with. Both a streamed request body
+//! ([`request`](super::request)) and a final response's body
+//! ([`response`](super::response)) are put back this way.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use hyper::body::{Body as HttpBody, Bytes, Frame, SizeHint};
+use reqwest::Body;
+
+/// Appends `data`, which fits within `limit`, growing the buffer by doubling
+/// but never past the limit.
+pub(super) fn append(prefix: &mut Vec<u8>, data: &[u8], limit: usize) {
+    let needed = prefix.len() + data.len();
+    if needed > prefix.capacity() {
+        let grown = prefix.capacity().saturating_mul(2).min(limit).max(needed);
+        prefix.reserve_exact(grown - prefix.len());
+    }
+    prefix.extend_from_slice(data);
+}
+
+/// A body sent once: `prefix`, then `held`, then `tail`. Its length is
+/// known when `tail` is the rest of a body whose length is.
+pub(super) fn replay(prefix: Vec<u8>, held: Option<Frame<Bytes>>, tail: Tail) -> Body {
+    let prefix = Some(Bytes::from(prefix)).filter(|prefix| !prefix.is_empty());
+    Body::wrap(Replay { prefix, held, tail })
+}
+
+/// A body sent once: the bytes read, the frame that stopped the reading,
+/// then the rest of the original body, or its error.
+#[derive(Debug)]
+struct Replay {
+    prefix: Option<Bytes>,
+    held: Option<Frame<Bytes>>,
+    tail: Tail,
+}
+
+/// What follows the bytes read.
+#[derive(Debug)]
+pub(super) enum Tail {
+    /// The rest of the body they were read from.
+    Rest(Body),
+    /// The error reading failed with, until it is yielded.
+    Failed(Option<reqwest::Error>),
+}
+
+impl HttpBody for Replay {
+    type Data = Bytes;
+    type Error = reqwest::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, reqwest::Error>>> {
+        let this = self.get_mut();
+        if let Some(prefix) = this.prefix.take() {
+            return Poll::Ready(Some(Ok(Frame::data(prefix))));
+        }
+        if let Some(held) = this.held.take() {
+            return Poll::Ready(Some(Ok(held)));
+        }
+        match &mut this.tail {
+            Tail::Rest(body) => Pin::new(body).poll_frame(cx),
+            Tail::Failed(error) => Poll::Ready(error.take().map(Err)),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        let held = self.held.as_ref().and_then(Frame::data_ref).map_or(0, Bytes::len);
+        let front = (self.prefix.as_ref().map_or(0, Bytes::len) + held) as u64;
+        match &self.tail {
+            Tail::Rest(body) => {
+                let rest = body.size_hint();
+                let mut hint = SizeHint::new();
+                hint.set_lower(rest.lower().saturating_add(front));
+                if let Some(upper) = rest.upper().and_then(|upper| upper.checked_add(front)) {
+                    hint.set_upper(upper);
+                }
+                hint
+            }
+            // Never exact: a body of known length would be sent with a
+            // `Content-Length`, and could end, complete, before its error.
+            Tail::Failed(_) => {
+                let mut hint = SizeHint::new();
+                hint.set_lower(front);
+                hint
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.prefix.is_none()
+            && self.held.is_none()
+            && match &self.tail {
+                Tail::Rest(body) => body.is_end_stream(),
+                Tail::Failed(error) => error.is_none(),
+            }
+    }
+}

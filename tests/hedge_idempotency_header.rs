@@ -1,0 +1,110 @@
+//! The hedge middleware takes a request for safe to repeat by the retry
+//! side's rule, with the idempotency header it is configured with. A
+//! loopback server answers in tokio's paused time: every delay is virtual
+//! and exact, nothing sleeps.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use reqwest_middleware::ClientWithMiddleware;
+use reqwest_safe_retry::{HedgeConfig, HedgeConfigBuilder, HedgeMiddleware, HedgeReport};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const MS: Duration = Duration::from_millis(1);
+const SLOW: Duration = Duration::from_secs(60);
+
+/// A server that answers its first request after [`SLOW`] and every later
+/// one at once, each with a body naming it (`copy 0`, `copy 1`...).
+struct Server {
+    url: String,
+    requests: Arc<AtomicUsize>,
+}
+
+async fn server() -> Server {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/orders", listener.local_addr().unwrap());
+    let requests = Arc::new(AtomicUsize::new(0));
+    let seen = requests.clone();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let seen = seen.clone();
+            tokio::spawn(async move {
+                while read_request(&mut socket).await {
+                    let n = seen.fetch_add(1, Ordering::SeqCst);
+                    if n == 0 {
+                        tokio::time::sleep(SLOW).await;
+                    }
+                    let body = format!("copy {n}");
+                    let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", body.len());
+                    if socket.write_all((head + &body).as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    Server { url, requests }
+}
+
+/// Reads one request, head and body; false once the connection is closed.
+async fn read_request(socket: &mut TcpStream) -> bool {
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match socket.read(&mut buf).await {
+            Ok(0) | Err(_) => return false,
+            Ok(n) => seen.extend_from_slice(&buf[..n]),
+        }
+        let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") else { continue };
+        let head = String::from_utf8_lossy(&seen[..end]).to_ascii_lowercase();
+        let length = head
+            .lines()
+            .find_map(|line| line.strip_prefix("content-length:"))
+            .and_then(|value| value.trim().parse::<usize>().ok())
+            .unwrap_or(0);
+        while seen.len() < end + 4 + length {
+            match socket.read(&mut buf).await {
+                Ok(0) | Err(_) => return false,
+                Ok(n) => seen.extend_from_slice(&buf[..n]),
+            }
+        }
+        return true;
+    }
+}
+
+/// A client hedging after 100 ms, without a budget, with `config`.
+fn client(config: HedgeConfigBuilder) -> ClientWithMiddleware {
+    let hedge = HedgeMiddleware::new(config.with_delay(100 * MS).without_budget().build().unwrap());
+    reqwest_middleware::ClientBuilder::new(reqwest::Client::new()).with(hedge).build()
+}
+
+/// POSTs an order keyed with `X-Request-Id`; returns the body and the
+/// report's copies sent and winning copy.
+async fn post(client: &ClientWithMiddleware, url: &str) -> (String, (u32, u32)) {
+    let response =
+        client.post(url).header("X-Request-Id", "order-7").body("order").send().await.unwrap();
+    let report = HedgeReport::from_response(&response).unwrap();
+    (response.text().await.unwrap(), (report.copies, report.winner))
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_post_keyed_with_the_configured_idempotency_header_is_hedged() {
+    let server = server().await;
+    let client = client(HedgeConfig::builder().with_idempotency_header("X-Request-Id"));
+    let start = tokio::time::Instant::now();
+    let (body, report) = post(&client, &server.url).await;
+    assert_eq!((body.as_str(), report), ("copy 1", (2, 2)), "the hedge answered");
+    assert!(start.elapsed() < SLOW, "{:?}", start.elapsed());
+    assert_eq!(server.requests.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_post_keyed_with_a_header_not_configured_is_not_hedged() {
+    let server = server().await;
+    let client = client(HedgeConfig::builder());
+    let (body, report) = post(&client, &server.url).await;
+    assert_eq!((body.as_str(), report), ("copy 0", (1, 1)), "sent once, slow");
+    assert_eq!(server.requests.load(Ordering::SeqCst), 1);
+}
