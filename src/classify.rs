@@ -9,7 +9,10 @@
 //!
 //! Errors are read by walking their `source()` chain for the types the HTTP
 //! stack really produces (`std::io::Error` kinds, `hyper::Error`, and with the
-//! `http2` feature `h2::Error`), never by matching message text.
+//! `http2` feature `h2::Error`), not by matching message text — with one
+//! documented exception: a temporary DNS failure from the system resolver,
+//! which gives no type or code for it, is recognised by glibc's and musl's
+//! wording as a last resort.
 
 use std::error::Error as StdError;
 use std::io;

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 /// An invalid setting, rejected when the configuration is built.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid retry configuration: `{field}` {message}")]
+#[error("invalid configuration: `{field}` {message}")]
 pub struct ConfigError {
     field: &'static str,
     message: String,

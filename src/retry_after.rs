@@ -7,8 +7,10 @@ use http::{HeaderMap, HeaderValue};
 
 /// The wait a `Retry-After` value asks for, measured from `now`.
 ///
-/// The middleware calls this with its [`Clock`](crate::Clock)'s wall time; it
-/// is public for clients that read the header themselves.
+/// The middleware calls this with the time of the response's own `Date`
+/// header when it has a valid one (so a client whose clock is off waits what
+/// the server meant), and otherwise with its [`Clock`](crate::Clock)'s wall
+/// time; it is public for clients that read the header themselves.
 ///
 /// ```
 /// use std::time::{Duration, SystemTime};
