@@ -78,8 +78,9 @@ pub(crate) fn next_hop(
         StatusCode::TEMPORARY_REDIRECT | StatusCode::PERMANENT_REDIRECT => false,
         _ => return None,
     };
-    let keeps_body = !to_get && request.body().is_some();
-    if keeps_body && !has_body {
+    // A hop that keeps the body needs the one the request had: a bodiless
+    // copy of a streamed request would send it on empty.
+    if !to_get && !has_body {
         return None;
     }
     let location = response.headers().get(LOCATION)?.to_str().ok()?;
@@ -208,10 +209,15 @@ mod tests {
             let lost = next_hop(&redirect(status, from, "/x"), request(Method::POST, from), false);
             assert!(lost.is_none(), "a body sent once cannot go to the next hop");
         }
-        // A 303 needs no body, so a stream's bodiless copy can follow it.
+        // A 303 needs no body, so a stream's bodiless copy can follow it;
+        // nothing that keeps the body can, whatever the method.
         let from = "https://a.test/orders";
-        let copy = bodiless(&request(Method::POST, from));
-        assert!(next_hop(&redirect(303, from, "/x"), copy, false).is_some());
+        let copy = || bodiless(&request(Method::PUT, from));
+        assert!(next_hop(&redirect(303, from, "/x"), copy(), false).is_some());
+        for status in [301, 302, 307, 308] {
+            let lost = next_hop(&redirect(status, from, "/x"), copy(), false);
+            assert!(lost.is_none(), "{status}: a PUT would go on without its body");
+        }
     }
 
     #[test]
