@@ -282,6 +282,7 @@ mod error;
 mod events;
 mod extensions;
 mod hedge;
+mod hosts;
 mod jitter;
 mod middleware;
 mod policy;
