@@ -284,6 +284,7 @@ mod events;
 mod extensions;
 mod future;
 mod hedge;
+mod hosts;
 mod jitter;
 mod middleware;
 mod policy;

@@ -2,21 +2,22 @@
 //! hosts behind [`BudgetScope::PerHost`].
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::fmt;
-use std::hash::{BuildHasher, Hash};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock, RwLock, RwLockReadGuard};
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use reqwest::Url;
-use rustc_hash::FxBuildHasher;
 
 use super::account::{Account, Paid, RETRY_COST, SLOTS};
 use super::{BudgetScope, RetryBudget};
+use crate::hosts::{Host, HostState, Hosts};
 
 /// Hosts tracked before the least recently used calm ones are forgotten.
 const MAX_HOSTS: usize = 1024;
+
+/// A host's entry in the budget's table: its key and its account.
+type Entry = Arc<Host<Arc<Account>>>;
 
 /// Gives every budget an identity of its own, for the per-thread cache.
 static BUDGETS: AtomicU64 = AtomicU64::new(0);
@@ -26,7 +27,7 @@ thread_local! {
     /// whose table holds it. Most threads talk to one host at a time; a hit
     /// takes no lock, hashes nothing and counts no reference. A cached host
     /// is in use, so the table never forgets it.
-    static LAST_HOST: RefCell<Option<(u64, Arc<Host>)>> = const { RefCell::new(None) };
+    static LAST_HOST: RefCell<Option<(u64, Entry)>> = const { RefCell::new(None) };
 }
 
 /// The live budget shared by every clone of one middleware.
@@ -46,64 +47,23 @@ pub(crate) struct Budget {
 
 enum Scope {
     Global(Arc<Account>),
-    PerHost { hasher: FxBuildHasher, table: RwLock<Table> },
+    /// An account per scheme, host and port; hosts whose hashes collide
+    /// are told apart by their exact keys, so two hosts never share an
+    /// account by accident.
+    PerHost(Hosts<Arc<Account>>),
 }
 
-/// Hosts by a hash of scheme, host and port; entries whose hashes collide
-/// share a bucket and are told apart by their exact key, so two hosts never
-/// share an account by accident.
-#[derive(Default)]
-struct Table {
-    buckets: HashMap<u64, Vec<Arc<Host>>, FxBuildHasher>,
-    len: usize,
-}
-
-struct Host {
-    scheme: Box<str>,
-    host: Box<str>,
-    port: Option<u16>,
-    /// `scheme://host[:port]`, as `Url` writes the text before the path of
-    /// a URL naming no user: one way only (lowercase, default port left
-    /// out), so equal text is the same host, compared in one go.
-    origin: Box<str>,
-    account: Arc<Account>,
-}
-
-impl Host {
-    fn new(url: &Url, account: Arc<Account>) -> Self {
-        let host = url.host_str().unwrap_or_default();
-        let origin = match url.port() {
-            Some(port) => format!("{}://{host}:{port}", url.scheme()),
-            None => format!("{}://{host}", url.scheme()),
-        };
-        Self {
-            scheme: url.scheme().into(),
-            host: url.host_str().unwrap_or_default().into(),
-            port: url.port_or_known_default(),
-            origin: origin.into(),
-            account,
-        }
+impl HostState for Arc<Account> {
+    fn last_used(&self) -> u64 {
+        Account::last_used(self)
     }
 
-    fn is(&self, url: &Url) -> bool {
-        *self.scheme == *url.scheme()
-            && *self.host == *url.host_str().unwrap_or_default()
-            && self.port == url.port_or_known_default()
+    /// Calm (no retryable outcome within a window), and no call holds the
+    /// account. A host failing now is kept, even past the limit: forgetting
+    /// it would hand it a fresh reserve.
+    fn may_forget(&self, now: u64) -> bool {
+        Arc::strong_count(self) == 1 && self.is_calm(now)
     }
-
-    /// [`is`](Self::is) by the URL's text alone. It may say no where `is`
-    /// says yes (a URL naming a user), never the reverse.
-    fn is_plainly(&self, url: &Url) -> bool {
-        *self.origin == *before_path(url)
-    }
-}
-
-/// The URL's text before its path: scheme, user, host and port.
-fn before_path(url: &Url) -> &str {
-    let text = url.as_str();
-    // `path` is a slice of `as_str`.
-    let start = url.path().as_ptr() as usize - text.as_ptr() as usize;
-    text.get(..start).unwrap_or(text)
 }
 
 impl Budget {
@@ -114,9 +74,7 @@ impl Budget {
         let reserve = u64::from(config.reserve_for(per_call)) * RETRY_COST;
         let scope = match config.scope {
             BudgetScope::Global => Scope::Global(Arc::new(Account::new(reserve))),
-            BudgetScope::PerHost => {
-                Scope::PerHost { hasher: FxBuildHasher, table: RwLock::new(Table::default()) }
-            }
+            BudgetScope::PerHost => Scope::PerHost(Hosts::new(MAX_HOSTS)),
         };
         Self {
             id: BUDGETS.fetch_add(1, Ordering::Relaxed),
@@ -133,11 +91,9 @@ impl Budget {
         let seen = self.slot_number(now);
         let account = match &self.scope {
             Scope::Global(account) => account.clone(),
-            Scope::PerHost { hasher, table } => {
-                let key = host_key(hasher, url);
-                let found = read(table).host(key, url).map(|host| host.account.clone());
-                found.unwrap_or_else(|| self.insert(table, key, url, seen).account.clone())
-            }
+            Scope::PerHost(hosts) => hosts
+                .with(url, Arc::clone)
+                .unwrap_or_else(|| self.insert(hosts, url, seen).value.clone()),
         };
         account.touch(seen);
         account
@@ -151,37 +107,26 @@ impl Budget {
             account.touch(seen);
             account.earn(seen, self.earn, self.reserve);
         };
-        let Scope::PerHost { hasher, table } = &self.scope else {
+        let Scope::PerHost(hosts) = &self.scope else {
             let Scope::Global(account) = &self.scope else { unreachable!() };
             return earn(account);
         };
         LAST_HOST.with(|last| {
             let mut last = last.borrow_mut();
             if let Some((id, host)) = &*last {
-                if *id == self.id && host.is_plainly(url) {
-                    return earn(&host.account);
+                if *id == self.id && host.is(url) {
+                    return earn(&host.value);
                 }
             }
-            let key = host_key(hasher, url);
-            let found = read(table).host(key, url).cloned();
-            let host = found.unwrap_or_else(|| self.insert(table, key, url, seen));
-            earn(&host.account);
+            let host = hosts.get(url).unwrap_or_else(|| self.insert(hosts, url, seen));
+            earn(&host.value);
             *last = Some((self.id, host));
         });
     }
 
-    fn insert(&self, table: &RwLock<Table>, key: u64, url: &Url, now: u64) -> Arc<Host> {
-        let mut table = table.write().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Some(host) = table.host(key, url) {
-            return host.clone();
-        }
-        if table.len >= MAX_HOSTS {
-            table.forget_calm(now);
-        }
-        let host = Arc::new(Host::new(url, Arc::new(Account::new(self.reserve))));
-        table.buckets.entry(key).or_default().push(host.clone());
-        table.len += 1;
-        host
+    /// The entry of `url`'s host, with a fresh account if it is new.
+    fn insert(&self, hosts: &Hosts<Arc<Account>>, url: &Url, now: u64) -> Entry {
+        hosts.get_or_insert(url, now, || Arc::new(Account::new(self.reserve)))
     }
 
     /// Records a final answer, which earns a share of a retry.
@@ -213,58 +158,6 @@ impl Budget {
     }
 }
 
-impl Table {
-    fn host(&self, key: u64, url: &Url) -> Option<&Arc<Host>> {
-        self.buckets.get(&key)?.iter().find(|host| host.is(url))
-    }
-
-    /// Forgets the least recently used hosts that are calm (no retryable
-    /// outcome within a window), neither held by a call nor cached by a
-    /// thread, an eighth of the table at a time. A host failing now is kept,
-    /// even past the limit: forgetting it would hand it a fresh reserve.
-    fn forget_calm(&mut self, now: u64) {
-        let mut calm: Vec<(u64, u64)> = Vec::new();
-        for (key, bucket) in &self.buckets {
-            for host in bucket {
-                if is_idle(host) && host.account.is_calm(now) {
-                    calm.push((host.account.last_used(), *key));
-                }
-            }
-        }
-        calm.sort_unstable();
-        let excess = self.len + 1 - MAX_HOSTS + MAX_HOSTS / 8;
-        for (used, key) in calm.into_iter().take(excess) {
-            let Some(bucket) = self.buckets.get_mut(&key) else { continue };
-            let before = bucket.len();
-            bucket.retain(|host| {
-                !(host.account.last_used() == used && is_idle(host) && host.account.is_calm(now))
-            });
-            self.len -= before - bucket.len();
-            if bucket.is_empty() {
-                self.buckets.remove(&key);
-            }
-        }
-    }
-}
-
-/// No call holds the host's account and no thread has it cached: only the
-/// table knows it.
-fn is_idle(host: &Arc<Host>) -> bool {
-    Arc::strong_count(host) == 1 && Arc::strong_count(&host.account) == 1
-}
-
-fn read(table: &RwLock<Table>) -> RwLockReadGuard<'_, Table> {
-    table.read().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-fn host_key(hasher: &FxBuildHasher, url: &Url) -> u64 {
-    let mut state = hasher.build_hasher();
-    url.scheme().hash(&mut state);
-    url.host_str().hash(&mut state);
-    url.port_or_known_default().hash(&mut state);
-    std::hash::Hasher::finish(&state)
-}
-
 impl fmt::Debug for Budget {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Budget")
@@ -277,9 +170,21 @@ impl fmt::Debug for Budget {
 
 #[cfg(test)]
 mod tests {
+    use std::hash::BuildHasherDefault;
     use std::time::Duration;
 
     use super::*;
+
+    /// Every key hashes alike.
+    #[derive(Default)]
+    struct Collide;
+
+    impl std::hash::Hasher for Collide {
+        fn finish(&self) -> u64 {
+            7
+        }
+        fn write(&mut self, _: &[u8]) {}
+    }
 
     fn url(s: &str) -> Url {
         Url::parse(s).unwrap()
@@ -290,8 +195,8 @@ mod tests {
     }
 
     fn len(b: &Budget) -> usize {
-        let Scope::PerHost { table, .. } = &b.scope else { unreachable!() };
-        read(table).len
+        let Scope::PerHost(hosts) = &b.scope else { unreachable!() };
+        hosts.len()
     }
 
     #[test]
@@ -311,20 +216,23 @@ mod tests {
     #[test]
     fn hosts_whose_hashes_collide_keep_their_own_accounts() {
         let b = budget(BudgetScope::PerHost);
-        let Scope::PerHost { table, .. } = &b.scope else { unreachable!() };
+        // Force a collision: a table of accounts whose hosts all hash alike.
+        let table = Hosts::with_hasher(MAX_HOSTS, BuildHasherDefault::<Collide>::default());
+        let account = || Arc::new(Account::new(b.reserve));
         let t0 = Instant::now();
-        // Force a collision: file both hosts under one key.
-        let first = b.insert(table, 7, &url("http://a.test/"), 0);
-        let second = b.insert(table, 7, &url("http://b.test/"), 0);
+        let first = table.get_or_insert(&url("http://a.test/"), 0, account);
+        let second = table.get_or_insert(&url("http://b.test/"), 0, account);
         assert!(!Arc::ptr_eq(&first, &second));
-        assert!(b.try_spend(&first.account, t0).is_some());
-        assert!(b.try_spend(&second.account, t0).is_some(), "b.test's reserve is its own");
-        let found = read(table).host(7, &url("http://b.test/y")).unwrap().clone();
+        assert!(b.try_spend(&first.value, t0).is_some());
+        assert!(b.try_spend(&second.value, t0).is_some(), "b.test's reserve is its own");
+        let found = table.get(&url("http://b.test/y")).unwrap();
         assert!(Arc::ptr_eq(&found, &second));
     }
 
+    /// The thread's cache takes a host for a URL's by `Host::is`: it agrees
+    /// with the URL's scheme, host and port, and a user name changes nothing.
     #[test]
-    fn comparing_by_text_never_confuses_two_hosts() {
+    fn comparing_by_parts_never_confuses_two_hosts() {
         let urls = [
             "http://a.test/x",
             "http://a.test:80/y?q",
@@ -343,10 +251,14 @@ mod tests {
             "http://127.0.0.1/",
             "http://127.0.0.1:81/",
         ];
+        let parts = |u: &Url| {
+            (u.scheme().to_owned(), u.host_str().map(str::to_owned), u.port_or_known_default())
+        };
         for a in urls {
-            let host = Host::new(&url(a), Arc::new(Account::new(0)));
+            let table = Hosts::new(MAX_HOSTS);
+            let host = table.get_or_insert(&url(a), 0, || Arc::new(Account::new(0)));
             for b in urls {
-                let (exact, plain) = (host.is(&url(b)), host.is_plainly(&url(b)));
+                let (exact, plain) = (parts(&url(a)) == parts(&url(b)), host.is(&url(b)));
                 assert!(!plain || exact, "{a} and {b} are not one host");
                 let anonymous = |u: &Url| u.username().is_empty() && u.password().is_none();
                 let named = !anonymous(&url(a)) || !anonymous(&url(b));
@@ -413,8 +325,8 @@ mod tests {
         drop(b.account(&url("http://new.test/"), at(200)));
         assert!(len(&b) <= MAX_HOSTS - MAX_HOSTS / 8 + 1, "{}", len(&b));
         // The most recently used survived; the least recently used went.
-        let Scope::PerHost { hasher, table } = &b.scope else { unreachable!() };
-        let kept = |u: &str| read(table).host(host_key(hasher, &url(u)), &url(u)).is_some();
+        let Scope::PerHost(hosts) = &b.scope else { unreachable!() };
+        let kept = |u: &str| hosts.with(&url(u), |_| ()).is_some();
         assert!(kept("http://h99.test/"));
         assert!(!kept("http://h0.test/"));
     }

@@ -1,66 +1,99 @@
 //! Recent latencies per host, for a hedging delay that follows them.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use reqwest::Url;
+
+use crate::hosts::{HostState, Hosts};
 
 /// Samples kept per host: the newest replace the oldest.
 pub(crate) const SAMPLES: usize = 128;
 /// Samples a host needs before its quantile is trusted over the fallback.
 pub(crate) const MIN_SAMPLES: usize = 20;
-/// Hosts tracked; past this, the table is cleared and starts again.
+/// Hosts tracked; past this, the least recently recorded are forgotten,
+/// an eighth of them at a time.
 const MAX_HOSTS: usize = 1024;
 
 /// A bounded ring of recent latencies for each scheme, host and port.
-#[derive(Debug, Default)]
-pub(crate) struct Latencies {
-    hosts: Mutex<HashMap<Key, Ring>>,
-}
-
-type Key = (Box<str>, Box<str>, Option<u16>);
-
-fn key(url: &Url) -> Key {
-    (url.scheme().into(), url.host_str().unwrap_or_default().into(), url.port_or_known_default())
-}
-
 #[derive(Debug)]
+pub(crate) struct Latencies {
+    hosts: Hosts<Mutex<Ring>>,
+    /// Latencies recorded so far: the clock that dates each host's last.
+    recorded: AtomicU64,
+}
+
+impl Default for Latencies {
+    fn default() -> Self {
+        Self { hosts: Hosts::new(MAX_HOSTS), recorded: AtomicU64::new(0) }
+    }
+}
+
 struct Ring {
     samples: Vec<Duration>,
     next: usize,
+    /// When the last sample came, counted in latencies recorded.
+    used: u64,
+}
+
+impl Ring {
+    fn new() -> Mutex<Self> {
+        Mutex::new(Self { samples: Vec::with_capacity(SAMPLES), next: 0, used: 0 })
+    }
+
+    fn push(&mut self, latency: Duration, now: u64) {
+        if self.samples.len() < SAMPLES {
+            self.samples.push(latency);
+        } else {
+            self.samples[self.next] = latency;
+        }
+        self.next = (self.next + 1) % SAMPLES;
+        self.used = self.used.max(now);
+    }
+}
+
+impl HostState for Mutex<Ring> {
+    fn last_used(&self) -> u64 {
+        lock(self).used
+    }
+
+    /// A ring is only ever read under the table's lock: any may go.
+    fn may_forget(&self, _now: u64) -> bool {
+        true
+    }
+}
+
+fn lock(ring: &Mutex<Ring>) -> MutexGuard<'_, Ring> {
+    // Every change to a ring is whole before its guard drops.
+    ring.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl Latencies {
     /// Records one latency of the host of `url`.
     pub(crate) fn record(&self, url: &Url, latency: Duration) {
-        let mut hosts = self.hosts.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if hosts.len() >= MAX_HOSTS && !hosts.contains_key(&key(url)) {
-            hosts.clear();
+        let now = self.recorded.fetch_add(1, Ordering::Relaxed);
+        let push = |ring: &Mutex<Ring>| lock(ring).push(latency, now);
+        if self.hosts.with(url, push).is_none() {
+            push(&self.hosts.get_or_insert(url, now, Ring::new).value);
         }
-        let ring = hosts
-            .entry(key(url))
-            .or_insert_with(|| Ring { samples: Vec::with_capacity(SAMPLES), next: 0 });
-        if ring.samples.len() < SAMPLES {
-            ring.samples.push(latency);
-        } else {
-            ring.samples[ring.next] = latency;
-        }
-        ring.next = (ring.next + 1) % SAMPLES;
     }
 
     /// The `q`-quantile (nearest rank, rounding up) of the host's recent
     /// latencies; `None` until it has [`MIN_SAMPLES`].
     pub(crate) fn quantile(&self, url: &Url, q: f64) -> Option<Duration> {
-        let mut sorted = {
-            let hosts = self.hosts.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-            let ring = hosts.get(&key(url))?;
-            if ring.samples.len() < MIN_SAMPLES {
-                return None;
-            }
-            ring.samples.clone()
-        };
-        let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+        // A copy to select in, on the stack: the ring keeps its order.
+        let mut copy = [Duration::ZERO; SAMPLES];
+        let len = self.hosts.with(url, |ring| {
+            let ring = lock(ring);
+            copy[..ring.samples.len()].copy_from_slice(&ring.samples);
+            ring.samples.len()
+        })?;
+        if len < MIN_SAMPLES {
+            return None;
+        }
+        let sorted = &mut copy[..len];
+        let rank = ((q * len as f64).ceil() as usize).clamp(1, len);
         let (_, nth, _) = sorted.select_nth_unstable(rank - 1);
         Some(*nth)
     }
@@ -101,5 +134,22 @@ mod tests {
             latencies.record(&a, 2 * MS);
         }
         assert_eq!(latencies.quantile(&a, 0.99), Some(2 * MS));
+    }
+
+    #[test]
+    fn a_full_table_forgets_the_least_recently_recorded_hosts_not_all() {
+        let latencies = Latencies::default();
+        let host = |n: usize| -> Url { format!("http://h{n}.test/").parse().unwrap() };
+        for n in 0..MAX_HOSTS {
+            for _ in 0..MIN_SAMPLES {
+                latencies.record(&host(n), MS);
+            }
+        }
+        // h0 is the least recently recorded, h1023 the most.
+        latencies.record(&host(MAX_HOSTS), MS);
+        let known = (0..MAX_HOSTS).filter(|&n| latencies.quantile(&host(n), 0.5).is_some());
+        assert_eq!(known.count(), MAX_HOSTS - MAX_HOSTS / 8 - 1);
+        assert_eq!(latencies.quantile(&host(0), 0.5), None, "the oldest went");
+        assert_eq!(latencies.quantile(&host(MAX_HOSTS - 1), 0.5), Some(MS), "the newest stayed");
     }
 }

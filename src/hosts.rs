@@ -1,0 +1,344 @@
+//! State per scheme, host and port, in a bounded table that forgets the
+//! least recently used hosts that are free to go, an eighth of its limit at
+//! a time, and never one that is not.
+//!
+//! Both the retry budget's accounts and the hedge's latency rings live in
+//! one of these; what "recently used" and "free to go" mean is the state's
+//! to say ([`HostState`]).
+//!
+//! # Why a table of its own, on `hashbrown`
+//!
+//! The cache crates were weighed first; none keeps this table's promises:
+//!
+//! - `quick_cache`: its `Lifecycle::is_pinned` would keep a failing or held
+//!   host, and its lookups take a borrowed key, but it evicts by its own
+//!   clock (CLOCK-Pro, scan resistant), one entry per insert, within each
+//!   shard's share of the capacity. Filled with 1,024 hosts and given one
+//!   more, it keeps the least recently used and stays full (sharded, it
+//!   held 1,003 of 1,024); and `is_pinned` is not told the time, which
+//!   "calm" needs.
+//! - `moka`: TinyLFU admission and no pinning: a failing host can be
+//!   evicted (and handed a fresh reserve); its housekeeping and
+//!   dependencies are much heavier than this needs.
+//! - `papaya`: a lock-free map with borrowed lookups, but no eviction, and
+//!   a reader may copy a value after an eviction checked that no call holds
+//!   it, so "never forget a host in use" would need a lock of its own.
+//! - `dashmap`: no eviction either, and its released versions look keys up
+//!   through `Borrow`, which a key of three borrowed parts cannot give.
+//!
+//! What the table needs from a crate is a hash table that finds an entry by
+//! a hash and a comparison the caller writes: `hashbrown`'s [`HashTable`]
+//! (the table behind the standard library's map, from the Rust project,
+//! with no dependencies of its own). Lookups hash and compare the URL's own
+//! scheme, host and port, so finding a known host allocates nothing, and
+//! hosts whose hashes collide are told apart by their exact keys. A
+//! [`RwLock`] guards it: lookups share it, and an eviction, which checks
+//! that no one else holds a host, has it alone.
+
+use std::fmt;
+use std::hash::{BuildHasher, Hash};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use hashbrown::HashTable;
+use reqwest::Url;
+use rustc_hash::FxBuildHasher;
+
+/// What a table needs to know of the state it keeps for a host.
+pub(crate) trait HostState {
+    /// When the host was last used, on the owner's own clock: the least
+    /// recent go first.
+    fn last_used(&self) -> u64;
+
+    /// Whether the host may be forgotten at `now` (the owner's clock), as
+    /// far as the state can tell: calm, and held by no one. The table adds
+    /// its own condition: no one holds the host's entry.
+    fn may_forget(&self, now: u64) -> bool;
+}
+
+/// A scheme, host and port, borrowed from a URL: the key lookups use.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct HostRef<'a> {
+    scheme: &'a str,
+    host: &'a str,
+    port: Option<u16>,
+}
+
+impl<'a> HostRef<'a> {
+    #[inline]
+    fn of(url: &'a Url) -> Self {
+        Self {
+            scheme: url.scheme(),
+            host: url.host_str().unwrap_or_default(),
+            port: url.port_or_known_default(),
+        }
+    }
+}
+
+/// One host and its state. The key is the URL's scheme, host (lowercase,
+/// as `Url` writes it) and port (the scheme's default when none is named).
+pub(crate) struct Host<V> {
+    scheme: Box<str>,
+    host: Box<str>,
+    port: Option<u16>,
+    /// The port as the URL named it: `None` for the scheme's default, which
+    /// `Url` leaves out. Beside an equal scheme it settles [`port`](Self::port)
+    /// too, and reading a URL's costs less than working out its default.
+    named_port: Option<u16>,
+    /// The state kept for the host.
+    pub(crate) value: V,
+}
+
+impl<V> Host<V> {
+    fn new(url: &Url, value: V) -> Self {
+        let key = HostRef::of(url);
+        Self {
+            scheme: key.scheme.into(),
+            host: key.host.into(),
+            port: key.port,
+            named_port: url.port(),
+            value,
+        }
+    }
+
+    /// The owned key, borrowed: hashed and compared as a URL's is.
+    fn key(&self) -> HostRef<'_> {
+        HostRef { scheme: &self.scheme, host: &self.host, port: self.port }
+    }
+
+    /// Whether `url` names this host: the same scheme, host and port,
+    /// compared part by part, the cheapest first. The same scheme and named
+    /// port make the same port, default or not; the table's lookups
+    /// compare [`key`](Self::key)s.
+    #[inline]
+    pub(crate) fn is(&self, url: &Url) -> bool {
+        self.named_port == url.port()
+            && *self.host == *url.host_str().unwrap_or_default()
+            && *self.scheme == *url.scheme()
+    }
+}
+
+/// State per scheme, host and port, bounded: past `limit` hosts, the least
+/// recently used that may be forgotten are.
+pub(crate) struct Hosts<V, S = FxBuildHasher> {
+    limit: usize,
+    hasher: S,
+    table: RwLock<HashTable<Arc<Host<V>>>>,
+}
+
+impl<V: HostState> Hosts<V> {
+    /// An empty table of at most `limit` hosts (more only while those past
+    /// it may not be forgotten).
+    pub(crate) fn new(limit: usize) -> Self {
+        Self::with_hasher(limit, FxBuildHasher)
+    }
+}
+
+impl<V: HostState, S: BuildHasher> Hosts<V, S> {
+    /// As [`new`](Hosts::new), hashing with `hasher`.
+    pub(crate) fn with_hasher(limit: usize, hasher: S) -> Self {
+        Self { limit, hasher, table: RwLock::new(HashTable::new()) }
+    }
+
+    /// Runs `f` on the state of `url`'s host, if the table knows it, with
+    /// the table shared: no allocation, no reference counted.
+    pub(crate) fn with<R>(&self, url: &Url, f: impl FnOnce(&V) -> R) -> Option<R> {
+        let key = HostRef::of(url);
+        let hash = self.hasher.hash_one(key);
+        read(&self.table).find(hash, |host| host.key() == key).map(|host| f(&host.value))
+    }
+
+    /// The entry of `url`'s host, if the table knows it.
+    pub(crate) fn get(&self, url: &Url) -> Option<Arc<Host<V>>> {
+        let key = HostRef::of(url);
+        let hash = self.hasher.hash_one(key);
+        read(&self.table).find(hash, |host| host.key() == key).cloned()
+    }
+
+    /// The entry of `url`'s host, made by `make` if the table does not know
+    /// it yet; making room first, at `now` (the states' clock), if the
+    /// table is full.
+    pub(crate) fn get_or_insert(
+        &self,
+        url: &Url,
+        now: u64,
+        make: impl FnOnce() -> V,
+    ) -> Arc<Host<V>> {
+        let key = HostRef::of(url);
+        let hash = self.hasher.hash_one(key);
+        let mut table = write(&self.table);
+        if let Some(host) = table.find(hash, |host| host.key() == key) {
+            return host.clone();
+        }
+        if table.len() >= self.limit {
+            self.forget(&mut table, now);
+        }
+        let host = Arc::new(Host::new(url, make()));
+        table.insert_unique(hash, host.clone(), |host| self.hasher.hash_one(host.key()));
+        host
+    }
+
+    /// Forgets the least recently used hosts that may be forgotten, enough
+    /// to leave an eighth of the limit free. A host that may not be
+    /// forgotten stays, even past the limit.
+    fn forget(&self, table: &mut HashTable<Arc<Host<V>>>, now: u64) {
+        let mut used: Vec<u64> = table
+            .iter()
+            .filter(|host| may_forget(host, now))
+            .map(|host| host.value.last_used())
+            .collect();
+        let excess = (table.len() + 1 + self.limit / 8).saturating_sub(self.limit).min(used.len());
+        if excess == 0 {
+            return;
+        }
+        // The `excess` least recently used: all used before `cut`, and as
+        // many used at `cut` as make up the number.
+        let (before, &mut cut, _) = used.select_nth_unstable(excess - 1);
+        let mut at_cut = 1 + before.iter().filter(|&&used| used == cut).count();
+        table.retain(|host| {
+            if !may_forget(host, now) {
+                return true;
+            }
+            let used = host.value.last_used();
+            if used < cut {
+                return false;
+            }
+            if used == cut && at_cut > 0 {
+                at_cut -= 1;
+                return false;
+            }
+            true
+        });
+    }
+
+    /// Hosts in the table.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        read(&self.table).len()
+    }
+}
+
+/// Only the table holds the entry, and its state may go.
+fn may_forget<V: HostState>(host: &Arc<Host<V>>, now: u64) -> bool {
+    Arc::strong_count(host) == 1 && host.value.may_forget(now)
+}
+
+fn read<T>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    // Every change to the table completes before its guard drops: a panic
+    // elsewhere leaves it whole.
+    lock.read().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn write<T>(lock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    lock.write().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl<V, S> fmt::Debug for Hosts<V, S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Hosts").field("limit", &self.limit).finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::hash::BuildHasherDefault;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use super::*;
+
+    /// A state whose use and calm the test sets.
+    #[derive(Default)]
+    struct Probe {
+        used: AtomicU64,
+        failing: bool,
+    }
+
+    impl HostState for Probe {
+        fn last_used(&self) -> u64 {
+            self.used.load(Ordering::Relaxed)
+        }
+        fn may_forget(&self, _now: u64) -> bool {
+            !self.failing
+        }
+    }
+
+    /// Every key hashes alike.
+    #[derive(Default)]
+    struct Collide;
+
+    impl std::hash::Hasher for Collide {
+        fn finish(&self) -> u64 {
+            7
+        }
+        fn write(&mut self, _: &[u8]) {}
+    }
+
+    fn url(s: &str) -> Url {
+        Url::parse(s).unwrap()
+    }
+
+    #[test]
+    fn the_borrowed_key_hashes_and_compares_as_the_owned_one() {
+        let hosts = Hosts::<Probe>::new(8);
+        for u in ["http://a.test/x", "https://A.test:443/", "foo://a.test:80/", "http://[::1]:81/"]
+        {
+            let host = hosts.get_or_insert(&url(u), 0, Probe::default);
+            assert_eq!(
+                hosts.hasher.hash_one(host.key()),
+                hosts.hasher.hash_one(HostRef::of(&url(u)))
+            );
+            assert!(host.is(&url(u)), "{u}");
+            assert!(Arc::ptr_eq(&host, &hosts.get(&url(u)).unwrap()), "{u}");
+        }
+        assert_eq!(hosts.len(), 4);
+    }
+
+    #[test]
+    fn hosts_whose_hashes_collide_are_told_apart() {
+        let hosts = Hosts::<Probe, _>::with_hasher(64, BuildHasherDefault::<Collide>::default());
+        let names: Vec<String> = (0..40).map(|n| format!("http://h{n}.test/")).collect();
+        let made: Vec<_> =
+            names.iter().map(|u| hosts.get_or_insert(&url(u), 0, Probe::default)).collect();
+        // The table grew with every host under one hash.
+        for (u, host) in names.iter().zip(&made) {
+            assert!(Arc::ptr_eq(host, &hosts.get(&url(u)).unwrap()), "{u}");
+        }
+        assert_eq!(hosts.len(), 40);
+    }
+
+    #[test]
+    fn a_full_table_forgets_an_eighth_the_least_recently_used_first() {
+        let hosts = Hosts::<Probe>::new(64);
+        for n in 0..64u64 {
+            let host = hosts.get_or_insert(&url(&format!("http://h{n}.test/")), n, Probe::default);
+            // Used in the order 63, 62, … 0: h63 least recently.
+            host.value.used.store(63 - n, Ordering::Relaxed);
+        }
+        hosts.get_or_insert(&url("http://new.test/"), 100, Probe::default);
+        // Nine go, leaving an eighth of the limit free.
+        assert_eq!(hosts.len(), 64 - 8);
+        for n in 0..64 {
+            let kept = hosts.get(&url(&format!("http://h{n}.test/"))).is_some();
+            assert_eq!(kept, n < 55, "h{n}");
+        }
+    }
+
+    #[test]
+    fn hosts_that_may_not_go_stay_past_the_limit() {
+        let hosts = Hosts::<Probe>::new(16);
+        let held = hosts.get_or_insert(&url("http://held.test/"), 0, Probe::default);
+        for n in 0..16 {
+            hosts.get_or_insert(&url(&format!("http://f{n}.test/")), 0, || Probe {
+                failing: true,
+                ..Probe::default()
+            });
+        }
+        assert_eq!(hosts.len(), 17, "none may go, so the table grows");
+        for n in 0..16 {
+            assert!(hosts.get(&url(&format!("http://f{n}.test/"))).is_some());
+        }
+        assert!(Arc::ptr_eq(&held, &hosts.get(&url("http://held.test/")).unwrap()));
+        drop(held);
+        hosts.get_or_insert(&url("http://next.test/"), 0, Probe::default);
+        assert!(hosts.get(&url("http://held.test/")).is_none(), "free to go once let go");
+    }
+}
