@@ -151,8 +151,9 @@ impl Fleet {
         loop {
             let next_ip = {
                 let mut ring = self.ring();
-                let unused = ring.first + ring.slots.len() as u64 - ring.fresh;
-                if unused >= SPARE || ring.slots.len() >= self.cap {
+                let unused = (ring.first + ring.slots.len() as u64).saturating_sub(ring.fresh);
+                let stopped = self.stopped.load(Ordering::Relaxed);
+                if stopped || unused >= SPARE || ring.slots.len() >= self.cap {
                     return;
                 }
                 ring.next_ip = (ring.next_ip + 1) % ADDRESSES;
@@ -234,8 +235,9 @@ impl Fleet {
     pub(crate) fn stop(&self) {
         self.stopped.store(true, Ordering::Relaxed);
         let mut ring = self.ring();
-        for slot in ring.slots.drain(..) {
+        while let Some(slot) = ring.slots.pop_front() {
             slot.accept.abort();
+            ring.first += 1;
         }
     }
 }
