@@ -1,0 +1,277 @@
+//! What is checked, and the counters behind it: the ledger of what each
+//! handler processed per call, gauges of what is alive, the heap sampler,
+//! and the list of checks with their verdicts.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::faults::Play;
+
+/// A count of things alive, kept by guards.
+#[derive(Debug, Default)]
+pub(crate) struct Gauge(AtomicI64);
+
+/// Counts one thing alive while it lives.
+#[derive(Debug)]
+pub(crate) struct Alive<'a>(&'a Gauge);
+
+impl Gauge {
+    pub(crate) fn enter(&self) -> Alive<'_> {
+        self.0.fetch_add(1, Ordering::Relaxed);
+        Alive(self)
+    }
+
+    pub(crate) fn get(&self) -> i64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Alive<'_> {
+    fn drop(&mut self) {
+        self.0.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// How long a finished call's record is kept for requests still on their
+/// way to a server; far longer than any request takes to be read.
+const LINGER: Duration = Duration::from_secs(2);
+/// Duplicates described in the output, at most.
+const EXAMPLES: usize = 8;
+
+/// What one handler (a path, with one method) saw of one call.
+#[derive(Debug)]
+struct Handler {
+    path: Box<str>,
+    method: Box<str>,
+    /// Requests read, which pick the step's play.
+    received: u32,
+    /// Of those not safe to repeat, the ones it may have acted on.
+    processed: u32,
+    /// Redirects to this very URL that keep the method: each asks for the
+    /// request once more, which is no retry.
+    grants: u32,
+}
+
+#[derive(Debug, Default)]
+struct Calls {
+    open: HashMap<u64, Vec<Handler>>,
+    /// Finished calls, oldest first, forgotten after [`LINGER`].
+    closed: VecDeque<(Instant, u64)>,
+}
+
+/// Per call, what every handler processed; a request not safe to repeat
+/// that a handler processes more often than its own redirects asked for
+/// is a duplicate. Finished calls are forgotten after [`LINGER`], so the
+/// ledger holds about the calls of the last few seconds.
+#[derive(Debug, Default)]
+pub(crate) struct Ledger {
+    calls: Mutex<Calls>,
+    /// Requests not safe to repeat processed more than once by a handler.
+    pub(crate) duplicates: AtomicU64,
+    /// Requests not safe to repeat that a handler processed.
+    pub(crate) not_safe_processed: AtomicU64,
+    /// Requests that arrived with a body of another length than their
+    /// caller sent, with the caller's method.
+    pub(crate) lost_bodies: AtomicU64,
+    /// Requests for a call that had finished more than [`LINGER`] ago (or
+    /// was never opened): not audited. None are expected.
+    pub(crate) late: AtomicU64,
+    examples: Mutex<Vec<String>>,
+}
+
+impl Ledger {
+    fn calls(&self) -> std::sync::MutexGuard<'_, Calls> {
+        self.calls.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// A call starts: requests naming it are audited from now on.
+    pub(crate) fn open(&self, call: u64) {
+        self.calls().open.insert(call, Vec::new());
+    }
+
+    /// A call has finished; its record goes after [`LINGER`].
+    pub(crate) fn close(&self, call: u64) {
+        let now = Instant::now();
+        let mut calls = self.calls();
+        calls.closed.push_back((now, call));
+        while let Some(&(at, old)) = calls.closed.front() {
+            if now.duration_since(at) < LINGER {
+                break;
+            }
+            calls.closed.pop_front();
+            calls.open.remove(&old);
+        }
+    }
+
+    /// Records a request a handler read, and picks its play with
+    /// `decide`, given the how-many-th request of the call this handler
+    /// has read with this method (from 1).
+    pub(crate) fn serve(
+        &self,
+        call: u64,
+        path: &str,
+        method: &str,
+        not_safe: bool,
+        decide: impl FnOnce(u32) -> Play,
+    ) -> Play {
+        let mut calls = self.calls();
+        let Some(handlers) = calls.open.get_mut(&call) else {
+            drop(calls);
+            self.late.fetch_add(1, Ordering::Relaxed);
+            return decide(1);
+        };
+        let at = match handlers.iter().position(|h| *h.path == *path && *h.method == *method) {
+            Some(at) => at,
+            None => {
+                handlers.push(Handler {
+                    path: path.into(),
+                    method: method.into(),
+                    received: 0,
+                    processed: 0,
+                    grants: 0,
+                });
+                handlers.len() - 1
+            }
+        };
+        let handler = &mut handlers[at];
+        handler.received += 1;
+        let play = decide(handler.received);
+        if not_safe && play.processed() {
+            handler.processed += 1;
+            self.not_safe_processed.fetch_add(1, Ordering::Relaxed);
+            if handler.processed > 1 + handler.grants {
+                self.duplicates.fetch_add(1, Ordering::Relaxed);
+                let text = format!(
+                    "call {call}: {method} {path} processed {} times ({} asked for by its own redirects)",
+                    handler.processed, handler.grants
+                );
+                self.example(text);
+            }
+            // A redirect to itself that keeps the method (301 and 302 turn
+            // only a POST into a GET) asks for the request again.
+            let again = match play {
+                Play::Loop { code: 307 | 308 } => true,
+                Play::Loop { code: 301 | 302 } => method != "POST",
+                _ => false,
+            };
+            if again {
+                handler.grants += 1;
+            }
+        }
+        play
+    }
+
+    /// A request arrived with a body of another length than its caller
+    /// sent, and the method it was sent with.
+    pub(crate) fn lost_body(
+        &self,
+        call: u64,
+        method: &str,
+        path: &str,
+        (read, sent, how): (usize, usize, &str),
+    ) {
+        self.lost_bodies.fetch_add(1, Ordering::Relaxed);
+        self.example(format!(
+            "call {call}: {method} {path} arrived with {read} of the {sent} body bytes sent ({how})"
+        ));
+    }
+
+    fn example(&self, text: String) {
+        let mut examples = self.examples.lock().unwrap_or_else(|p| p.into_inner());
+        if examples.len() < EXAMPLES {
+            examples.push(text);
+        }
+    }
+
+    /// Calls on record now (open, or finished within [`LINGER`]).
+    pub(crate) fn on_record(&self) -> usize {
+        self.calls().open.len()
+    }
+
+    pub(crate) fn examples(&self) -> Vec<String> {
+        self.examples.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+/// The heap of the whole process — servers, clients and this harness,
+/// all in one process — as dhat's counting allocator sees it.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct HeapPeaks {
+    /// The peak of the first half of the traffic (exact: dhat's maximum
+    /// read at half time).
+    pub(crate) first: u64,
+    /// The peak of the second half: dhat's maximum at the end if it rose in
+    /// the second half (exact), else the highest of samples taken every
+    /// 10 ms.
+    pub(crate) second: u64,
+    /// Live bytes at the end of the traffic.
+    pub(crate) at_end: u64,
+}
+
+/// Samples the heap every 10 ms, from another thread, until `end` after
+/// `start` (or `stop`).
+pub(crate) fn sample_heap(
+    start: Instant,
+    end: Duration,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<HeapPeaks> {
+    std::thread::spawn(move || {
+        let half = end / 2;
+        let mut peaks = HeapPeaks::default();
+        let mut first_max = None;
+        let mut sampled_second = 0;
+        loop {
+            std::thread::sleep(Duration::from_millis(10));
+            let stats = dhat::HeapStats::get();
+            let t = start.elapsed();
+            if t < half {
+                continue;
+            }
+            let first = *first_max.get_or_insert(stats.max_bytes as u64);
+            if t < end && !stop.load(Ordering::Relaxed) {
+                sampled_second = sampled_second.max(stats.curr_bytes as u64);
+                continue;
+            }
+            let last = stats.max_bytes as u64;
+            peaks.first = first;
+            peaks.second = if last > first { last } else { sampled_second };
+            peaks.at_end = stats.curr_bytes as u64;
+            return peaks;
+        }
+    })
+}
+
+/// The checks and their verdicts, in order.
+#[derive(Debug, Default)]
+pub(crate) struct Verdicts(Vec<(bool, String)>);
+
+impl Verdicts {
+    pub(crate) fn check(&mut self, ok: bool, what: String) {
+        self.0.push((ok, what));
+    }
+
+    pub(crate) fn passed(&self) -> bool {
+        self.0.iter().all(|(ok, _)| *ok)
+    }
+
+    pub(crate) fn print(&self) {
+        for (ok, what) in &self.0 {
+            println!("  {} {what}", if *ok { "PASS" } else { "FAIL" });
+        }
+    }
+}
+
+/// Counts panics anywhere in the process, then lets the default hook print
+/// them.
+pub(crate) fn count_panics() -> Arc<AtomicU64> {
+    let panics = Arc::new(AtomicU64::new(0));
+    let counter = panics.clone();
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        counter.fetch_add(1, Ordering::Relaxed);
+        default(info);
+    }));
+    panics
+}

@@ -1,0 +1,389 @@
+//! A soak test: minutes of mixed traffic in real time, over loopback,
+//! against servers that play every fault the middleware must get right,
+//! with the invariants counted where they can be seen.
+//!
+//! ```text
+//! cargo run --release --example soak -- [--seconds N] [--seed S]
+//! ```
+//!
+//! For N seconds (120 by default), 128 calls at a time go through six
+//! client stacks (the quick start's, with and without hedging and
+//! buffering, and a plain client that follows redirects below the
+//! middleware, as `reqwest::Client::new()` does) to thousands of
+//! listeners on 127.0.0.2 to 127.0.0.51 that come and go, so the client
+//! meets more than 5,000 distinct hosts. The servers answer with 503 bursts
+//! with and without `Retry-After`, 429s, resets, stalled and trickling
+//! bodies, answers slower than the attempt timeout, and redirects (same
+//! host, other host, a refused port, back to the same URL, loops); some
+//! calls go to ports where nothing listens. Then it prints what happened
+//! and checks:
+//!
+//! - duplicates: no request that was not safe to repeat (a POST without an
+//!   `Idempotency-Key`, a streamed body sent once) was processed twice by a
+//!   handler, as the servers count it per call, path and method;
+//! - deadlines: no call, the read of its body included, outlived its
+//!   deadline by more than 250 ms;
+//! - panics: none, in any task or thread;
+//! - memory: the peak heap of the whole process in the second half of the
+//!   run is within 10% of the first half's (dhat's counting allocator). The
+//!   retry budget's per-host table is private; its bound (1024 hosts, calm
+//!   idle ones forgotten past it) is checked through this: a table that
+//!   kept every host would grow with the hosts used;
+//! - leftovers: once the clients are dropped, no server connection, accept
+//!   loop, call or tokio task is left alive (waiting at most 10 s).
+//!
+//! It prints PASS or FAIL for each, and exits with status 1 if any failed.
+//! The CI runs it for 20 seconds.
+
+mod checks;
+mod faults;
+mod servers;
+mod traffic;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use checks::{HeapPeaks, Verdicts};
+use faults::Kind;
+use servers::{ADDRESSES, Fleet};
+use traffic::{ATTEMPT_TIMEOUT, ClientStats, IN_FLIGHT};
+
+#[global_allocator]
+static ALLOC: dhat::Alloc = dhat::Alloc;
+
+/// How much a call may outlive its deadline: timers fire a little late,
+/// and two cores are shared by everything here.
+const SLACK: Duration = Duration::from_millis(250);
+/// Distinct host:port pairs the client must have been sent to.
+const MIN_HOSTS: u64 = 5000;
+/// How long the run's leftovers may take to wind down.
+const WIND_DOWN: Duration = Duration::from_secs(10);
+
+struct Options {
+    seconds: u64,
+    seed: u64,
+}
+
+fn options() -> Options {
+    let mut options = Options { seconds: 120, seed: 1 };
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        let mut number = |name: &str| -> u64 {
+            args.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| {
+                eprintln!("{name} takes a whole number");
+                std::process::exit(2)
+            })
+        };
+        match arg.as_str() {
+            "--seconds" => options.seconds = number("--seconds").max(2),
+            "--seed" => options.seed = number("--seed"),
+            _ => {
+                eprintln!("usage: soak [--seconds N (default 120)] [--seed S (default 1)]");
+                std::process::exit(2)
+            }
+        }
+    }
+    options
+}
+
+/// The soft limit on open files, from `/proc/self/limits`.
+fn open_files_limit() -> Option<u64> {
+    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+    line.split_whitespace().nth(3)?.parse().ok()
+}
+
+fn main() {
+    let options = options();
+    let _profiler = dhat::Profiler::builder().testing().trim_backtraces(Some(4)).build();
+    let panics = checks::count_panics();
+    let fd_limit = open_files_limit().unwrap_or(1024);
+    // A listener is one descriptor, a connection two (both ends are here).
+    let cap = (fd_limit.saturating_sub(2000) / 4).clamp(640, 4000) as usize;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let started = Instant::now();
+    let passed = runtime.block_on(soak(&options, cap, fd_limit, &panics));
+    let wall = started.elapsed();
+    drop(runtime);
+    println!("wall time {:.1} s", wall.as_secs_f64());
+    if passed {
+        println!("PASS");
+    } else {
+        println!("FAIL");
+        std::process::exit(1);
+    }
+}
+
+/// Everything measured, for the table.
+struct Run {
+    heap: HeapPeaks,
+    hosts_used: u64,
+    leftovers: Leftovers,
+    ledger_peak: usize,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Leftovers {
+    connections: i64,
+    accepting: i64,
+    in_flight: i64,
+    tasks: usize,
+    waited: Duration,
+}
+
+async fn soak(
+    options: &Options,
+    cap: usize,
+    fd_limit: u64,
+    panics: &std::sync::atomic::AtomicU64,
+) -> bool {
+    println!(
+        "soak: {} s, seed {}, {IN_FLIGHT} calls in flight, attempt timeout {} ms, \
+         open-files limit {fd_limit} (at most {cap} listeners)",
+        options.seconds,
+        options.seed,
+        ATTEMPT_TIMEOUT.as_millis()
+    );
+    let (fleet, keeper) = Fleet::start(cap);
+    let stats = Arc::new(ClientStats::default());
+    let stacks = Arc::new(traffic::stacks(&stats));
+    for stack in stacks.iter() {
+        println!("  stack {:<34} deadline {} ms", stack.name, stack.deadline.as_millis());
+    }
+    let start = Instant::now();
+    let length = Duration::from_secs(options.seconds);
+    let stop = Arc::new(AtomicBool::new(false));
+    let sampler = checks::sample_heap(start, length, stop.clone());
+    // Progress, ten times over the run; and the ledger's size, which
+    // should stay about the last seconds' calls.
+    let (watched, watched_stats) = (fleet.clone(), stats.clone());
+    let ledger_watch = tokio::spawn(async move {
+        let mut peak = 0;
+        let mut next_line = Duration::ZERO;
+        while start.elapsed() < length {
+            peak = peak.max(watched.ledger.on_record());
+            if start.elapsed() >= next_line {
+                next_line += length / 10;
+                println!(
+                    "  at {:>5.1} s: {:>7} calls, heap {}, {} server connections, {} listeners, {} calls on record",
+                    start.elapsed().as_secs_f64(),
+                    watched_stats.calls.load(Ordering::Relaxed),
+                    mib(dhat::HeapStats::get().curr_bytes as u64),
+                    watched.stats.connections.get(),
+                    watched.listeners(),
+                    watched.ledger.on_record(),
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        peak
+    });
+    let max_calls = options.seconds * 5000;
+    traffic::run(
+        stacks.clone(),
+        fleet.clone(),
+        stats.clone(),
+        options.seed,
+        start + length,
+        max_calls,
+    )
+    .await;
+    stop.store(true, Ordering::Relaxed);
+    let heap = sampler.join().unwrap_or_default();
+    let ledger_peak = ledger_watch.await.unwrap_or_default();
+    let hosts_used = fleet.hosts_used();
+
+    // Wind down: drop the clients, close the listeners, and wait for what
+    // is left to finish by itself.
+    let calls_by_stack: Vec<(&'static str, u64)> =
+        stacks.iter().map(|s| (s.name, s.calls.load(Ordering::Relaxed))).collect();
+    drop(stacks);
+    fleet.stop();
+    let _ = keeper.await;
+    let wind_down = Instant::now();
+    let metrics = tokio::runtime::Handle::current().metrics();
+    let leftovers = loop {
+        let leftovers = Leftovers {
+            connections: fleet.stats.connections.get(),
+            accepting: fleet.stats.accepting.get(),
+            in_flight: stats.in_flight.get(),
+            tasks: metrics.num_alive_tasks(),
+            waited: wind_down.elapsed(),
+        };
+        let clear = leftovers.connections == 0
+            && leftovers.accepting == 0
+            && leftovers.in_flight == 0
+            && leftovers.tasks == 0;
+        if clear || leftovers.waited >= WIND_DOWN {
+            break leftovers;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let run = Run { heap, hosts_used, leftovers, ledger_peak };
+    report(&run, &fleet, &stats, &calls_by_stack, panics.load(Ordering::Relaxed))
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1 << 20) as f64)
+}
+
+fn tally(title: &str, counts: &BTreeMap<String, u64>) {
+    println!("{title}");
+    for (label, count) in counts {
+        println!("  {label:<44} {count:>9}");
+    }
+}
+
+/// Prints the table and the checks; whether all passed.
+fn report(
+    run: &Run,
+    fleet: &Fleet,
+    stats: &ClientStats,
+    calls_by_stack: &[(&'static str, u64)],
+    hook_panics: u64,
+) -> bool {
+    let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    let server = &fleet.stats;
+    let ledger = &fleet.ledger;
+    println!();
+    println!("{:<46} {:>9}", "calls", load(&stats.calls));
+    for (name, calls) in calls_by_stack {
+        println!("  {name:<44} {calls:>9}");
+    }
+    tally("requests", &stats.requests.counts());
+    println!("{:<46} {:>9}", "attempts made (the middleware's hook)", load(&stats.attempts));
+    println!("{:<46} {:>9}", "redirects the middleware followed", load(&stats.redirects_followed));
+    println!("{:<46} {:>9}", "requests read by the servers", load(&server.received));
+    println!("{:<46} {:>9}", "  processed (all but 429s)", load(&server.processed));
+    println!("{:<46} {:>9}", "  not safe to repeat, processed", load(&ledger.not_safe_processed));
+    println!("faults played by the servers");
+    for (kind, count) in Kind::ALL.iter().zip(&server.kinds) {
+        println!("  {:<44} {:>9}", kind.label(), load(count));
+    }
+    println!("{:<46} {:>9}", "  first hops to a refused port", load(&stats.refused_first_hops));
+    tally("retries, by reason", &stats.retries.counts());
+    tally("outcomes", &stats.outcomes.counts());
+    tally("stop reasons (RetryReport)", &stats.stops.counts());
+    println!(
+        "{:<46} {:>9}",
+        "distinct host:port pairs used",
+        run.hosts_used + servers::REFUSED_PORTS as u64
+    );
+    println!(
+        "  listeners bound {} on {ADDRESSES} addresses, at most {} at once, {} reached",
+        load(&server.bound),
+        load(&server.most_bound),
+        load(&server.reached)
+    );
+    println!(
+        "  connections accepted {}, accept errors {}, requests without a call id {}",
+        load(&server.accepted),
+        load(&server.accept_errors),
+        load(&server.anonymous)
+    );
+    let overshoot = Duration::from_micros(load(&stats.max_overshoot_us));
+    let longest = Duration::from_micros(load(&stats.longest_call_us));
+    println!(
+        "{:<46} {:>6} ms  (longest call {} ms)",
+        "deadline overshoot, max",
+        overshoot.as_millis(),
+        longest.as_millis()
+    );
+    let ratio = run.heap.second as f64 / run.heap.first.max(1) as f64;
+    println!(
+        "heap, whole process (dhat): first-half peak {}, second-half peak {} ({ratio:.3}), {} live at the end",
+        mib(run.heap.first),
+        mib(run.heap.second),
+        mib(run.heap.at_end)
+    );
+    println!(
+        "host table: the budget's, bounded at 1024 hosts (private: checked through the heap, \
+         flat while {} hosts were used)",
+        run.hosts_used
+    );
+    println!(
+        "ledger: at most {} calls on record; {} requests arrived for a call already forgotten",
+        run.ledger_peak,
+        load(&ledger.late)
+    );
+    let l = run.leftovers;
+    println!(
+        "leftovers after {} ms: server connections {}, accept loops {}, calls in flight {}, tokio tasks {}",
+        l.waited.as_millis(),
+        l.connections,
+        l.accepting,
+        l.in_flight,
+        l.tasks
+    );
+    let panics = load(&stats.panics);
+    println!("panics: {panics} from JoinHandles, {hook_panics} through the panic hook");
+
+    let mut verdicts = Verdicts::default();
+    let duplicates = load(&ledger.duplicates);
+    verdicts.check(
+        duplicates == 0 && load(&ledger.late) == 0,
+        format!(
+            "duplicates: {duplicates} requests not safe to repeat processed twice (of {}), \
+             {} unaudited",
+            load(&ledger.not_safe_processed),
+            load(&ledger.late)
+        ),
+    );
+    let lost = load(&ledger.lost_bodies);
+    verdicts.check(
+        lost == 0,
+        format!("bodies: {lost} requests arrived without the body their caller sent"),
+    );
+    verdicts.check(
+        overshoot <= SLACK,
+        format!(
+            "deadlines: the most a call outlived its deadline is {} ms (slack {} ms)",
+            overshoot.as_millis(),
+            SLACK.as_millis()
+        ),
+    );
+    verdicts.check(
+        panics == 0 && hook_panics == 0,
+        format!("panics: {panics} in tasks, {hook_panics} anywhere"),
+    );
+    verdicts.check(
+        ratio <= 1.10,
+        format!(
+            "memory: second-half heap peak {} is {:.1}% of the first half's {} (at most 110%)",
+            mib(run.heap.second),
+            ratio * 100.0,
+            mib(run.heap.first)
+        ),
+    );
+    verdicts.check(
+        run.hosts_used + servers::REFUSED_PORTS as u64 >= MIN_HOSTS,
+        format!(
+            "hosts: {} distinct host:port pairs used (at least {MIN_HOSTS}), with the heap flat: \
+             the budget's host table stays at its bound",
+            run.hosts_used + servers::REFUSED_PORTS as u64
+        ),
+    );
+    verdicts.check(
+        l.connections == 0 && l.accepting == 0 && l.in_flight == 0 && l.tasks == 0,
+        format!(
+            "leftovers: {} connections, {} accept loops, {} calls, {} tasks after the clients were dropped",
+            l.connections, l.accepting, l.in_flight, l.tasks
+        ),
+    );
+    println!();
+    verdicts.print();
+    let examples = ledger.examples();
+    if !examples.is_empty() {
+        println!("  first requests found wrong:");
+        for example in examples {
+            println!("    {example}");
+        }
+    }
+    verdicts.passed()
+}
