@@ -10,8 +10,7 @@ use http::StatusCode;
 
 use reqwest_middleware::ClientWithMiddleware;
 use reqwest_safe_retry::{
-    MaxRetries, NoRetry, Outcome, ReportSlot, RetryConfig, RetryMiddleware, Retryability,
-    SafeToRetry,
+    MaxRetries, Outcome, ReportSlot, RetryConfig, RetryMiddleware, Retryability, SafeToRetry,
 };
 use wiremock::matchers::path;
 use wiremock::{Mock, MockServer, ResponseTemplate};
@@ -80,7 +79,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     )
     .await;
     flaky(&server, "/f", &[503, 200]).await;
-    show("GET with NoRetry, 503", client.get(url("/f")).with_extension(NoRetry)).await;
+    show(
+        "GET with MaxRetries::new(0), 503",
+        client.get(url("/f")).with_extension(MaxRetries::new(0)),
+    )
+    .await;
     flaky(&server, "/g", &[503]).await;
     show(
         "GET with MaxRetries::new(1), always 503",

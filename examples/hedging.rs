@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use reqwest_middleware::ClientWithMiddleware;
-use reqwest_safe_retry::{HedgeMiddleware, HedgeReport};
+use reqwest_safe_retry::hedge::{HedgeMiddleware, HedgeReport};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const REQUESTS: usize = 2000;

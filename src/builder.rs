@@ -29,18 +29,12 @@ pub struct RetryConfigBuilder {
 impl RetryConfig {
     /// A builder starting from the defaults.
     pub fn builder() -> RetryConfigBuilder {
-        RetryConfigBuilder::from(Self::default())
+        Self::default().to_builder()
     }
 
     /// A builder starting from this configuration.
     pub fn to_builder(&self) -> RetryConfigBuilder {
-        RetryConfigBuilder::from(self.clone())
-    }
-}
-
-impl From<RetryConfig> for RetryConfigBuilder {
-    fn from(config: RetryConfig) -> Self {
-        Self { config, statuses: None, header: None }
+        RetryConfigBuilder { config: self.clone(), statuses: None, header: None }
     }
 }
 
@@ -85,7 +79,7 @@ impl RetryConfigBuilder {
         self
     }
 
-    /// The header whose presence (with a non-empty value) makes a request
+    /// The header whose presence (with a non-blank value) makes a request
     /// safe to repeat.
     ///
     /// Takes what `reqwest::RequestBuilder::header` takes: a `HeaderName`, a
@@ -223,7 +217,7 @@ impl RetryConfigBuilder {
     /// client's timeout cannot be seen, and starts only then.
     ///
     /// Nothing is read for a request that cannot be retried anyway
-    /// ([`NoRetry`](crate::NoRetry), no retries allowed), nor for a body that
+    /// (no retries allowed, for the config or by [`MaxRetries`](crate::MaxRetries)), nor for a body that
     /// says it is longer than `max_bytes`. A body read whole is an ordinary
     /// bytes body to reqwest too, which then also follows a 307 or 308
     /// redirect with it.
@@ -232,17 +226,17 @@ impl RetryConfigBuilder {
     /// use reqwest_safe_retry::RetryConfig;
     ///
     /// // Streams of up to 256 KiB can be retried.
-    /// let config = RetryConfig::builder().with_stream_buffering(256 * 1024).build()?;
-    /// assert_eq!(config.stream_buffering(), Some(256 * 1024));
+    /// let config = RetryConfig::builder().with_request_body_buffering(256 * 1024).build()?;
+    /// assert_eq!(config.request_body_buffering(), Some(256 * 1024));
     /// # Ok::<(), reqwest_safe_retry::ConfigError>(())
     /// ```
-    pub fn with_stream_buffering(mut self, max_bytes: usize) -> Self {
+    pub fn with_request_body_buffering(mut self, max_bytes: usize) -> Self {
         self.config.stream_buffering = Some(max_bytes);
         self
     }
 
     /// Turns stream buffering off: a streamed body is sent once.
-    pub fn without_stream_buffering(mut self) -> Self {
+    pub fn without_request_body_buffering(mut self) -> Self {
         self.config.stream_buffering = None;
         self
     }
@@ -293,7 +287,7 @@ impl RetryConfigBuilder {
     ///
     /// Nothing changes for a request that cannot be retried after a body
     /// failure: one not safe to repeat (a POST without an idempotency key),
-    /// [`NoRetry`](crate::NoRetry), no retries allowed, or a streamed body
+    /// one allowed no retries, or a streamed body
     /// sent once. Nor for a response the rules would retry (a 503, say)
     /// that is returned because no retry may follow: it comes back as it
     /// streams.
@@ -303,18 +297,18 @@ impl RetryConfigBuilder {
     ///
     /// // Bodies of up to 1 MiB come back in memory, and are retried when
     /// // they break.
-    /// let config = RetryConfig::builder().with_response_buffering(1024 * 1024).build()?;
-    /// assert_eq!(config.response_buffering(), Some(1024 * 1024));
+    /// let config = RetryConfig::builder().with_response_body_buffering(1024 * 1024).build()?;
+    /// assert_eq!(config.response_body_buffering(), Some(1024 * 1024));
     /// # Ok::<(), reqwest_safe_retry::ConfigError>(())
     /// ```
-    pub fn with_response_buffering(mut self, max_bytes: usize) -> Self {
+    pub fn with_response_body_buffering(mut self, max_bytes: usize) -> Self {
         self.config.response_buffering = Some(max_bytes);
         self
     }
 
     /// Turns response buffering off: a response is returned once its
     /// headers arrive.
-    pub fn without_response_buffering(mut self) -> Self {
+    pub fn without_response_body_buffering(mut self) -> Self {
         self.config.response_buffering = None;
         self
     }
@@ -329,7 +323,7 @@ impl RetryConfigBuilder {
     /// since the outcome may belong to a later hop. To repeat such a request
     /// anyway, mark it [`SafeToRetry`](crate::SafeToRetry). The predicate is
     /// not consulted for a request whose body cannot be copied, which is
-    /// never retried, nor for one sent with [`NoRetry`](crate::NoRetry).
+    /// never retried.
     ///
     /// ```
     /// use reqwest_safe_retry::{Outcome, RetryConfig, Retryability};
@@ -411,13 +405,15 @@ impl RetryConfigBuilder {
         if config.stream_buffering == Some(0) {
             return Err(ConfigError::new(
                 "stream_buffering",
-                "must be greater than zero; use `without_stream_buffering` for none".to_owned(),
+                "must be greater than zero; use `without_request_body_buffering` for none"
+                    .to_owned(),
             ));
         }
         if config.response_buffering == Some(0) {
             return Err(ConfigError::new(
                 "response_buffering",
-                "must be greater than zero; use `without_response_buffering` for none".to_owned(),
+                "must be greater than zero; use `without_response_body_buffering` for none"
+                    .to_owned(),
             ));
         }
         Ok(config)
@@ -450,8 +446,8 @@ mod tests {
             (RetryConfig::builder().with_idempotency_header(""), "idempotency_header"),
             (RetryConfig::builder().with_deadline(Duration::ZERO), "deadline"),
             (RetryConfig::builder().with_attempt_timeout(Duration::ZERO), "attempt_timeout"),
-            (RetryConfig::builder().with_stream_buffering(0), "stream_buffering"),
-            (RetryConfig::builder().with_response_buffering(0), "response_buffering"),
+            (RetryConfig::builder().with_request_body_buffering(0), "stream_buffering"),
+            (RetryConfig::builder().with_response_body_buffering(0), "response_buffering"),
             (
                 RetryConfig::builder().with_budget(RetryBudget::default().with_ratio(2.0)),
                 "budget.ratio",
@@ -496,22 +492,22 @@ mod tests {
         let timed = again
             .to_builder()
             .with_attempt_timeout(Duration::from_secs(2))
-            .with_redirects(Redirects::NotFollowed)
+            .with_redirects(Redirects::ClientNeverFollows)
             .build()
             .unwrap();
         assert_eq!(timed.attempt_timeout(), Some(Duration::from_secs(2)));
-        assert_eq!(timed.redirects(), Redirects::NotFollowed);
+        assert_eq!(timed.redirects(), Redirects::ClientNeverFollows);
         assert_eq!(
             timed.to_builder().without_attempt_timeout().build().unwrap().attempt_timeout(),
             None
         );
-        let buffering = timed.to_builder().with_stream_buffering(1).build().unwrap();
-        assert_eq!(buffering.to_builder().build().unwrap().stream_buffering(), Some(1));
-        let off = buffering.to_builder().without_stream_buffering().build().unwrap();
-        assert_eq!(off.stream_buffering(), None);
-        let reading = off.to_builder().with_response_buffering(1).build().unwrap();
-        assert_eq!(reading.to_builder().build().unwrap().response_buffering(), Some(1));
-        let off = reading.to_builder().without_response_buffering().build().unwrap();
-        assert_eq!(off.response_buffering(), None);
+        let buffering = timed.to_builder().with_request_body_buffering(1).build().unwrap();
+        assert_eq!(buffering.to_builder().build().unwrap().request_body_buffering(), Some(1));
+        let off = buffering.to_builder().without_request_body_buffering().build().unwrap();
+        assert_eq!(off.request_body_buffering(), None);
+        let reading = off.to_builder().with_response_body_buffering(1).build().unwrap();
+        assert_eq!(reading.to_builder().build().unwrap().response_body_buffering(), Some(1));
+        let off = reading.to_builder().without_response_body_buffering().build().unwrap();
+        assert_eq!(off.response_body_buffering(), None);
     }
 }

@@ -32,12 +32,12 @@ use crate::predicate::Predicate;
 /// | `retry_after_spread` | on | `Retry-After` is a floor: clients told the same thing come back spread over the retry's backoff ceiling, not in one instant |
 /// | `deadline` | none | the caller owns the deadline; set one to bound attempts and waits together |
 /// | `attempt_timeout` | none | the request's or the client's own timeout bounds each attempt |
-/// | `redirects` | [`Redirects::Followed`] | what `reqwest::Client::new()` does; the safe assumption for a client not built with [`redirect_policy`](crate::RetryMiddleware::redirect_policy), which makes the setting moot |
+/// | `redirects` | [`Redirects::ClientMayFollow`] | what `reqwest::Client::new()` does; the safe assumption for a client not built with [`redirect_policy`](crate::RetryMiddleware::redirect_policy), which makes the setting moot |
 /// | `drain_limit` | 64 KiB | enough to finish a typical error body so the connection is reused, small enough to bound memory |
 /// | `budget` | [`RetryBudget::default`]: a tenth of a retry earned per final answer, a reserve of one call's retries and two more, per host | the extra load of an outage stays bounded for any number of processes, and a fresh client still gets every retry of an isolated failure |
 /// | `predicate` | none | the built-in rules above |
-/// | `stream_buffering` | off | a streamed request body is sent once, never held in memory; see [`with_stream_buffering`](crate::RetryConfigBuilder::with_stream_buffering) |
-/// | `response_buffering` | off | a response is returned once its headers arrive, its body the caller's to read; see [`with_response_buffering`](crate::RetryConfigBuilder::with_response_buffering) |
+/// | `stream_buffering` | off | a streamed request body is sent once, never held in memory; see [`with_request_body_buffering`](crate::RetryConfigBuilder::with_request_body_buffering) |
+/// | `response_buffering` | off | a response is returned once its headers arrive, its body the caller's to read; see [`with_response_body_buffering`](crate::RetryConfigBuilder::with_response_body_buffering) |
 #[derive(Clone)]
 pub struct RetryConfig {
     pub(crate) max_retries: u32,
@@ -103,7 +103,7 @@ impl Default for RetryConfig {
             retry_after_over_cap: RetryAfterOverCap::ReturnResponse,
             deadline: None,
             attempt_timeout: None,
-            redirects: Redirects::Followed,
+            redirects: Redirects::ClientMayFollow,
             drain_limit: 64 * 1024,
             budget: Some(RetryBudget::default()),
             predicate: None,
@@ -140,7 +140,7 @@ impl RetryConfig {
     }
 
     /// Whether 429 is retried for any method (otherwise only when safe).
-    pub fn retry_429_any_method(&self) -> bool {
+    pub fn retries_429_for_any_method(&self) -> bool {
         self.retry_429_any_method
     }
 
@@ -192,14 +192,14 @@ impl RetryConfig {
 
     /// How much of a streamed request body is read into memory so that it
     /// can be sent again, if that is on.
-    pub fn stream_buffering(&self) -> Option<usize> {
+    pub fn request_body_buffering(&self) -> Option<usize> {
         self.stream_buffering
     }
 
     /// How much of a final response's body the middleware reads into
     /// memory, inside the attempt, so that a body that breaks while it is
     /// read can be retried, if that is on.
-    pub fn response_buffering(&self) -> Option<usize> {
+    pub fn response_body_buffering(&self) -> Option<usize> {
         self.response_buffering
     }
 
@@ -260,7 +260,7 @@ impl fmt::Debug for RetryConfig {
 /// let client = reqwest::Client::builder()
 ///     .redirect(reqwest::redirect::Policy::none())
 ///     .build()?;
-/// let config = RetryConfig::builder().with_redirects(Redirects::NotFollowed).build()?;
+/// let config = RetryConfig::builder().with_redirects(Redirects::ClientNeverFollows).build()?;
 /// let client = reqwest_middleware::ClientBuilder::new(client)
 ///     .with(RetryMiddleware::new(config))
 ///     .build();
@@ -277,13 +277,13 @@ pub enum Redirects {
     /// without an idempotency key is not retried after a 429 or a refused
     /// connection.
     #[default]
-    Followed,
+    ClientMayFollow,
     /// The client was built with `redirect(reqwest::redirect::Policy::none())`:
     /// every outcome is the first hop's, and a request that is not safe to
     /// repeat is retried after a 429 or a failure that proves the server
     /// never saw it. A response whose URL differs from the request's is still
     /// treated as the answer of a later hop.
-    NotFollowed,
+    ClientNeverFollows,
 }
 
 /// What the middleware does when a server's `Retry-After` asks for longer than
@@ -330,18 +330,18 @@ mod tests {
         assert_eq!(config.jitter(), Jitter::Full);
         let codes: Vec<u16> = config.retryable_statuses().iter().map(|s| s.as_u16()).collect();
         assert_eq!(codes, [429, 502, 503, 504]);
-        assert!(config.retry_429_any_method());
+        assert!(config.retries_429_for_any_method());
         assert_eq!(config.idempotency_header(), "idempotency-key");
         assert_eq!(config.max_retry_after(), Duration::from_secs(30));
         assert!(config.retry_after_spread());
         assert_eq!(config.retry_after_over_cap(), RetryAfterOverCap::ReturnResponse);
         assert_eq!(config.deadline(), None);
         assert_eq!(config.attempt_timeout(), None);
-        assert_eq!(config.redirects(), Redirects::Followed);
+        assert_eq!(config.redirects(), Redirects::ClientMayFollow);
         assert_eq!(config.drain_limit(), 64 * 1024);
         assert_eq!(config.budget(), Some(&RetryBudget::default()));
         assert!(config.predicate().is_none());
-        assert_eq!(config.stream_buffering(), None);
-        assert_eq!(config.response_buffering(), None);
+        assert_eq!(config.request_body_buffering(), None);
+        assert_eq!(config.response_body_buffering(), None);
     }
 }

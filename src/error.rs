@@ -31,7 +31,7 @@ impl ConfigError {
 /// default, which may be shorter), nor when the time ran out during a wait,
 /// after the previous outcome was discarded, or while a streamed body was
 /// read before the first attempt (see
-/// [`with_stream_buffering`](crate::RetryConfigBuilder::with_stream_buffering)).
+/// [`with_request_body_buffering`](crate::RetryConfigBuilder::with_request_body_buffering)).
 /// Then the caller gets this error,
 /// inside [`reqwest_middleware::Error::Middleware`]:
 ///

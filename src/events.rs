@@ -78,7 +78,7 @@ fn emit(level: tracing::Level, attempt: u32, method: &Method, server: &str, deci
             )
         }
         // A first answer that is final is the common case, not news.
-        Decision::Stop(crate::StopReason::Final) if attempt == 1 => {}
+        Decision::Stop(crate::StopReason::NothingToRetry) if attempt == 1 => {}
         Decision::Stop(stop) => event_at!(
             level,
             attempt,

@@ -3,11 +3,11 @@
 //! Attach them with `reqwest_middleware::RequestBuilder::with_extension`:
 //!
 //! ```
-//! use reqwest_safe_retry::{MaxRetries, NoRetry, SafeToRetry};
+//! use reqwest_safe_retry::{MaxRetries, SafeToRetry};
 //!
 //! # fn build(client: &reqwest_middleware::ClientWithMiddleware) {
 //! // Never retry this one.
-//! let _ = client.get("http://example.test/health").with_extension(NoRetry);
+//! let _ = client.get("http://example.test/health").with_extension(MaxRetries::new(0));
 //! // This POST is safe to repeat: the server deduplicates on the order id in the body.
 //! let _ = client.post("http://example.test/orders").with_extension(SafeToRetry);
 //! // At most one retry for this call.
@@ -17,17 +17,14 @@
 
 use std::time::Duration;
 
-/// Turns retries off for one request: it is sent once and its outcome
-/// returned as it is.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct NoRetry;
-
 /// Declares one request safe to repeat whatever its method, as an
 /// idempotency key would.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SafeToRetry;
 
-/// Replaces the configured retry count for one request.
+/// Replaces the configured retry count for one request; `MaxRetries::new(0)`
+/// sends it once, within the deadline and the attempt timeout, and returns
+/// its outcome as it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MaxRetries(u32);
 

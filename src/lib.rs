@@ -25,7 +25,7 @@
 //! a proxy: the server may have done the work and failed only to answer. So
 //! those outcomes are retried only for requests that are *safe to repeat*: an
 //! idempotent method (GET, HEAD, OPTIONS, TRACE, PUT, DELETE, as
-//! [`http::Method::is_idempotent`] says), or a request with a non-empty
+//! [`http::Method::is_idempotent`] says), or a request with a non-blank
 //! `Idempotency-Key` header, which tells the server to answer a repeat with the
 //! first result. Outcomes where the server provably did nothing — a refused
 //! connection, a TLS handshake the peer cut off, an HTTP/2 stream the server
@@ -43,7 +43,7 @@
 //! each hop a request of its own, retried by its own method. Every rule then
 //! applies, to every request. A middleware used with a client that may
 //! follow redirects below it (`reqwest::Client::new()`, and
-//! [`Redirects::Followed`], the default setting) stays on the safe side: a
+//! [`Redirects::ClientMayFollow`], the default setting) stays on the safe side: a
 //! request that is not safe to repeat is never retried once it may have been
 //! processed, so the any-method retries are lost for it.
 //!
@@ -124,7 +124,7 @@
 //! optional attempt timeout bounds each attempt. A retried response's body is
 //! drained only while the wait runs, so a body that stalls cannot hold the
 //! call. Dropping the request future cancels everything, including a wait in
-//! progress. Per-request [`RetryDeadline`], [`MaxRetries`], [`NoRetry`] and
+//! progress. Per-request [`RetryDeadline`], [`MaxRetries`] (`0` for none) and
 //! [`SafeToRetry`] extensions adjust one request.
 //!
 //! Four limits can bound a call; each is optional:
@@ -225,7 +225,7 @@
 //!         metrics::histogram!("http_client_retry_wait_seconds").record(after.as_secs_f64());
 //!     }
 //!     // A first answer that is final is every ordinary call: not news.
-//!     Decision::Stop(StopReason::Final) if event.attempt == 1 => {}
+//!     Decision::Stop(StopReason::NothingToRetry) if event.attempt == 1 => {}
 //!     Decision::Stop(stop) => {
 //!         metrics::counter!("http_client_retry_stops_total", "stop" => stop.as_str())
 //!             .increment(1);
@@ -265,9 +265,9 @@
 //!
 //! # Beyond retries
 //!
-//! [`HedgeMiddleware`] sends a backup copy of a slow request that is safe to
-//! repeat and returns the first final answer; [`RetryConfigBuilder::with_response_buffering`]
-//! retries a response whose body breaks mid-read; [`RetryConfigBuilder::with_stream_buffering`]
+//! [`hedge::HedgeMiddleware`] sends a backup copy of a slow request that is safe to
+//! repeat and returns the first final answer; [`RetryConfigBuilder::with_response_body_buffering`]
+//! retries a response whose body breaks mid-read; [`RetryConfigBuilder::with_request_body_buffering`]
 //! lets a streamed request body be retried.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -283,7 +283,7 @@ mod error;
 mod events;
 mod extensions;
 mod future;
-mod hedge;
+pub mod hedge;
 mod hosts;
 mod jitter;
 mod middleware;
@@ -304,10 +304,7 @@ pub use clock::ManualClock;
 pub use clock::{Clock, Sleep, TokioClock};
 pub use config::{Redirects, RetryAfterOverCap, RetryConfig};
 pub use error::{ConfigError, DeadlineExceeded};
-pub use extensions::{MaxRetries, NoRetry, RetryDeadline, SafeToRetry};
-pub use hedge::{
-    HedgeConfig, HedgeConfigBuilder, HedgeDelay, HedgeMiddleware, HedgeReport, HedgeSlot,
-};
+pub use extensions::{MaxRetries, RetryDeadline, SafeToRetry};
 #[cfg(feature = "test-util")]
 pub use jitter::FixedJitter;
 pub use jitter::{JitterSource, SeededJitter, ThreadRngJitter};

@@ -18,7 +18,7 @@ use crate::classify::{self, Class, Scope};
 use crate::config::{Redirects, RetryAfterOverCap};
 use crate::deadline::{Deadline, MIN_ATTEMPT, attempt_bounds, visible_timeout};
 use crate::error::DeadlineExceeded;
-use crate::extensions::{MaxRetries, NoRetry, RetryDeadline};
+use crate::extensions::{MaxRetries, RetryDeadline};
 use crate::predicate::{Attempt, Outcome};
 use crate::reason::{Decision, RetryReason, StopReason};
 use crate::redirect::same_resource;
@@ -32,8 +32,7 @@ pub(crate) struct Policy<'a> {
     shared: &'a Shared,
     /// Idempotent method, idempotency key, or [`SafeToRetry`](crate::SafeToRetry).
     safe: bool,
-    /// [`NoRetry`]: sent once, within the deadline and attempt timeout.
-    disabled: bool,
+    /// The retry count: the configured one, or the request's [`MaxRetries`].
     max_retries: u32,
     /// When the call started and how long it may take, if it has a deadline.
     deadline: Option<Deadline>,
@@ -62,16 +61,11 @@ impl<'a> Policy<'a> {
         started: Option<Instant>,
     ) -> Self {
         let config = &shared.config;
-        let disabled = extensions.get::<NoRetry>().is_some();
         let limit = extensions.get::<RetryDeadline>().map(RetryDeadline::get).or(config.deadline);
         Self {
             shared,
             safe: is_safe(request, extensions, &config.idempotency_header),
-            disabled,
-            max_retries: match disabled {
-                true => 0,
-                false => extensions.get::<MaxRetries>().map_or(config.max_retries, MaxRetries::get),
-            },
+            max_retries: extensions.get::<MaxRetries>().map_or(config.max_retries, MaxRetries::get),
             deadline: limit.map(|limit| Deadline {
                 start: started.unwrap_or_else(|| shared.clock.now()),
                 limit,
@@ -122,16 +116,11 @@ impl<'a> Policy<'a> {
             *sent = true;
         }
         // A copy is kept while another attempt may follow, or for the
-        // predicate to be shown. One kept needlessly (for a `NoRetry`
-        // request, or for the last attempt) changes nothing but the cost of
-        // making it: `decide` stops such a call for the same reason either
-        // way. So this line's `&&` survives mutation to `||`, which only
-        // makes copies no attempt uses; it stays for their cost.
-        // A middleware that follows redirects keeps one for the last
-        // attempt too: a redirect is followed from it.
+        // predicate to be shown; and by a middleware that follows redirects,
+        // for the last attempt too: a redirect is followed from it.
         let keep = self.shared.follows()
-            || !self.disabled
-                && (self.attempts <= self.max_retries || self.shared.config.predicate().is_some());
+            || self.attempts <= self.max_retries
+            || self.shared.config.predicate().is_some();
         let copy = if keep { pending.as_ref().and_then(Request::try_clone) } else { None };
         if copy.is_none() {
             // No copy will be there for `decide` to name the host by.
@@ -169,9 +158,6 @@ impl<'a> Policy<'a> {
         outcome: &Result<Response>,
         body_failed: bool,
     ) -> Decision {
-        if self.disabled {
-            return Decision::Stop(StopReason::Disabled);
-        }
         let (class, chosen) = self.verdict(request, outcome, body_failed);
         // The retry that led here, if one was paid for: its cost stands
         // unless this answer is final.
@@ -197,7 +183,7 @@ impl<'a> Policy<'a> {
                         (None, None) => {}
                     }
                 }
-                return Decision::Stop(StopReason::Final);
+                return Decision::Stop(StopReason::NothingToRetry);
             }
             Some(verdict) => verdict,
         };
@@ -219,15 +205,15 @@ impl<'a> Policy<'a> {
         // Through a client that hands its redirects up, every outcome is
         // this hop's: the middleware follows them itself.
         let redirects = match self.shared.follows() {
-            true => Redirects::NotFollowed,
+            true => Redirects::ClientNeverFollows,
             false => self.shared.config.redirects,
         };
         let first_hop = || match (redirects, outcome, request) {
-            (Redirects::Followed, ..) => false,
-            (Redirects::NotFollowed, Ok(response), Some(request)) => {
+            (Redirects::ClientMayFollow, ..) => false,
+            (Redirects::ClientNeverFollows, Ok(response), Some(request)) => {
                 same_resource(response.url(), request.url())
             }
-            (Redirects::NotFollowed, ..) => true,
+            (Redirects::ClientNeverFollows, ..) => true,
         };
         let safe_to_repeat = match scope {
             Scope::WhenSafe => self.safe,
@@ -340,7 +326,7 @@ impl<'a> Policy<'a> {
 
     /// Whether a retry may follow the first attempt: retries are allowed.
     pub(crate) fn may_retry(&self) -> bool {
-        !self.disabled && self.max_retries > 0
+        self.max_retries > 0
     }
 
     /// Whether a body that fails while it is read could be retried: the
@@ -358,7 +344,7 @@ impl<'a> Policy<'a> {
     /// Holds the budget account of `request`'s host, if there is a budget
     /// and none is held yet.
     fn hold_account(&mut self, request: &Request, now: impl FnOnce() -> Instant) {
-        if let (Some(budget), None, false) = (&self.shared.budget, &self.account, self.disabled) {
+        if let (Some(budget), None) = (&self.shared.budget, &self.account) {
             self.account = Some(budget.account(request.url(), now()));
         }
     }

@@ -74,7 +74,7 @@ impl From<Retryability> for Verdict {
 #[non_exhaustive]
 pub enum Outcome<'a> {
     /// The server answered; the body has not been read, unless
-    /// [response buffering](crate::RetryConfigBuilder::with_response_buffering)
+    /// [response buffering](crate::RetryConfigBuilder::with_response_body_buffering)
     /// read it into memory.
     Response(&'a Response),
     /// The attempt failed without a response, or its body failed while

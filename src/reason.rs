@@ -50,9 +50,9 @@ pub enum RetryReason {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum StopReason {
-    /// The outcome is final: a success, or a failure that retrying will not
-    /// fix (404, 500 by default, a TLS error, ...).
-    Final,
+    /// No rule retries the outcome: a success, or a failure that retrying
+    /// will not fix (404, 500 by default, a TLS error, ...).
+    NothingToRetry,
     /// The outcome was retryable, but the request is not safe to repeat: its
     /// method is not idempotent and it carries no idempotency key.
     NotSafe,
@@ -67,8 +67,6 @@ pub enum StopReason {
     DeadlineExceeded,
     /// The retry budget for this host is spent.
     BudgetExhausted,
-    /// Retries were turned off for this request.
-    Disabled,
 }
 
 /// What the middleware does after an attempt.
@@ -103,14 +101,13 @@ impl fmt::Display for RetryReason {
 impl fmt::Display for StopReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            StopReason::Final => f.write_str("final outcome"),
+            StopReason::NothingToRetry => f.write_str("nothing to retry"),
             StopReason::NotSafe => f.write_str("request not safe to repeat"),
             StopReason::RetriesExhausted => f.write_str("retries exhausted"),
             StopReason::NotReplayable => f.write_str("body cannot be replayed"),
             StopReason::RetryAfterTooLong(d) => write!(f, "retry-after of {d:?} is over the cap"),
             StopReason::DeadlineExceeded => f.write_str("deadline reached"),
             StopReason::BudgetExhausted => f.write_str("retry budget exhausted"),
-            StopReason::Disabled => f.write_str("retries disabled for this request"),
         }
     }
 }
@@ -134,20 +131,19 @@ impl RetryReason {
 }
 
 impl StopReason {
-    /// A stable, low-cardinality label for metrics and logs: `final`,
-    /// `not_safe`, `retries_exhausted`, `not_replayable`,
-    /// `retry_after_too_long`, `deadline_exceeded`, `budget_exhausted` or
-    /// `disabled`. No duration is ever part of it.
+    /// A stable, low-cardinality label for metrics and logs:
+    /// `nothing_to_retry`, `not_safe`, `retries_exhausted`, `not_replayable`,
+    /// `retry_after_too_long`, `deadline_exceeded` or `budget_exhausted`. No
+    /// duration is ever part of it.
     pub fn as_str(&self) -> &'static str {
         match self {
-            StopReason::Final => "final",
+            StopReason::NothingToRetry => "nothing_to_retry",
             StopReason::NotSafe => "not_safe",
             StopReason::RetriesExhausted => "retries_exhausted",
             StopReason::NotReplayable => "not_replayable",
             StopReason::RetryAfterTooLong(_) => "retry_after_too_long",
             StopReason::DeadlineExceeded => "deadline_exceeded",
             StopReason::BudgetExhausted => "budget_exhausted",
-            StopReason::Disabled => "disabled",
         }
     }
 }
@@ -220,14 +216,13 @@ mod tests {
             ]
         );
         let stop: Vec<&str> = [
-            StopReason::Final,
+            StopReason::NothingToRetry,
             StopReason::NotSafe,
             StopReason::RetriesExhausted,
             StopReason::NotReplayable,
             StopReason::RetryAfterTooLong(Duration::from_secs(90)),
             StopReason::DeadlineExceeded,
             StopReason::BudgetExhausted,
-            StopReason::Disabled,
         ]
         .iter()
         .map(StopReason::as_str)
@@ -235,14 +230,13 @@ mod tests {
         assert_eq!(
             stop,
             [
-                "final",
+                "nothing_to_retry",
                 "not_safe",
                 "retries_exhausted",
                 "not_replayable",
                 "retry_after_too_long",
                 "deadline_exceeded",
                 "budget_exhausted",
-                "disabled"
             ]
         );
         // The same label whatever the duration: no durations in labels.

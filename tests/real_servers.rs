@@ -78,7 +78,8 @@ async fn interrupted_tls_handshake_is_retried_for_any_method() {
             let seen = (report.attempts, report.stop, connections.get(), answered.get());
             match result {
                 Ok(response)
-                    if response.status() == 200 && seen == (2, StopReason::Final, 2, 1) =>
+                    if response.status() == 200
+                        && seen == (2, StopReason::NothingToRetry, 2, 1) =>
                 {
                     assert_eq!(clock.sleeps(), [100 * MS], "{case}");
                 }
@@ -97,7 +98,7 @@ async fn certificate_error_is_final() {
     let (result, report) = send(&client, Method::GET, &url).await;
     let error = result.expect_err("the certificate is not trusted");
     assert!(error.is_connect(), "{}", chain(&error));
-    assert_eq!((report.attempts, report.stop), (1, StopReason::Final));
+    assert_eq!((report.attempts, report.stop), (1, StopReason::NothingToRetry));
     assert_eq!((connections.get(), answered.get()), (1, 0));
     assert!(clock.sleeps().is_empty());
 }
@@ -237,7 +238,7 @@ async fn reqwest_default_retry_multiplies_the_streams_behind_each_attempt() {
     // says 2 attempts while the server saw 6 streams; with more refusals, up
     // to 3 × (max_retries + 1) streams reach it, and the budget sees a third.
     assert_eq!(status, 200);
-    assert_eq!((report.attempts, report.stop), (2, StopReason::Final));
+    assert_eq!((report.attempts, report.stop), (2, StopReason::NothingToRetry));
     assert_eq!(streams, 6);
     assert_eq!(sleeps, [100 * MS]);
 }

@@ -278,7 +278,7 @@ async fn assert_final(reply: &'static str) {
     let slot = ReportSlot::new();
     let error = client.get(&url).with_extension(slot.clone()).send().await.unwrap_err();
     assert!(!error.is_timeout() && !error.is_connect(), "{error:?}");
-    assert_eq!(slot.get().unwrap().stop, StopReason::Final, "{error:?}");
+    assert_eq!(slot.get().unwrap().stop, StopReason::NothingToRetry, "{error:?}");
     assert!(clock.sleeps().is_empty());
     assert_eq!(connections.get(), 1);
 }
@@ -325,14 +325,14 @@ async fn no_retry_still_keeps_the_deadline_and_the_attempt_timeout() {
         let start = tokio::time::Instant::now();
         let call = wrap(middleware)
             .get(&url)
-            .with_extension(reqwest_safe_retry::NoRetry)
+            .with_extension(reqwest_safe_retry::MaxRetries::new(0))
             .with_extension(slot.clone())
             .send();
-        let error = bounded("a NoRetry call", call).await.unwrap_err();
+        let error = bounded("a call without retries", call).await.unwrap_err();
         assert!(error.is_timeout() || deadline_error(&error).is_some(), "{error:?}");
         assert_eq!(start.elapsed(), Duration::from_secs(2));
         let report = slot.get().unwrap();
-        assert!(matches!(report.stop, StopReason::Disabled | StopReason::DeadlineExceeded));
+        assert!(matches!(report.stop, StopReason::RetriesExhausted | StopReason::DeadlineExceeded));
         assert_eq!((report.attempts, connections.get()), (1, 1));
     }
 }
@@ -391,5 +391,5 @@ async fn another_calls_wrapped_error_says_nothing_about_this_request() {
     let call = client.post(format!("{}/orders", server.uri())).body("order");
     call.with_extension(slot.clone()).send().await.unwrap_err();
     assert_eq!(hits(&server).await, 1, "the order was created once");
-    assert_eq!(slot.get().unwrap().stop, StopReason::Final);
+    assert_eq!(slot.get().unwrap().stop, StopReason::NothingToRetry);
 }

@@ -408,7 +408,10 @@ async fn post_whose_303_leads_back_to_its_own_url_is_sent_once_and_the_get_retri
         assert_eq!((response.status().as_u16(), sent_posts), (status, posts));
         if status == 200 {
             let report = slot.get().unwrap();
-            assert_eq!((report.attempts, report.redirects, report.stop), (3, 1, StopReason::Final));
+            assert_eq!(
+                (report.attempts, report.redirects, report.stop),
+                (3, 1, StopReason::NothingToRetry)
+            );
             assert_eq!(clock.sleeps(), [100 * MS], "the GET waited its backoff once");
         }
     }
@@ -460,7 +463,10 @@ async fn a_chain_of_redirects_is_followed_hop_by_hop() {
         ]
     );
     let report = slot.get().unwrap();
-    assert_eq!((report.attempts, report.redirects, report.stop), (5, 3, StopReason::Final));
+    assert_eq!(
+        (report.attempts, report.redirects, report.stop),
+        (5, 3, StopReason::NothingToRetry)
+    );
     assert_eq!(clock.sleeps(), [100 * MS]);
 }
 

@@ -1,4 +1,4 @@
-//! Stream buffering (`with_stream_buffering`): a streamed request body read
+//! Stream buffering (`with_request_body_buffering`): a streamed request body read
 //! into memory before the first attempt, so that it can be sent again.
 //!
 //! Without it a streamed body is sent once and never retried; that default
@@ -46,7 +46,7 @@ fn stalled(first: &'static [u8]) -> reqwest::Body {
 async fn a_stream_within_the_limit_is_retried_with_the_same_body() {
     let server = MockServer::start().await;
     script_statuses(&server, "/r", &[503, 200]).await;
-    let (client, clock) = client(policy().with_stream_buffering(64 * KIB).build().unwrap());
+    let (client, clock) = client(policy().with_request_body_buffering(64 * KIB).build().unwrap());
     let body = chunks(5, 10 * KIB);
     let response = client
         .put(format!("{}/r", server.uri()))
@@ -66,7 +66,7 @@ async fn a_stream_within_the_limit_is_retried_with_the_same_body() {
 async fn a_stream_over_the_limit_is_sent_whole_once() {
     let server = MockServer::start().await;
     script_statuses(&server, "/r", &[503, 200]).await;
-    let (client, clock) = client(policy().with_stream_buffering(64 * KIB).build().unwrap());
+    let (client, clock) = client(policy().with_request_body_buffering(64 * KIB).build().unwrap());
     let body = chunks(128, 8 * KIB); // 1 MiB
     let response = client
         .put(format!("{}/r", server.uri()))
@@ -93,19 +93,20 @@ async fn a_stream_that_cannot_be_retried_is_not_buffered() {
     let url = format!("{}/r", server.uri());
     let body = chunks(2, KIB);
     for retries in [0, 1] {
-        let config = policy().with_stream_buffering(64 * KIB).with_max_retries(retries);
+        let config = policy().with_request_body_buffering(64 * KIB).with_max_retries(retries);
         let (client, _) = client(config.build().unwrap());
         let response = client.put(&url).body(streamed(body.clone())).send().await.unwrap();
         assert_eq!(response.status(), 200);
     }
-    let (client, _) = client(policy().with_stream_buffering(64 * KIB).build().unwrap());
+    let (client, _) = client(policy().with_request_body_buffering(64 * KIB).build().unwrap());
     let request = client.put(&url).body(streamed(body.clone()));
-    let response = request.with_extension(reqwest_safe_retry::NoRetry).send().await.unwrap();
+    let response =
+        request.with_extension(reqwest_safe_retry::MaxRetries::new(0)).send().await.unwrap();
     assert_eq!(response.status(), 200);
     let received = server.received_requests().await.unwrap();
     let chunked: Vec<bool> =
         received.iter().map(|r| r.headers.get("transfer-encoding").is_some()).collect();
-    assert_eq!(chunked, [true, false, true], "max_retries 0, 1, and NoRetry");
+    assert_eq!(chunked, [true, false, true], "max_retries 0, 1, and MaxRetries::new(0)");
     assert!(received.iter().all(|r| r.body == concat(&body)));
 }
 
@@ -170,7 +171,7 @@ async fn at_most_the_limit_and_one_chunk_are_read_before_sending() {
     let gate = Arc::new(tokio::sync::Notify::new());
     let produced = Arc::new(AtomicUsize::new(0));
     let (url, server) = gatekeeper(gate.clone()).await;
-    let (client, _) = client(policy().with_stream_buffering(limit).build().unwrap());
+    let (client, _) = client(policy().with_request_body_buffering(limit).build().unwrap());
     let body = gated(count, chunk, limit + chunk, gate, produced.clone());
     let send = client.put(&url).body(reqwest::Body::wrap_stream(body)).send();
     let response = tokio::time::timeout(Duration::from_secs(30), send)
@@ -204,7 +205,7 @@ async fn a_stream_that_fails_is_sent_as_far_as_it_got_then_fails_as_without_buff
         let server = MockServer::start().await;
         script_statuses(&server, "/r", &[503, 200]).await;
         let config = match buffering {
-            Some(limit) => policy().with_stream_buffering(limit),
+            Some(limit) => policy().with_request_body_buffering(limit),
             None => policy(),
         };
         let (client, clock) = client(config.build().unwrap());
@@ -224,7 +225,7 @@ async fn a_stream_that_fails_is_sent_as_far_as_it_got_then_fails_as_without_buff
     }
     assert_eq!(seen[0], seen[1], "without, then with buffering");
     // A request error caused by the body, which hyper counts as the caller's: final.
-    assert_eq!(seen[0], (true, false, 1, StopReason::Final));
+    assert_eq!(seen[0], (true, false, 1, StopReason::NothingToRetry));
 }
 
 /// On tokio's clock, paused: the stream never ends, and the deadline, which
@@ -233,7 +234,7 @@ async fn a_stream_that_fails_is_sent_as_far_as_it_got_then_fails_as_without_buff
 async fn a_stalled_stream_under_a_deadline_ends_at_the_deadline() {
     let (url, connections) = raw_server(vec![Raw::Reply(OK_CLOSE)]).await;
     let config = policy()
-        .with_stream_buffering(64 * KIB)
+        .with_request_body_buffering(64 * KIB)
         .with_deadline(Duration::from_secs(2))
         .build()
         .unwrap();
@@ -264,7 +265,7 @@ async fn a_stalled_stream_under_a_deadline_ends_at_the_deadline() {
 async fn a_stalled_stream_under_an_attempt_timeout_is_sent_once_and_times_out() {
     let (url, connections) = raw_server(vec![Raw::Stall]).await;
     let config = policy()
-        .with_stream_buffering(64 * KIB)
+        .with_request_body_buffering(64 * KIB)
         .with_attempt_timeout(Duration::from_secs(1))
         .build()
         .unwrap();
@@ -291,7 +292,7 @@ async fn a_stalled_stream_under_an_attempt_timeout_is_sent_once_and_times_out() 
 async fn a_stalled_stream_waits_no_longer_than_the_requests_own_shorter_timeout() {
     let (url, connections) = raw_server(vec![Raw::Stall]).await;
     let config = policy()
-        .with_stream_buffering(64 * KIB)
+        .with_request_body_buffering(64 * KIB)
         .with_attempt_timeout(Duration::from_secs(5))
         .with_deadline(Duration::from_secs(30))
         .build()
@@ -324,7 +325,7 @@ async fn a_stalled_stream_waits_no_longer_than_the_requests_own_shorter_timeout(
 async fn a_stalled_stream_stops_at_a_deadline_nearer_than_the_attempt_timeout() {
     let (url, connections) = raw_server(vec![Raw::Reply(OK_CLOSE)]).await;
     let config = policy()
-        .with_stream_buffering(64 * KIB)
+        .with_request_body_buffering(64 * KIB)
         .with_attempt_timeout(Duration::from_secs(10))
         .with_deadline(Duration::from_secs(2))
         .build()

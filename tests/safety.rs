@@ -171,7 +171,7 @@ async fn final_statuses_are_returned_at_once() {
         let (status, hits, report) =
             send(Kind::NotFollowing, Method::GET, &[code, 200], None).await;
         assert_eq!((status, hits), (code, 1), "{code}");
-        assert_eq!(report.stop, StopReason::Final, "{code}");
+        assert_eq!(report.stop, StopReason::NothingToRetry, "{code}");
     }
 }
 
@@ -311,7 +311,7 @@ async fn connect_failures_that_will_repeat_are_not_retried() {
     assert!(error.is_connect());
     assert!(clock.sleeps().is_empty());
     assert_eq!(slot.get().unwrap().attempts, 1);
-    assert_eq!(slot.get().unwrap().stop, StopReason::Final);
+    assert_eq!(slot.get().unwrap().stop, StopReason::NothingToRetry);
 }
 
 #[tokio::test]
@@ -480,7 +480,7 @@ async fn a_name_that_does_not_exist_stays_final() {
     let nxdomain =
         || std::io::Error::other("failed to lookup address information: Name or service not known");
     let (status, hits, report) = through_flaky_dns(Kind::NotFollowing, nxdomain).await;
-    assert_eq!((status, hits, report.attempts, report.stop), (0, 0, 1, StopReason::Final));
+    assert_eq!((status, hits, report.attempts, report.stop), (0, 0, 1, StopReason::NothingToRetry));
 }
 
 #[tokio::test]

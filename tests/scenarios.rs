@@ -18,7 +18,7 @@ const MS: Duration = Duration::from_millis(1);
 /// server, waits in milliseconds, stop reason.
 type Expected = (&'static str, &'static str, u32, usize, &'static [u64], Option<StopReason>);
 
-const FINAL: Option<StopReason> = Some(StopReason::Final);
+const FINAL: Option<StopReason> = Some(StopReason::NothingToRetry);
 const EXHAUSTED: Option<StopReason> = Some(StopReason::RetriesExhausted);
 const NOT_SAFE: Option<StopReason> = Some(StopReason::NotSafe);
 

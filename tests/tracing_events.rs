@@ -90,7 +90,10 @@ async fn a_final_answer_after_a_retry_says_why_it_stopped() {
     client.get(format!("{}/r", server.uri())).send().await.unwrap();
     let log = captured.text();
     let stop = log.lines().find(|l| l.contains("not retrying request")).expect(&log);
-    assert!(stop.contains("retry.stop=\"final\"") && stop.contains("attempt=2"), "{stop}");
+    assert!(
+        stop.contains("retry.stop=\"nothing_to_retry\"") && stop.contains("attempt=2"),
+        "{stop}"
+    );
 }
 
 #[tokio::test]

@@ -68,10 +68,10 @@ pub fn record(event: &RetryEvent<'_>) {
         }
         // A first answer that is final is every ordinary call: not counted,
         // as the tracing events skip it, so that this counter moves only when
-        // retrying was in play. `stop="final"` then means "recovered after
+        // retrying was in play. `stop="nothing_to_retry"` then means "recovered after
         // retrying". Count calls with the client's request metrics (or
         // reqwest-tracing's spans), not here.
-        Decision::Stop(StopReason::Final) if event.attempt == 1 => {}
+        Decision::Stop(StopReason::NothingToRetry) if event.attempt == 1 => {}
         Decision::Stop(stop) => {
             metrics::counter!(STOPS, "stop" => stop.as_str()).increment(1);
             if let StopReason::RetryAfterTooLong(asked) = stop {

@@ -22,9 +22,9 @@ use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use reqwest::Method;
 use reqwest_middleware::ClientWithMiddleware;
+use reqwest_safe_retry::hedge::HedgeMiddleware;
 use reqwest_safe_retry::{
-    DeadlineExceeded, Decision, HedgeMiddleware, ReportSlot, RetryConfig, RetryMiddleware,
-    TooManyRedirects,
+    DeadlineExceeded, Decision, ReportSlot, RetryConfig, RetryMiddleware, TooManyRedirects,
 };
 
 use crate::checks::Gauge;
@@ -98,7 +98,8 @@ fn config(deadline: Duration, buffering: bool) -> RetryConfig {
         .with_deadline(deadline)
         .with_attempt_timeout(ATTEMPT_TIMEOUT);
     if buffering {
-        builder = builder.with_response_buffering(BUFFERING).with_stream_buffering(BUFFERING);
+        builder =
+            builder.with_response_body_buffering(BUFFERING).with_request_body_buffering(BUFFERING);
     }
     builder.build().expect("a valid configuration")
 }

@@ -1,4 +1,4 @@
-//! The settings of [`HedgeMiddleware`](crate::HedgeMiddleware).
+//! The settings of [`HedgeMiddleware`](crate::hedge::HedgeMiddleware).
 
 use std::fmt;
 use std::time::Duration;
@@ -27,7 +27,7 @@ pub enum HedgeDelay {
     },
 }
 
-/// Settings of [`HedgeMiddleware`](crate::HedgeMiddleware), made with
+/// Settings of [`HedgeMiddleware`](crate::hedge::HedgeMiddleware), made with
 /// [`HedgeConfig::builder`].
 ///
 /// # Default
@@ -95,7 +95,7 @@ impl HedgeConfig {
 ///
 /// ```
 /// use std::time::Duration;
-/// use reqwest_safe_retry::HedgeConfig;
+/// use reqwest_safe_retry::hedge::HedgeConfig;
 ///
 /// let config = HedgeConfig::builder()
 ///     .with_latency_quantile(0.99)

@@ -67,7 +67,8 @@ pub use report::{HedgeReport, HedgeSlot};
 /// would see retries times copies.
 ///
 /// ```
-/// use reqwest_safe_retry::{HedgeMiddleware, RetryMiddleware};
+/// use reqwest_safe_retry::RetryMiddleware;
+/// use reqwest_safe_retry::hedge::HedgeMiddleware;
 ///
 /// let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
 ///     .with(RetryMiddleware::default())

@@ -1,4 +1,4 @@
-//! What [`HedgeMiddleware`](crate::HedgeMiddleware) tells the caller.
+//! What [`HedgeMiddleware`](crate::hedge::HedgeMiddleware) tells the caller.
 
 use std::sync::{Arc, Mutex};
 
@@ -7,7 +7,7 @@ use reqwest::Response;
 /// How a hedged call went: copies sent, and which one's outcome was
 /// returned.
 ///
-/// [`HedgeMiddleware`](crate::HedgeMiddleware) puts it in the extensions of
+/// [`HedgeMiddleware`](crate::hedge::HedgeMiddleware) puts it in the extensions of
 /// the response it returns, and into a [`HedgeSlot`] the caller attached,
 /// which also works when the outcome is an error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,12 +28,12 @@ impl HedgeReport {
     }
 }
 
-/// A place for [`HedgeMiddleware`](crate::HedgeMiddleware) to leave the
+/// A place for [`HedgeMiddleware`](crate::hedge::HedgeMiddleware) to leave the
 /// [`HedgeReport`] of one request, whatever the outcome: attach a clone as an
 /// extension, keep the original, read it after the call.
 ///
 /// ```no_run
-/// use reqwest_safe_retry::{HedgeMiddleware, HedgeSlot};
+/// use reqwest_safe_retry::hedge::{HedgeMiddleware, HedgeSlot};
 ///
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 /// let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())

@@ -58,7 +58,7 @@ pub async fn hits(server: &MockServer) -> usize {
 pub fn policy() -> RetryConfigBuilder {
     RetryConfig::builder()
         .with_initial_backoff(100 * MS)
-        .with_redirects(Redirects::NotFollowed)
+        .with_redirects(Redirects::ClientNeverFollows)
         .without_budget()
 }
 
@@ -126,8 +126,8 @@ impl Kind {
     /// `config` as this kind of client needs it.
     pub fn config(self, config: RetryConfigBuilder) -> RetryConfig {
         let redirects = match self {
-            Kind::Following | Kind::Handing => Redirects::Followed,
-            Kind::NotFollowing => Redirects::NotFollowed,
+            Kind::Following | Kind::Handing => Redirects::ClientMayFollow,
+            Kind::NotFollowing => Redirects::ClientNeverFollows,
         };
         config.with_redirects(redirects).build().expect("a valid test policy")
     }
