@@ -243,6 +243,78 @@ pub(crate) fn sample_heap(
     })
 }
 
+/// How late the runtime's timers fire, per second of the run: the
+/// lateness of a 10 ms sleep, at most. A call can outlive its deadline by
+/// no less than this, whatever the middleware does, when the process is
+/// starved (the two cores are shared with other builds).
+#[derive(Debug)]
+pub(crate) struct TimerLag {
+    start: Instant,
+    /// Microseconds, per second since `start`; the last entry takes the rest.
+    per_second: Vec<AtomicU64>,
+    /// The same for a plain thread's 10 ms sleeps: how late the system
+    /// itself wakes a thread of this process.
+    thread: AtomicU64,
+}
+
+impl TimerLag {
+    pub(crate) fn new(start: Instant, seconds: u64) -> Arc<TimerLag> {
+        // Room for the calls that end after the traffic stops.
+        let per_second = (0..seconds + 30).map(|_| AtomicU64::new(0)).collect();
+        Arc::new(TimerLag { start, per_second, thread: AtomicU64::new(0) })
+    }
+
+    /// Sleeps 10 ms at a time on a thread of its own until `until`.
+    pub(crate) fn probe_thread(self: Arc<Self>, until: Instant) -> std::thread::JoinHandle<()> {
+        std::thread::spawn(move || {
+            while Instant::now() < until {
+                let due = Instant::now() + Duration::from_millis(10);
+                std::thread::sleep(Duration::from_millis(10));
+                let lag = Instant::now().saturating_duration_since(due);
+                self.thread.fetch_max(lag.as_micros() as u64, Ordering::Relaxed);
+            }
+        })
+    }
+
+    /// The most a plain thread's sleep was late.
+    pub(crate) fn thread_most(&self) -> Duration {
+        Duration::from_micros(self.thread.load(Ordering::Relaxed))
+    }
+
+    fn second(&self, at: Instant) -> usize {
+        let second = at.saturating_duration_since(self.start).as_secs() as usize;
+        second.min(self.per_second.len() - 1)
+    }
+
+    /// Sleeps 10 ms at a time until `until`, noting how late each wakes.
+    pub(crate) async fn probe(self: Arc<Self>, until: Instant) {
+        while Instant::now() < until {
+            let due = Instant::now() + Duration::from_millis(10);
+            tokio::time::sleep_until(due.into()).await;
+            let lag = Instant::now().saturating_duration_since(due);
+            self.per_second[self.second(due)].fetch_max(lag.as_micros() as u64, Ordering::Relaxed);
+        }
+    }
+
+    /// The most the timers were late from `from` to `to`, a second either
+    /// side included.
+    pub(crate) fn during(&self, from: Instant, to: Instant) -> Duration {
+        let (first, last) = (self.second(from).saturating_sub(1), self.second(to) + 1);
+        let most = self.per_second[first..=last.min(self.per_second.len() - 1)]
+            .iter()
+            .map(|lag| lag.load(Ordering::Relaxed))
+            .max()
+            .unwrap_or(0);
+        Duration::from_micros(most)
+    }
+
+    /// The most the timers were late over the run.
+    pub(crate) fn most(&self) -> Duration {
+        let most = self.per_second.iter().map(|lag| lag.load(Ordering::Relaxed)).max();
+        Duration::from_micros(most.unwrap_or(0))
+    }
+}
+
 /// The checks and their verdicts, in order.
 #[derive(Debug, Default)]
 pub(crate) struct Verdicts(Vec<(bool, String)>);

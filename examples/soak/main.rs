@@ -22,7 +22,11 @@
 //!   `Idempotency-Key`, a streamed body sent once) was processed twice by a
 //!   handler, as the servers count it per call, path and method;
 //! - deadlines: no call, the read of its body included, outlived its
-//!   deadline by more than 250 ms;
+//!   deadline by more than 250 ms beyond how late the runtime's own timers
+//!   were while it ran (a probe sleeps 10 ms at a time and notes its
+//!   lateness: on two cores shared with other builds, the process is at
+//!   times not run for a few hundred milliseconds, and no deadline can be
+//!   kept better than the timers fire);
 //! - panics: none, in any task or thread;
 //! - memory: the peak heap of the whole process in the second half of the
 //!   run is within 10% of the first half's (dhat's counting allocator). The
@@ -55,7 +59,7 @@ static ALLOC: dhat::Alloc = dhat::Alloc;
 
 /// How much a call may outlive its deadline: timers fire a little late,
 /// and two cores are shared by everything here.
-const SLACK: Duration = Duration::from_millis(250);
+pub(crate) const SLACK: Duration = Duration::from_millis(250);
 /// Distinct host:port pairs the client must have been sent to.
 const MIN_HOSTS: u64 = 5000;
 /// How long the run's leftovers may take to wind down.
@@ -126,6 +130,7 @@ struct Run {
     hosts_used: u64,
     leftovers: Leftovers,
     ledger_peak: usize,
+    lag: Arc<checks::TimerLag>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -160,6 +165,9 @@ async fn soak(
     let length = Duration::from_secs(options.seconds);
     let stop = Arc::new(AtomicBool::new(false));
     let sampler = checks::sample_heap(start, length, stop.clone());
+    let lag = checks::TimerLag::new(start, options.seconds);
+    let probe = tokio::spawn(lag.clone().probe(start + length + Duration::from_secs(2)));
+    let thread_probe = lag.clone().probe_thread(start + length);
     // Progress, ten times over the run; and the ledger's size, which
     // should stay about the last seconds' calls.
     let (watched, watched_stats) = (fleet.clone(), stats.clone());
@@ -197,6 +205,8 @@ async fn soak(
     stop.store(true, Ordering::Relaxed);
     let heap = sampler.join().unwrap_or_default();
     let ledger_peak = ledger_watch.await.unwrap_or_default();
+    let _ = probe.await;
+    let _ = thread_probe.join();
     let hosts_used = fleet.hosts_used();
 
     // Wind down: drop the clients, close the listeners, and wait for what
@@ -225,7 +235,7 @@ async fn soak(
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    let run = Run { heap, hosts_used, leftovers, ledger_peak };
+    let run = Run { heap, hosts_used, leftovers, ledger_peak, lag };
     report(&run, &fleet, &stats, &calls_by_stack, panics.load(Ordering::Relaxed))
 }
 
@@ -295,6 +305,28 @@ fn report(
         overshoot.as_millis(),
         longest.as_millis()
     );
+    println!("{:<46} {:>9}", "  calls later than the slack", load(&stats.late_calls));
+    if let Some((_, worst)) = &*stats.worst.lock().unwrap_or_else(|p| p.into_inner()) {
+        println!("  the latest: {worst}");
+    }
+    // What the timers' own lateness does not account for: a call may be as
+    // late as the runtime was starved while it ran.
+    let late = stats.late.lock().unwrap_or_else(|p| p.into_inner());
+    let unexplained = late
+        .iter()
+        .map(|call| (call.over.saturating_sub(run.lag.during(call.start, call.end)), call))
+        .max_by_key(|(excess, _)| *excess);
+    let excess = unexplained.map_or(Duration::ZERO, |(excess, _)| excess);
+    println!(
+        "{:<46} {:>6} ms  (a 10 ms sleep on the runtime woke this late; on a thread, {} ms)",
+        "timer lag, max",
+        run.lag.most().as_millis(),
+        run.lag.thread_most().as_millis()
+    );
+    println!("{:<46} {:>6} ms", "  overshoot beyond the timer lag, max", excess.as_millis());
+    if let Some((excess, call)) = unexplained.filter(|(excess, _)| *excess > SLACK) {
+        println!("  not explained by timer lag ({} ms): {}", excess.as_millis(), call.what);
+    }
     let ratio = run.heap.second as f64 / run.heap.first.max(1) as f64;
     println!(
         "heap, whole process (dhat): first-half peak {}, second-half peak {} ({ratio:.3}), {} live at the end",
@@ -341,10 +373,12 @@ fn report(
         format!("bodies: {lost} requests arrived without the body their caller sent"),
     );
     verdicts.check(
-        overshoot <= SLACK,
+        excess <= SLACK,
         format!(
-            "deadlines: the most a call outlived its deadline is {} ms (slack {} ms)",
+            "deadlines: the most a call outlived its deadline is {} ms, {} ms beyond how late \
+             the runtime's timers were meanwhile (slack {} ms)",
             overshoot.as_millis(),
+            excess.as_millis(),
             SLACK.as_millis()
         ),
     );

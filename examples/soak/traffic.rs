@@ -77,8 +77,26 @@ pub(crate) struct ClientStats {
     /// The most a call (and the read of its body) outlived its deadline.
     pub(crate) max_overshoot_us: AtomicU64,
     pub(crate) longest_call_us: AtomicU64,
+    /// Calls that outlived their deadline by more than the slack.
+    pub(crate) late_calls: AtomicU64,
+    /// The first [`LATE_KEPT`] of those.
+    pub(crate) late: Mutex<Vec<Late>>,
+    /// The call that outlived its deadline the most, described.
+    pub(crate) worst: Mutex<Option<(Duration, String)>>,
     /// Call tasks (and workers) that panicked, from their `JoinHandle`s.
     pub(crate) panics: AtomicU64,
+}
+
+/// Late calls kept for the timer-lag check.
+const LATE_KEPT: usize = 200;
+
+/// A call that outlived its deadline by more than the slack.
+#[derive(Debug)]
+pub(crate) struct Late {
+    pub(crate) start: Instant,
+    pub(crate) end: Instant,
+    pub(crate) over: Duration,
+    pub(crate) what: String,
 }
 
 /// One client, as a caller would build it.
@@ -318,8 +336,10 @@ async fn call(stacks: Arc<Vec<Stack>>, plan: Plan, fleet: Arc<Fleet>, stats: Arc
     let slot = ReportSlot::new();
     fleet.ledger.open(id);
     let start = Instant::now();
+    let mut sent = None;
     let outcome = match request.with_extension(slot.clone()).send().await {
         Ok(response) => {
+            sent = Some(start.elapsed());
             let status = response.status();
             match response.bytes().await {
                 Ok(_) => status_label(status.as_u16()),
@@ -332,13 +352,45 @@ async fn call(stacks: Arc<Vec<Stack>>, plan: Plan, fleet: Arc<Fleet>, stats: Arc
     let took = start.elapsed();
     fleet.ledger.close(id);
     stats.outcomes.add(outcome);
-    if let Some(report) = slot.get() {
+    let report = slot.get();
+    if let Some(report) = report {
         stats.stops.add(report.stop.as_str());
         stats.redirects_followed.fetch_add(u64::from(report.redirects), Ordering::Relaxed);
     }
     let over = took.saturating_sub(stack.deadline);
     stats.max_overshoot_us.fetch_max(over.as_micros() as u64, Ordering::Relaxed);
     stats.longest_call_us.fetch_max(took.as_micros() as u64, Ordering::Relaxed);
+    let late = over > crate::SLACK;
+    if late {
+        stats.late_calls.fetch_add(1, Ordering::Relaxed);
+    }
+    let mut worst = stats.worst.lock().unwrap_or_else(|p| p.into_inner());
+    if late || worst.as_ref().is_none_or(|(most, _)| over > *most) {
+        let report = report.map_or("no report".to_owned(), |r| {
+            format!(
+                "{} attempts, {} redirects, {:?} waiting, stop: {}",
+                r.attempts, r.redirects, r.total_wait, r.stop
+            )
+        });
+        let sent = sent.map_or("no response".to_owned(), |t| format!("response after {t:?}"));
+        let text = format!(
+            "call {id} on {} ({} ms deadline): {} {}; {outcome} after {took:?}, {sent}; {report}",
+            stack.name,
+            stack.deadline.as_millis(),
+            plan.shape.label(),
+            plan.url
+        );
+        if late {
+            let mut kept = stats.late.lock().unwrap_or_else(|p| p.into_inner());
+            if kept.len() < LATE_KEPT {
+                let end = start + took;
+                kept.push(Late { start, end, over, what: text.clone() });
+            }
+        }
+        if worst.as_ref().is_none_or(|(most, _)| over > *most) {
+            *worst = Some((over, text));
+        }
+    }
 }
 
 fn status_label(status: u16) -> &'static str {
