@@ -1,5 +1,5 @@
 //! TLS on loopback: servers that break the handshake off, or complete it with
-//! the self-signed `localhost` certificate in `tests/fixtures`, and clients
+//! the self-signed `localhost` certificate in `tests/all/fixtures`, and clients
 //! that do or do not trust that certificate.
 
 use std::sync::Arc;
