@@ -29,7 +29,7 @@
 //! two — classifying the already-built error — is how a client ends up
 //! retrying nothing.
 
-// Shared with `tests/orders_scenarios.rs`, which uses only part of it.
+// Shared with `tests/all/orders_scenarios.rs`, which uses only part of it.
 #![allow(dead_code)]
 
 use std::collections::VecDeque;

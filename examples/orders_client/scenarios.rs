@@ -1,5 +1,5 @@
 //! The orders client's scenario table: what `cargo run --example
-//! orders_client` prints and `tests/orders_scenarios.rs` asserts, row by row.
+//! orders_client` prints and `tests/all/orders_scenarios.rs` asserts, row by row.
 //!
 //! Each scenario starts a scripted server on loopback, builds the client on
 //! a `reqwest::Client` that does not follow redirects, with a `ManualClock`
@@ -12,7 +12,7 @@
 //! `create_order_once`, a code taken from the body, and a refused
 //! connection.
 
-// Shared with `tests/orders_scenarios.rs`.
+// Shared with `tests/all/orders_scenarios.rs`.
 #![allow(dead_code)]
 
 use std::fmt;
@@ -25,7 +25,7 @@ use reqwest_safe_retry::{FixedJitter, ManualClock, ReportSlot};
 use wiremock::matchers::{method, path, query_param};
 use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 
-use crate::client::{Error, ErrorCode, IDEMPOTENCY_KEY, Order, OrdersClient, REQUEST_ID};
+use super::client::{Error, ErrorCode, IDEMPOTENCY_KEY, Order, OrdersClient, REQUEST_ID};
 
 /// Which operation a scenario calls.
 #[derive(Debug, Clone, Copy)]

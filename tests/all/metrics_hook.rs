@@ -1,7 +1,7 @@
 //! The decision hook feeding the `metrics` facade, as `examples/metrics.rs`
 //! wires it: the same hook, recorder and exchange, asserted exactly.
 
-#[path = "../examples/metrics_wiring/mod.rs"]
+#[path = "../../examples/metrics_wiring/mod.rs"]
 mod metrics_wiring;
 
 use std::collections::BTreeMap;

@@ -5,7 +5,7 @@
 //! on loopback, every wait goes to a manual clock (ours) or is zero
 //! (reqwest-retry's), and every network wait is bounded.
 
-mod support;
+use crate::support;
 
 use std::future::Future;
 use std::time::Duration;
@@ -328,7 +328,7 @@ fn normalised(text: &str) -> String {
 
 #[test]
 fn the_guide_shows_the_code_tested_here() {
-    let guide = normalised(include_str!("../MIGRATING.md"));
+    let guide = normalised(include_str!("../../MIGRATING.md"));
     let source = include_str!("migration.rs");
     // Spelt so that these lines are no markers themselves.
     let (start, end) = (concat!("// guide", ": "), concat!("// guide", ": end"));

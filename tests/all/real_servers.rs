@@ -2,7 +2,7 @@
 //! rejected, and HTTP/2 streams refused, reset or turned away by GOAWAY.
 //! The servers run on loopback; every wait on them is bounded.
 
-mod support;
+use crate::support;
 
 use std::future::Future;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! bodies that stall, answers that never come, deadlines that pass with an
 //! attempt in flight, middlewares that wrap errors or leave extensions behind.
 
-mod support;
+use crate::support;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -2,10 +2,10 @@
 //! into memory before the first attempt, so that it can be sent again.
 //!
 //! Without it a streamed body is sent once and never retried; that default
-//! is tested in `tests/bodies.rs`
+//! is tested in `tests/all/bodies.rs`
 //! (`streaming_body_is_sent_once_and_its_response_returned`).
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -1,6 +1,6 @@
 //! No input makes the pure parts panic or break their bounds.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, SystemTime};
 

@@ -1,6 +1,6 @@
 //! What the caller gets back and can control.
 
-mod support;
+use crate::support;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

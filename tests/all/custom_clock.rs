@@ -4,7 +4,7 @@
 //! files never reach the provided ones.) Both tests run in tokio's paused
 //! time, so the clock's `tokio::time::sleep` advances virtual time only.
 
-mod support;
+use crate::support;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};

@@ -1,6 +1,6 @@
 //! Many requests at once through one middleware, and servers that never let go.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -1,6 +1,6 @@
 //! How long the middleware waits, and when it stops waiting.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};

@@ -3,7 +3,7 @@
 //! one span per attempt, each of which can say which attempt it is.
 #![cfg(feature = "tracing")]
 
-mod support;
+use crate::support;
 
 use std::sync::{Arc, Mutex};
 
@@ -111,7 +111,9 @@ async fn one_call(client: ClientWithMiddleware) -> (u16, Log) {
     script_statuses(&server, "/r", &[503, 503, 200]).await;
     let spans = Spans::default();
     let subscriber = tracing_subscriber::registry().with(spans.clone());
-    // `#[tokio::test]` polls the call on this thread.
+    // `#[tokio::test]` polls the call on this thread; the other tests in the
+    // binary run theirs on other threads, without a subscriber.
+    let _anchor = interest_anchor();
     let _guard = tracing::subscriber::set_default(subscriber);
     let response = client.get(format!("{}/r", server.uri())).send().await.unwrap();
     assert_eq!(hits(&server).await, 3);

@@ -8,7 +8,7 @@
 //! For 307 and 308 `reqwest` itself sends the body on to the later hop: that
 //! is the redirect, not a retry, and is not counted.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::Duration;

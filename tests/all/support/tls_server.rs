@@ -1,5 +1,5 @@
 //! TLS on loopback: servers that break the handshake off, or complete it with
-//! the self-signed `localhost` certificate in `tests/fixtures`, and clients
+//! the self-signed `localhost` certificate in `tests/all/fixtures`, and clients
 //! that do or do not trust that certificate.
 
 use std::sync::Arc;
@@ -19,14 +19,9 @@ pub const KEY_PEM: &[u8] = include_bytes!("../fixtures/localhost.key.pem");
 /// How long a server task waits on a client before giving the connection up.
 const PATIENCE: Duration = Duration::from_secs(10);
 
-/// Makes ring the process's rustls provider, which reqwest's rustls backend
-/// reads when it builds a client. Idempotent.
-pub fn install_ring() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-}
-
+/// reqwest's rustls backend on its built-in provider: nothing process-wide is
+/// installed, so tests sharing the process build their clients the same way.
 fn rustls_client() -> reqwest::ClientBuilder {
-    install_ring();
     reqwest::Client::builder().tls_backend_rustls().redirect(reqwest::redirect::Policy::none())
 }
 
@@ -113,12 +108,14 @@ fn server_config() -> rustls::ServerConfig {
         .collect::<Result<Vec<_>, _>>()
         .expect("the fixture certificate parses");
     let key = PrivateKeyDer::from_pem_slice(KEY_PEM).expect("the fixture key parses");
-    rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .expect("ring supports the default versions")
-        .with_no_client_auth()
-        .with_single_cert(certs, key)
-        .expect("the fixture key matches its certificate")
+    rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("aws-lc-rs supports the default versions")
+    .with_no_client_auth()
+    .with_single_cert(certs, key)
+    .expect("the fixture key matches its certificate")
 }
 
 /// Reads one whole TLS record, which must be a handshake record (the

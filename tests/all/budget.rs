@@ -1,6 +1,6 @@
 //! The retry budget, through the middleware against a loopback server.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -4,13 +4,15 @@
 //! process (a middleware of its own), and every row through one middleware,
 //! so the budget earned and spent by earlier rows is in play for later ones.
 
-#[path = "../examples/scenarios/mod.rs"]
-mod scenarios;
+// `examples/demo.rs`'s `scenarios` module, named after the demo here so that
+// it does not share its parent's name.
+#[path = "../../examples/scenarios/mod.rs"]
+mod demo;
 
 use std::time::Duration;
 
+use demo::{Row, Scenario, api_client_table, roundtripper_table};
 use reqwest_safe_retry::{FixedJitter, ManualClock, ReportSlot, RetryConfig, StopReason};
-use scenarios::{Row, Scenario, api_client_table, roundtripper_table};
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -61,7 +63,7 @@ fn check(rows: &[Row], expected: &[Expected]) {
 }
 
 async fn fresh(table: &[Scenario], jitter: FixedJitter) -> Vec<Row> {
-    scenarios::run_table(jitter, table).await
+    demo::run_table(jitter, table).await
 }
 
 #[tokio::test]
@@ -71,7 +73,7 @@ async fn the_roundtripper_table_row_by_row_each_in_a_fresh_process() {
 
 #[tokio::test]
 async fn the_roundtripper_table_through_one_middleware() {
-    let rows = scenarios::run_shared(FixedJitter::TOP, &roundtripper_table()).await;
+    let rows = demo::run_shared(FixedJitter::TOP, &roundtripper_table()).await;
     check(&rows, &ROUNDTRIPPER);
     let keyed = rows.iter().find(|row| row.label == "POST with Idempotency-Key").unwrap();
     assert_eq!(keyed.last_body.as_deref(), Some("order=1"), "the body was sent again");
@@ -87,13 +89,13 @@ async fn the_api_client_table_row_by_row_each_in_a_fresh_process() {
 
 #[tokio::test]
 async fn the_api_client_table_through_one_middleware() {
-    let rows = scenarios::run_shared(FixedJitter::new(0.5), &api_client_table()).await;
+    let rows = demo::run_shared(FixedJitter::new(0.5), &api_client_table()).await;
     check(&rows, &API_CLIENT);
 }
 
 #[test]
 fn the_demo_runs_the_defaults() {
-    assert_eq!(format!("{:?}", scenarios::config()), format!("{:?}", RetryConfig::default()));
+    assert_eq!(format!("{:?}", demo::config()), format!("{:?}", RetryConfig::default()));
 }
 
 #[tokio::test]
@@ -104,7 +106,7 @@ async fn the_demo_client_is_the_quick_start_client() {
         .respond_with(wiremock::ResponseTemplate::new(303).insert_header("Location", "/b"))
         .mount(&server)
         .await;
-    let client = scenarios::client(ManualClock::new(), FixedJitter::TOP);
+    let client = demo::client(ManualClock::new(), FixedJitter::TOP);
     let slot = ReportSlot::new();
     let response =
         client.post(format!("{}/a", server.uri())).with_extension(slot.clone()).send().await;

@@ -1,7 +1,7 @@
 //! Response buffering: a body that breaks while the middleware reads it is
 //! retried like any other failed attempt, when the request is safe to repeat.
 
-mod support;
+use crate::support;
 
 use std::error::Error as _;
 use std::sync::{Arc, Mutex};

@@ -1,6 +1,6 @@
 //! Living alongside other reqwest-middleware middlewares.
 
-mod support;
+use crate::support;
 
 use std::sync::{Arc, Mutex};
 

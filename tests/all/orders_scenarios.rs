@@ -1,9 +1,9 @@
 //! The orders client's scenario table, row by row, through the same code
 //! `cargo run --example orders_client` prints.
 
-#[path = "../examples/orders_client/client.rs"]
+#[path = "../../examples/orders_client/client.rs"]
 mod client;
-#[path = "../examples/orders_client/scenarios.rs"]
+#[path = "../../examples/orders_client/scenarios.rs"]
 mod scenarios;
 
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! Request bodies are replayed exactly; response bodies of retried answers
 //! are drained within a bound; broken connections follow the safety rule.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

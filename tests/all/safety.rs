@@ -2,7 +2,7 @@
 //! users build: reqwest's default, which follows redirects, and one that does
 //! not, with the middleware told so.
 
-mod support;
+use crate::support;
 
 use reqwest::Method;
 use reqwest_safe_retry::{Outcome, RetryReport, Retryability, StopReason, Verdict};

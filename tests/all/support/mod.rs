@@ -375,13 +375,21 @@ impl LogCapture {
     }
 }
 
-/// Captures, on this thread, what is logged at `level` and above.
+/// A dispatcher that wants everything and writes nowhere, for a test that
+/// sets a subscriber on its own thread to keep alive beside it.
 ///
 /// tracing caches, per callsite and for the whole process, whether any
 /// subscriber wants it; while a single dispatcher is registered, a callsite
-/// first reached where no subscriber wants it is cached as unwanted, and a
-/// later test's subscriber would never see it. A second dispatcher that
-/// wants everything and writes nowhere keeps every callsite asking.
+/// first reached where no subscriber wants it (another test's thread) is
+/// cached as unwanted, and this test's subscriber would never see it. With
+/// this second dispatcher registered, every callsite keeps asking.
+#[cfg(feature = "tracing")]
+pub fn interest_anchor() -> tracing::Dispatch {
+    let sink = tracing_subscriber::fmt().with_max_level(tracing::Level::TRACE);
+    tracing::Dispatch::new(sink.with_writer(std::io::sink).finish())
+}
+
+/// Captures, on this thread, what is logged at `level` and above.
 #[cfg(feature = "tracing")]
 pub fn capture_logs(level: tracing::Level) -> LogCapture {
     #[derive(Clone)]
@@ -397,8 +405,7 @@ pub fn capture_logs(level: tracing::Level) -> LogCapture {
         }
     }
 
-    let sink = tracing_subscriber::fmt().with_max_level(tracing::Level::TRACE);
-    let anchor = tracing::Dispatch::new(sink.with_writer(std::io::sink).finish());
+    let anchor = interest_anchor();
     let buffer = Arc::new(std::sync::Mutex::new(Vec::new()));
     let writer = Writer(buffer.clone());
     let subscriber = tracing_subscriber::fmt()

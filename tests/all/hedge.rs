@@ -1,7 +1,7 @@
 //! Hedged requests against a loopback server whose answers are delayed in
 //! tokio's paused time: every delay is virtual and exact, nothing sleeps.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::Duration;

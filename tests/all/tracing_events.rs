@@ -1,7 +1,7 @@
 //! The tracing event emitted for each retry.
 #![cfg(feature = "tracing")]
 
-mod support;
+use crate::support;
 
 use support::*;
 use wiremock::MockServer;
