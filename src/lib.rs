@@ -246,7 +246,7 @@
 //!
 //! | command | shows |
 //! |---|---|
-//! | `cargo run --example demo` | the source documents' scenario tables with the defaults |
+//! | `cargo run --example demo` | two scenario tables, a retrying transport's and an API client's, with the defaults |
 //! | `cargo run --example orders_client` | a typed API client on the middleware: its own options, error codes with the request id, pagination as a `Stream` |
 //! | `cargo run --example custom_policy` | another status set, a predicate, per-request overrides |
 //! | `cargo run --example tracing` | the retry events through `tracing-subscriber`, and a span per attempt |
