@@ -117,9 +117,26 @@ impl<V> Host<V> {
     #[inline]
     pub(crate) fn is(&self, url: &Url) -> bool {
         self.named_port == url.port()
-            && *self.host == *url.host_str().unwrap_or_default()
-            && *self.scheme == *url.scheme()
+            && same(&self.host, url.host_str().unwrap_or_default())
+            && same(&self.scheme, url.scheme())
     }
+}
+
+/// `a == b`, for text as short as a scheme or a host mostly is, without a
+/// call to `memcmp`: from 4 to 16 bytes, the first and the last word of
+/// each (overlapping where they must) cover the whole.
+#[inline]
+fn same(a: &str, b: &str) -> bool {
+    fn ends<const N: usize>(s: &[u8]) -> Option<(&[u8; N], &[u8; N])> {
+        Some((s.first_chunk()?, s.last_chunk()?))
+    }
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    a.len() == b.len()
+        && match a.len() {
+            8..=16 => ends::<8>(a) == ends::<8>(b),
+            4..=7 => ends::<4>(a) == ends::<4>(b),
+            _ => a == b,
+        }
 }
 
 /// State per scheme, host and port, bounded: past `limit` hosts, the least
@@ -295,6 +312,23 @@ mod tests {
             assert!(Arc::ptr_eq(&host, &hosts.get(&url(u)).unwrap()), "{u}");
         }
         assert_eq!(hosts.len(), 4);
+    }
+
+    #[test]
+    fn same_is_equality() {
+        let text = "abcdefghijklmnopqrstuvwxyz";
+        for n in 0..=20 {
+            let a = &text[..n];
+            let copy = String::from(a);
+            assert!(same(a, &copy), "{a}");
+            assert!(!same(a, &text[..n + 1]), "{a}");
+            for at in 0..n {
+                let mut b = a.as_bytes().to_vec();
+                b[at] = b'_';
+                let b = String::from_utf8(b).unwrap();
+                assert!(!same(a, &b), "{a} and {b}");
+            }
+        }
     }
 
     #[test]
