@@ -10,21 +10,26 @@
 //!
 //! The cache crates were weighed first; none keeps this table's promises:
 //!
-//! - `quick_cache`: its `Lifecycle::is_pinned` would keep a failing or held
-//!   host, and its lookups take a borrowed key, but it evicts by its own
-//!   clock (CLOCK-Pro, scan resistant), one entry per insert, within each
-//!   shard's share of the capacity. Filled with 1,024 hosts and given one
-//!   more, it keeps the least recently used and stays full (sharded, it
-//!   held 1,003 of 1,024); and `is_pinned` is not told the time, which
-//!   "calm" needs.
-//! - `moka`: TinyLFU admission and no pinning: a failing host can be
-//!   evicted (and handed a fresh reserve); its housekeeping and
-//!   dependencies are much heavier than this needs.
-//! - `papaya`: a lock-free map with borrowed lookups, but no eviction, and
-//!   a reader may copy a value after an eviction checked that no call holds
-//!   it, so "never forget a host in use" would need a lock of its own.
-//! - `dashmap`: no eviction either, and its released versions look keys up
-//!   through `Borrow`, which a key of three borrowed parts cannot give.
+//! - `quick_cache` (0.7): its `Lifecycle::is_pinned` would keep a failing
+//!   or held host, and its lookups take a borrowed key, but it evicts by
+//!   its own clock (CLOCK-Pro, scan resistant), one entry per insert,
+//!   within each shard's share of the capacity. Filled with 1,024 keys and
+//!   given one more, it kept the first in, least recently used, and stayed
+//!   full, where this table forgets the oldest eighth; in 8 shards (its
+//!   default on two cores) it held 1,003 of the 1,024. And `is_pinned` is
+//!   not told the time, which "calm" needs.
+//! - `moka`: TinyLFU admission and no pinning (a weight is fixed when an
+//!   entry goes in, so it cannot follow a host that starts failing): a
+//!   failing host could be evicted and handed a fresh reserve. Its
+//!   housekeeping and dependencies are also far heavier than this needs.
+//! - `papaya` (0.2): a lock-free map with borrowed lookups, but no
+//!   eviction, and a reader may copy a value after an eviction checked
+//!   that no call holds it, so "never forget a host in use" would need a
+//!   lock of its own.
+//! - `dashmap`: no eviction either; its release (6.x) looks keys up
+//!   through `Borrow`, which a key of three borrowed parts only gets
+//!   through a trait-object detour (7.0 takes `Equivalent`, but is a
+//!   release candidate).
 //!
 //! What the table needs from a crate is a hash table that finds an entry by
 //! a hash and a comparison the caller writes: `hashbrown`'s [`HashTable`]
@@ -112,9 +117,26 @@ impl<V> Host<V> {
     #[inline]
     pub(crate) fn is(&self, url: &Url) -> bool {
         self.named_port == url.port()
-            && *self.host == *url.host_str().unwrap_or_default()
-            && *self.scheme == *url.scheme()
+            && same(&self.host, url.host_str().unwrap_or_default())
+            && same(&self.scheme, url.scheme())
     }
+}
+
+/// `a == b`, for text as short as a scheme or a host mostly is, without a
+/// call to `memcmp`: from 4 to 16 bytes, the first and the last word of
+/// each (overlapping where they must) cover the whole.
+#[inline]
+fn same(a: &str, b: &str) -> bool {
+    fn ends<const N: usize>(s: &[u8]) -> Option<(&[u8; N], &[u8; N])> {
+        Some((s.first_chunk()?, s.last_chunk()?))
+    }
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    a.len() == b.len()
+        && match a.len() {
+            8..=16 => ends::<8>(a) == ends::<8>(b),
+            4..=7 => ends::<4>(a) == ends::<4>(b),
+            _ => a == b,
+        }
 }
 
 /// State per scheme, host and port, bounded: past `limit` hosts, the least
@@ -290,6 +312,23 @@ mod tests {
             assert!(Arc::ptr_eq(&host, &hosts.get(&url(u)).unwrap()), "{u}");
         }
         assert_eq!(hosts.len(), 4);
+    }
+
+    #[test]
+    fn same_is_equality() {
+        let text = "abcdefghijklmnopqrstuvwxyz";
+        for n in 0..=20 {
+            let a = &text[..n];
+            let copy = String::from(a);
+            assert!(same(a, &copy), "{a}");
+            assert!(!same(a, &text[..n + 1]), "{a}");
+            for at in 0..n {
+                let mut b = a.as_bytes().to_vec();
+                b[at] = b'_';
+                let b = String::from_utf8(b).unwrap();
+                assert!(!same(a, &b), "{a} and {b}");
+            }
+        }
     }
 
     #[test]
