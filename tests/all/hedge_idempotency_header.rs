@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use reqwest_middleware::ClientWithMiddleware;
 use reqwest_safe_retry::hedge::{HedgeConfig, HedgeConfigBuilder, HedgeMiddleware, HedgeReport};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::io::AsyncWriteExt;
+
+use crate::support::read_request;
 
 const MS: Duration = Duration::from_millis(1);
 const SLOW: Duration = Duration::from_secs(60);
@@ -46,32 +47,6 @@ async fn server() -> Server {
         }
     });
     Server { url, requests }
-}
-
-/// Reads one request, head and body; false once the connection is closed.
-async fn read_request(socket: &mut TcpStream) -> bool {
-    let mut seen = Vec::new();
-    let mut buf = [0u8; 4096];
-    loop {
-        match socket.read(&mut buf).await {
-            Ok(0) | Err(_) => return false,
-            Ok(n) => seen.extend_from_slice(&buf[..n]),
-        }
-        let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") else { continue };
-        let head = String::from_utf8_lossy(&seen[..end]).to_ascii_lowercase();
-        let length = head
-            .lines()
-            .find_map(|line| line.strip_prefix("content-length:"))
-            .and_then(|value| value.trim().parse::<usize>().ok())
-            .unwrap_or(0);
-        while seen.len() < end + 4 + length {
-            match socket.read(&mut buf).await {
-                Ok(0) | Err(_) => return false,
-                Ok(n) => seen.extend_from_slice(&buf[..n]),
-            }
-        }
-        return true;
-    }
 }
 
 /// A client hedging after 100 ms, without a budget, with `config`.
