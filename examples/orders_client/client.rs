@@ -28,6 +28,9 @@
 //! client turns the final answer into an [`ApiError`] afterwards. Mixing the
 //! two — classifying the already-built error — is how a client ends up
 //! retrying nothing.
+//!
+//! Longer than most files: a whole typed client (options, operations, errors,
+//! pagination), the way users write one.
 
 // Shared with `tests/all/orders_scenarios.rs`, which uses only part of it.
 #![allow(dead_code)]

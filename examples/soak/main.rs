@@ -38,6 +38,9 @@
 //!
 //! It prints PASS or FAIL for each, and exits with status 1 if any failed.
 //! The CI runs it for 20 seconds.
+//!
+//! Longer than most files: the run's whole report, every check with its
+//! count, is printed from here, in one place.
 
 mod checks;
 mod faults;

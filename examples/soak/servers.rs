@@ -15,6 +15,9 @@
 //! Each request names its call (`x-call-id`); the [`Ledger`] counts what
 //! every handler processed for it. Keep-alive connections are closed after
 //! [`IDLE`] without a request.
+//!
+//! Longer than most files: one hand-written HTTP/1.1 server that plays every
+//! fault, and the listeners that come and go.
 
 use std::collections::VecDeque;
 use std::net::{Ipv4Addr, SocketAddr};

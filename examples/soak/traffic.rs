@@ -10,6 +10,9 @@
 //! Every stack has a deadline and an attempt timeout, so every call is
 //! bounded, in real time (the default `TokioClock`). Each call runs in a
 //! task of its own, whose `JoinHandle` says whether it panicked.
+//!
+//! Longer than most files: six client stacks and every kind of request, with
+//! the ledger each call leaves for the checks.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -1,5 +1,8 @@
 //! Response buffering: a body that breaks while the middleware reads it is
 //! retried like any other failed attempt, when the request is safe to repeat.
+//!
+//! Longer than most files: one test per way a body can break, each against a
+//! raw server of its own.
 
 use crate::support;
 

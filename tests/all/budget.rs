@@ -1,4 +1,7 @@
 //! The retry budget, through the middleware against a loopback server.
+//!
+//! Longer than most files: the budget's every rule through the middleware,
+//! one behaviour per test, and the gate clock the cancellation test needs.
 
 use crate::support;
 

@@ -24,6 +24,9 @@
 //! Cases: 96 by default, each run with both clients at once; set
 //! `PROPTEST_CASES` for longer runs. A failure prints the servers' log and
 //! the smallest failing case found within 1024 shrinking steps or 20 s.
+//!
+//! Longer than most files: the scripted servers, the generators and the
+//! invariants of one property test, which read best together.
 
 use std::collections::BTreeMap;
 use std::fmt;

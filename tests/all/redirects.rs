@@ -7,6 +7,9 @@
 //! Every cell counts how often the FIRST hop received the original request.
 //! For 307 and 308 `reqwest` itself sends the body on to the later hop: that
 //! is the redirect, not a retry, and is not counted.
+//!
+//! Longer than most files: the redirect matrix for both clients, and the
+//! chains, loops and same-URL cases beside it, share their servers.
 
 use crate::support;
 

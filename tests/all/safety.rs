@@ -1,6 +1,9 @@
 //! Which outcomes are retried, and for which requests, with both clients
 //! users build: reqwest's default, which follows redirects, and one that does
 //! not, with the middleware told so.
+//!
+//! Longer than most files: the whole table of outcomes against requests, for
+//! every client users build, one behaviour per test.
 
 use crate::support;
 

@@ -1,5 +1,8 @@
 //! Shared pieces for the integration tests: a scripted wiremock server and a
 //! client whose clock and jitter are pinned, so every wait is exact.
+//!
+//! Longer than most files: every suite's servers and clients live here once,
+//! so no suite writes its own.
 
 #![allow(dead_code, unreachable_pub)]
 
