@@ -261,7 +261,7 @@ impl<V, S> fmt::Debug for Hosts<V, S> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::hash::BuildHasherDefault;
     use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -283,9 +283,10 @@ mod tests {
         }
     }
 
-    /// Every key hashes alike.
+    /// Every key hashes alike: hosts whose hashes collide, for the tests
+    /// of every table built on this one.
     #[derive(Default)]
-    struct Collide;
+    pub(crate) struct Collide;
 
     impl std::hash::Hasher for Collide {
         fn finish(&self) -> u64 {

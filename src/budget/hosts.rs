@@ -175,16 +175,7 @@ mod tests {
 
     use super::*;
 
-    /// Every key hashes alike.
-    #[derive(Default)]
-    struct Collide;
-
-    impl std::hash::Hasher for Collide {
-        fn finish(&self) -> u64 {
-            7
-        }
-        fn write(&mut self, _: &[u8]) {}
-    }
+    use crate::hosts::tests::Collide;
 
     fn url(s: &str) -> Url {
         Url::parse(s).unwrap()
