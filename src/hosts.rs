@@ -363,6 +363,27 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn of_hosts_used_at_the_same_time_only_as_many_go_as_must() {
+        // Hosts are mostly touched in the same second, so the cut falls
+        // among equals: the count, not the time, decides.
+        let hosts = Hosts::<Probe>::new(16);
+        for n in 0..16 {
+            let host = hosts.get_or_insert(&url(&format!("http://h{n}.test/")), 5, Probe::default);
+            host.value.used.store(5, Ordering::Relaxed);
+        }
+        hosts.get_or_insert(&url("http://new.test/"), 5, Probe::default);
+        // Three go (an eighth of the limit free, counting the new one).
+        assert_eq!(hosts.len(), 16 - 3 + 1);
+        assert!(hosts.get(&url("http://new.test/")).is_some());
+    }
+
+    #[test]
+    fn the_table_names_its_limit_when_printed() {
+        let printed = format!("{:?}", Hosts::<Probe>::new(16));
+        assert!(printed.starts_with("Hosts") && printed.contains("limit: 16"), "{printed}");
+    }
+
+    #[test]
     fn hosts_that_may_not_go_stay_past_the_limit() {
         let hosts = Hosts::<Probe>::new(16);
         let held = hosts.get_or_insert(&url("http://held.test/"), 0, Probe::default);

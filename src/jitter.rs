@@ -121,7 +121,16 @@ mod tests {
     }
 
     #[test]
-    fn thread_rng_stays_in_range() {
-        assert!((0..1000).map(|_| ThreadRngJitter.unit()).all(|x| (0.0..=1.0).contains(&x)));
+    fn thread_rng_stays_in_range_and_spreads_over_it() {
+        let xs: Vec<f64> = (0..1000).map(|_| ThreadRngJitter.unit()).collect();
+        assert!(xs.iter().all(|x| (0.0..=1.0).contains(x)));
+        // A uniform source misses either tenth 1000 times running with
+        // odds of about 1 in 10^45.
+        assert!(xs.iter().any(|&x| x < 0.1) && xs.iter().any(|&x| x > 0.9));
+    }
+
+    #[test]
+    fn a_seeded_source_prints_its_name_not_its_state() {
+        assert_eq!(format!("{:?}", SeededJitter::new(7)), "SeededJitter { .. }");
     }
 }

@@ -99,3 +99,45 @@ impl HttpBody for Replay {
             }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::future::poll_fn;
+
+    use super::*;
+
+    #[test]
+    fn the_buffer_doubles_up_to_the_limit_and_an_append_that_fits_moves_nothing() {
+        let mut prefix = Vec::new();
+        let mut capacities = Vec::new();
+        for _ in 0..10 {
+            let (before, at) = (prefix.capacity(), prefix.as_ptr());
+            let fits = prefix.len() + 10 <= before;
+            append(&mut prefix, &[1; 10], 100);
+            if fits {
+                assert_eq!((prefix.capacity(), prefix.as_ptr()), (before, at), "reallocated");
+            }
+            capacities.push(prefix.capacity());
+        }
+        assert_eq!(prefix, [1; 100]);
+        assert_eq!(capacities, [10, 20, 40, 40, 80, 80, 80, 80, 100, 100]);
+    }
+
+    #[tokio::test]
+    async fn a_replay_ends_with_its_last_frame() {
+        // A body that says it has ended after its last frame lets HTTP/2
+        // end the stream on that frame rather than with an empty one.
+        let mut body = Replay {
+            prefix: Some(Bytes::from_static(b"ab")),
+            held: Some(Frame::data(Bytes::from_static(b"cd"))),
+            tail: Tail::Rest(Body::from(Vec::new())),
+        };
+        let mut sent = Vec::new();
+        while !body.is_end_stream() {
+            let frame = poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await;
+            sent.extend_from_slice(frame.unwrap().unwrap().data_ref().unwrap());
+        }
+        assert_eq!(sent, b"abcd");
+        assert!(poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await.is_none());
+    }
+}

@@ -119,8 +119,6 @@ impl Reader {
     fn into_body(self, end: End) -> Body {
         let (held, tail) = match end {
             End::Whole => return Body::from(self.prefix),
-            // Nothing read: the body as it came.
-            End::Stopped(None) if self.prefix.is_empty() => return self.body,
             End::Stopped(held) => (held, Tail::Rest(self.body)),
             End::Failed(error) => (None, Tail::Failed(Some(error))),
         };
@@ -145,13 +143,21 @@ mod tests {
         frames: VecDeque<Frame<Bytes>>,
         fail: bool,
         polled: Arc<AtomicUsize>,
+        /// The length it declares, if any.
+        declared: Option<u64>,
     }
 
     impl Counting {
         fn chunks(count: usize, size: usize) -> (Self, Arc<AtomicUsize>) {
             let frames = (0..count).map(|i| Frame::data(Bytes::from(vec![i as u8; size])));
             let polled = Arc::new(AtomicUsize::new(0));
-            (Self { frames: frames.collect(), fail: false, polled: polled.clone() }, polled)
+            let body = Self {
+                frames: frames.collect(),
+                fail: false,
+                polled: polled.clone(),
+                declared: None,
+            };
+            (body, polled)
         }
     }
 
@@ -175,6 +181,10 @@ mod tests {
                 }
                 None => Poll::Ready(None),
             }
+        }
+
+        fn size_hint(&self) -> hyper::body::SizeHint {
+            self.declared.map_or_else(hyper::body::SizeHint::new, hyper::body::SizeHint::with_exact)
         }
     }
 
@@ -268,6 +278,33 @@ mod tests {
         let body = read(body, 99).await;
         assert!(body.as_bytes().is_none());
         assert_eq!(HttpBody::size_hint(&body).exact(), Some(100));
+    }
+
+    #[tokio::test]
+    async fn a_stream_declared_longer_than_the_limit_is_not_polled() {
+        let (mut body, polled) = Counting::chunks(1, 100);
+        body.declared = Some(100);
+        let body = read(Body::wrap(body), 99).await;
+        assert_eq!(polled.load(Ordering::SeqCst), 0, "read before it was sent");
+        assert_eq!(concat(&frames(body).await), [0; 100]);
+    }
+
+    #[tokio::test]
+    async fn a_stream_declared_as_long_as_the_limit_becomes_bytes() {
+        let (mut body, _) = Counting::chunks(1, 99);
+        body.declared = Some(99);
+        let body = read(Body::wrap(body), 99).await;
+        assert_eq!(body.as_bytes(), Some(&[0; 99][..]));
+    }
+
+    #[tokio::test]
+    async fn bytes_read_before_the_time_ran_out_are_sent_first() {
+        let (body, _) = Counting::chunks(1, 4);
+        let mut reader = Reader::new(Body::wrap(body), 99);
+        reader.prefix.extend_from_slice(b"abc");
+        let body = reader.into_body(End::Stopped(None));
+        assert!(body.as_bytes().is_none(), "sent once");
+        assert_eq!(concat(&frames(body).await), b"abc\0\0\0\0");
     }
 
     #[tokio::test]

@@ -82,6 +82,13 @@ async fn read(
 
 #[cfg(test)]
 mod tests {
+    use std::collections::VecDeque;
+    use std::pin::Pin;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::task::{Context, Poll};
+    use std::time::Duration;
+
     use super::*;
 
     #[tokio::test]
@@ -102,6 +109,91 @@ mod tests {
         assert_eq!(response.extensions().get::<u8>(), Some(&7));
         assert_eq!(response.content_length(), Some(5));
         assert_eq!(response.bytes().await.unwrap(), "hello");
+    }
+
+    /// A body that yields `chunks`, declaring their length if `declared`,
+    /// and ends; with no chunks, it never yields. `taken` tells whether a
+    /// chunk was.
+    struct Chunks {
+        length: Option<u64>,
+        chunks: VecDeque<hyper::body::Bytes>,
+        taken: Arc<AtomicBool>,
+    }
+
+    impl Chunks {
+        fn new(declared: bool, chunks: &[&'static str]) -> (reqwest::Body, Arc<AtomicBool>) {
+            let taken = Arc::new(AtomicBool::new(false));
+            let length = declared.then(|| chunks.iter().map(|c| c.len() as u64).sum());
+            let chunks = chunks.iter().copied().map(bytes_of).collect();
+            (reqwest::Body::wrap(Self { length, chunks, taken: taken.clone() }), taken)
+        }
+
+        fn silent(length: u64) -> reqwest::Body {
+            let taken = Arc::new(AtomicBool::new(false));
+            reqwest::Body::wrap(Self { length: Some(length), chunks: VecDeque::new(), taken })
+        }
+    }
+
+    impl hyper::body::Body for Chunks {
+        type Data = hyper::body::Bytes;
+        type Error = std::io::Error;
+
+        fn poll_frame(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<std::result::Result<Frame<Self::Data>, Self::Error>>> {
+            let this = self.get_mut();
+            match this.chunks.pop_front() {
+                Some(chunk) => {
+                    this.taken.store(true, Ordering::SeqCst);
+                    Poll::Ready(Some(Ok(Frame::data(chunk))))
+                }
+                None if this.taken.load(Ordering::SeqCst) => Poll::Ready(None),
+                None => Poll::Pending,
+            }
+        }
+
+        fn size_hint(&self) -> hyper::body::SizeHint {
+            self.length.map_or_else(hyper::body::SizeHint::new, hyper::body::SizeHint::with_exact)
+        }
+    }
+
+    fn response(body: reqwest::Body) -> Response {
+        let url = reqwest::Url::parse("http://example.test/").unwrap();
+        Response::from(http::Response::builder().url(url).body(body).unwrap())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_response_declared_longer_than_the_limit_is_returned_unread() {
+        let silent = response(Chunks::silent(100));
+        let read = tokio::time::timeout(Duration::from_secs(1), read(silent, 99)).await;
+        assert_eq!(read.expect("waited on its body").unwrap().content_length(), Some(100));
+    }
+
+    #[tokio::test]
+    async fn a_response_as_long_as_the_limit_is_read_before_it_is_returned() {
+        let (body, taken) = Chunks::new(true, &["hello"]);
+        let read = read(response(body), 5).await.unwrap();
+        assert!(taken.load(Ordering::SeqCst), "returned unread");
+        assert_eq!(read.bytes().await.unwrap(), "hello");
+    }
+
+    #[tokio::test]
+    async fn a_chunk_that_fills_the_limit_exactly_is_kept_in_memory() {
+        // In memory, the body's length is known; the length of a body
+        // handed on as it streams is not.
+        let (body, _) = Chunks::new(false, &["he", "llo"]);
+        let read = read(response(body), 5).await.unwrap();
+        assert_eq!(read.content_length(), Some(5));
+        assert_eq!(read.bytes().await.unwrap(), "hello");
+    }
+
+    #[tokio::test]
+    async fn a_chunk_past_the_limit_is_handed_on_with_the_rest() {
+        let (body, _) = Chunks::new(false, &["abc", "def", "g"]);
+        let read = read(response(body), 4).await.unwrap();
+        assert_eq!(read.content_length(), None, "held in memory past its limit");
+        assert_eq!(read.bytes().await.unwrap(), "abcdefg");
     }
 
     fn bytes_of(text: &'static str) -> hyper::body::Bytes {

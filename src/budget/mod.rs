@@ -241,6 +241,20 @@ mod tests {
     }
 
     #[test]
+    fn each_setting_reads_back_as_set() {
+        let budget = RetryBudget::default()
+            .with_ratio(0.25)
+            .with_reserve(7)
+            .with_window(Duration::from_secs(30))
+            .with_scope(BudgetScope::Global);
+        assert_eq!(budget.ratio(), 0.25);
+        assert_eq!(budget.reserve(), Some(7));
+        assert_eq!(budget.reserve_for(3), 7);
+        assert_eq!(budget.window(), Duration::from_secs(30));
+        assert_eq!(budget.scope(), BudgetScope::Global);
+    }
+
+    #[test]
     fn the_defaults_are_the_documented_ones() {
         let budget = RetryBudget::default();
         assert_eq!(budget.ratio(), 0.1);

@@ -10,7 +10,7 @@ use reqwest_middleware::ClientWithMiddleware;
 use reqwest_safe_retry::hedge::{
     HedgeConfig, HedgeConfigBuilder, HedgeMiddleware, HedgeReport, HedgeSlot,
 };
-use reqwest_safe_retry::{RetryBudget, RetryConfig, RetryMiddleware};
+use reqwest_safe_retry::{ManualClock, RetryBudget, RetryConfig, RetryMiddleware};
 use support::{Counter, MS, read_request};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
@@ -112,6 +112,24 @@ async fn a_slow_first_copy_is_beaten_by_a_hedge_sent_after_the_delay() {
     assert_eq!(pair(r), report(2, 2));
     assert!(took >= 100 * MS && took < 110 * MS, "{took:?}");
     assert_eq!(server.requests.get(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_delay_is_waited_on_the_clock_given() {
+    // A manual clock's sleep ends at once and is recorded: the hedge goes
+    // out without tokio's time moving, and the wait is on the record.
+    let server = server(vec![Answer(SLOW, 200), Answer(Duration::ZERO, 200)]).await;
+    let clock = ManualClock::new();
+    let config = fixed(100 * MS).with_max_copies(2).build().unwrap();
+    let hedge = HedgeMiddleware::new(config.clone()).with_clock(clock.clone());
+    assert_eq!(hedge.config(), &config);
+    let printed = format!("{hedge:?}");
+    assert!(printed.starts_with("HedgeMiddleware") && printed.contains("ManualClock"), "{printed}");
+    let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new()).with(hedge).build();
+    let (status, body, r, took) = get(&client, &server.url).await;
+    assert_eq!((status, body.as_str(), pair(r)), (200, "copy 1", report(2, 2)));
+    assert_eq!(clock.sleeps(), [100 * MS]);
+    assert!(took < 100 * MS, "tokio's clock moved {took:?}");
 }
 
 #[tokio::test(start_paused = true)]
