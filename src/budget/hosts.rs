@@ -340,6 +340,25 @@ mod tests {
     }
 
     #[test]
+    fn a_host_that_only_failed_is_not_forgotten_either() {
+        let b = budget(BudgetScope::PerHost);
+        let t0 = Instant::now();
+        b.note_failure(&b.account(&url("http://down.test/"), t0), t0);
+        for n in 0..(MAX_HOSTS * 3) {
+            drop(b.account(&url(&format!("http://h{n}.test/")), t0));
+        }
+        let Scope::PerHost(hosts) = &b.scope else { unreachable!() };
+        assert!(hosts.with(&url("http://down.test/"), |_| ()).is_some());
+    }
+
+    #[test]
+    fn a_budget_prints_its_rates_in_thousandths() {
+        let printed = format!("{:?}", budget(BudgetScope::Global));
+        assert!(printed.starts_with("Budget { earn: 100, reserve: "), "{printed}");
+        assert!(printed.contains("slot_ms: 1000"), "{printed}");
+    }
+
+    #[test]
     fn a_host_in_use_is_never_forgotten() {
         let b = budget(BudgetScope::PerHost);
         let t0 = Instant::now();

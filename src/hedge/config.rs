@@ -271,6 +271,24 @@ mod tests {
             .build()
             .unwrap();
         assert_eq!(quantile.delay(), HedgeDelay::Quantile { quantile: 0.5, fallback: 7 * ms });
-        assert!(HedgeConfig::builder().with_max_copies(1).without_budget().build().is_ok());
+        let unbudgeted = HedgeConfig::builder().with_max_copies(1).without_budget().build();
+        assert_eq!(unbudgeted.unwrap().budget(), None);
+        let budget = RetryBudget::default().with_reserve(3);
+        let budgeted = HedgeConfig::builder().with_budget(budget.clone()).build().unwrap();
+        assert_eq!(budgeted.budget(), Some(&budget));
+        // The bounds themselves are accepted.
+        let hour = Duration::from_secs(3600);
+        assert_eq!(
+            HedgeConfig::builder().with_delay(hour).build().unwrap().delay(),
+            HedgeDelay::Fixed(hour)
+        );
+        assert!(
+            HedgeConfig::builder()
+                .with_latency_quantile(1.0)
+                .with_fallback_delay(hour)
+                .build()
+                .is_ok()
+        );
+        assert_eq!(HedgeConfig::builder().with_max_copies(10).build().unwrap().max_copies(), 10);
     }
 }
