@@ -16,8 +16,8 @@ use crate::clock::Sleep;
 use crate::config::DEFAULT_RETRYABLE_STATUSES;
 use crate::safety::is_safe;
 
-/// One copy in flight: its number, when it was sent, and its future.
-type InFlight<'a> = (u32, Instant, Pin<Box<dyn Future<Output = Sent> + Send + 'a>>);
+/// One copy in flight: its number and its future.
+type InFlight<'a> = (u32, Pin<Box<dyn Future<Output = Sent> + Send + 'a>>);
 /// A copy's outcome and its extensions.
 type Sent = (Result<Response>, Extensions);
 
@@ -69,7 +69,7 @@ impl HedgeMiddleware {
                 let outcome = next.run(request, &mut extensions).await;
                 (outcome, extensions)
             };
-            (number, inner.clock.now(), Box::pin(sent))
+            (number, Box::pin(sent))
         };
 
         let mut pending = Some(request);
@@ -84,24 +84,22 @@ impl HedgeMiddleware {
                 let mut moved = false;
                 let mut i = 0;
                 while i < running.len() {
-                    let Poll::Ready(done) = running[i].2.as_mut().poll(cx) else {
+                    let Poll::Ready(done) = running[i].1.as_mut().poll(cx) else {
                         i += 1;
                         continue;
                     };
                     moved = true;
-                    let (number, sent_at, _) = running.swap_remove(i);
+                    let (number, _) = running.swap_remove(i);
                     match kind(&done.0) {
                         Kind::Final => {
                             // The losers are dropped here, before the winner
                             // is handed back: their connections close now.
                             running.clear();
                             timer = None;
-                            let now = inner.clock.now();
-                            let latency = match number {
-                                1 => now.saturating_duration_since(sent_at),
-                                // A lower bound of what the first copy takes.
-                                _ => now.saturating_duration_since(start),
-                            };
+                            // From the call's start: the first copy's
+                            // latency when it won (it went out then), and a
+                            // lower bound of it when a hedge did.
+                            let latency = inner.clock.now().saturating_duration_since(start);
                             inner.latencies.record(&url, latency);
                             return Poll::Ready((number, done));
                         }

@@ -88,11 +88,18 @@ fn fixed(delay: Duration) -> HedgeConfigBuilder {
 async fn get(client: &ClientWithMiddleware, url: &str) -> (u16, String, HedgeReport, Duration) {
     let start = Instant::now();
     let slot = HedgeSlot::new();
-    let response = client.get(url).with_extension(slot.clone()).send().await.unwrap();
+    let response = ends(client.get(url).with_extension(slot.clone()).send()).await.unwrap();
     let report = HedgeReport::from_response(&response).unwrap();
     assert_eq!(slot.get(), Some(report));
     let status = response.status().as_u16();
     (status, response.text().await.unwrap(), report, start.elapsed())
+}
+
+/// Awaits `call`, failing the test if it has not ended by the time the
+/// slowest answer is long overdue (in paused time, at once): a call that
+/// stops making progress fails here instead of hanging.
+async fn ends<T>(call: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(SLOW * 10, call).await.expect("the call never ended")
 }
 
 fn report(copies: u32, winner: u32) -> (u32, u32) {
@@ -167,19 +174,17 @@ async fn an_unsafe_post_is_never_hedged_but_a_keyed_one_is() {
         server(vec![Answer(500 * MS, 200), Answer(SLOW, 200), Answer(Duration::ZERO, 200)]).await;
     let (client, _) = client(fixed(100 * MS));
     let slot = HedgeSlot::new();
-    let response =
-        client.post(&server.url).body("order").with_extension(slot.clone()).send().await.unwrap();
+    let response = ends(client.post(&server.url).body("order").with_extension(slot.clone()).send())
+        .await
+        .unwrap();
     assert_eq!(response.text().await.unwrap(), "copy 0");
     assert_eq!(slot.get().map(pair), Some(report(1, 1)));
     assert_eq!(server.requests.get(), 1);
 
-    let response = client
-        .post(&server.url)
-        .header("Idempotency-Key", "order-7")
-        .body("order")
-        .send()
-        .await
-        .unwrap();
+    let response =
+        ends(client.post(&server.url).header("Idempotency-Key", "order-7").body("order").send())
+            .await
+            .unwrap();
     assert_eq!(HedgeReport::from_response(&response).map(pair), Some(report(2, 2)));
     assert_eq!(response.text().await.unwrap(), "copy 2");
 }
@@ -288,18 +293,21 @@ async fn a_body_that_cannot_be_copied_is_sent_once() {
         server(vec![Answer(SLOW, 200), Answer(Duration::ZERO, 200), Answer(300 * MS, 200)]).await;
     let (client, _) = client(fixed(100 * MS));
     // Declared safe, with a body in memory: hedged.
-    let response =
-        client.post(&server.url).body("order").with_extension(SafeToRetry).send().await.unwrap();
+    let response = ends(client.post(&server.url).body("order").with_extension(SafeToRetry).send())
+        .await
+        .unwrap();
     assert_eq!(HedgeReport::from_response(&response).map(pair), Some(report(2, 2)));
     // The same with a streamed body, which cannot be copied: sent once.
     let chunks = futures_util::stream::iter([Ok::<_, std::io::Error>("order")]);
-    let response = client
-        .post(&server.url)
-        .body(reqwest::Body::wrap_stream(chunks))
-        .with_extension(SafeToRetry)
-        .send()
-        .await
-        .unwrap();
+    let response = ends(
+        client
+            .post(&server.url)
+            .body(reqwest::Body::wrap_stream(chunks))
+            .with_extension(SafeToRetry)
+            .send(),
+    )
+    .await
+    .unwrap();
     assert_eq!(HedgeReport::from_response(&response).map(pair), Some(report(1, 1)));
     assert_eq!(response.text().await.unwrap(), "copy 2");
     assert_eq!(server.requests.get(), 3);
@@ -311,7 +319,8 @@ async fn a_failure_is_returned_when_no_copy_is_left_and_is_not_hedged() {
     let (client, _) = client(fixed(100 * MS));
     let slot = HedgeSlot::new();
     let start = Instant::now();
-    let error = client.get(&server.url).with_extension(slot.clone()).send().await.unwrap_err();
+    let error =
+        ends(client.get(&server.url).with_extension(slot.clone()).send()).await.unwrap_err();
     assert!(error.is_request() || error.is_connect(), "{error:?}");
     assert!(start.elapsed() < 100 * MS, "returned before the hedge was due");
     assert_eq!(slot.get().map(pair), Some(report(1, 1)));

@@ -58,8 +58,9 @@ fn client(config: HedgeConfigBuilder) -> ClientWithMiddleware {
 /// POSTs an order keyed with `X-Request-Id`; returns the body and the
 /// report's copies sent and winning copy.
 async fn post(client: &ClientWithMiddleware, url: &str) -> (String, (u32, u32)) {
-    let response =
-        client.post(url).header("X-Request-Id", "order-7").body("order").send().await.unwrap();
+    let call = client.post(url).header("X-Request-Id", "order-7").body("order").send();
+    // In paused time, a call that stops making progress fails at once.
+    let response = tokio::time::timeout(SLOW * 10, call).await.expect("never ended").unwrap();
     let report = HedgeReport::from_response(&response).unwrap();
     (response.text().await.unwrap(), (report.copies, report.winner))
 }
