@@ -56,11 +56,13 @@ impl HedgeMiddleware {
         let safe = is_safe(&request, extensions, &inner.config.idempotency_header);
         let url = request.url().clone();
         let account = inner.budget.as_ref().map(|budget| budget.account(&url, start));
-        if max < 2 || !safe || request.try_clone().is_none() {
+        // Hedged only if safe, allowed a second copy, and copyable; the
+        // request itself stays here to copy each hedge from.
+        let Some(first) = (max >= 2 && safe).then(|| request.try_clone()).flatten() else {
             let outcome = next.run(request, extensions).await;
             self.settle(account.as_deref(), start, &outcome);
             return finish(extensions, outcome, HedgeReport { copies: 1, winner: 1 });
-        }
+        };
         let delay = self.delay_for(&url);
         let caller = extensions.clone();
         let launch = |number: u32, request: Request| -> InFlight<'_> {
@@ -72,8 +74,6 @@ impl HedgeMiddleware {
             (number, Box::pin(sent))
         };
 
-        let mut pending = Some(request);
-        let first = pending.as_ref().and_then(Request::try_clone).expect("checked above");
         let mut running = vec![launch(1, first)];
         let mut sent = 1;
         let mut timer: Option<Sleep> = Some(inner.clock.sleep(delay));
@@ -134,16 +134,13 @@ impl HedgeMiddleware {
                             }
                             _ => true,
                         };
-                        let copy = match (paid, sent + 1 == max) {
-                            (false, _) => None,
-                            (true, true) => pending.take(),
-                            (true, false) => pending.as_ref().and_then(Request::try_clone),
-                        };
+                        let number = sent + 1;
+                        let copy = paid.then(|| request.try_clone()).flatten();
                         #[cfg(feature = "tracing")]
-                        trace_hedge(&url, sent + 1, delay, copy.is_some());
+                        trace_hedge(&url, number, delay, copy.is_some());
                         if let Some(copy) = copy {
-                            sent += 1;
-                            running.push(launch(sent, copy));
+                            sent = number;
+                            running.push(launch(number, copy));
                             if sent < max {
                                 timer = Some(inner.clock.sleep(delay));
                             }

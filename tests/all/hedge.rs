@@ -204,6 +204,28 @@ async fn the_budget_stops_hedges_once_spent() {
     assert_eq!(server.requests.get(), 3);
 }
 
+#[cfg(feature = "tracing")]
+#[tokio::test(start_paused = true)]
+async fn each_hedge_sent_or_refused_is_logged_with_its_number() {
+    let logs = support::capture_logs(tracing::Level::DEBUG);
+    // A reserve of one hedge: copy 2 is paid for, copy 3 is refused.
+    let budget = RetryBudget::default().with_ratio(0.0).with_reserve(1);
+    let server = server(vec![Answer(SLOW, 200)]).await;
+    let (client, _) = client(fixed(100 * MS).with_max_copies(3).with_budget(budget));
+    let (_, _, r, _) = get(&client, &server.url).await;
+    assert_eq!(pair(r), report(2, 1));
+    let text = logs.text();
+    let lines = |what: &str| -> Vec<String> {
+        text.lines().filter(|line| line.contains(what)).map(String::from).collect()
+    };
+    let (sent, refused) = (lines("sending hedged copy"), lines("budget exhausted"));
+    assert_eq!((sent.len(), refused.len()), (1, 1), "{text}");
+    for (line, copy) in [(&sent[0], "copy=2"), (&refused[0], "copy=3")] {
+        assert!(line.contains(copy) && line.contains("delay_ms=100"), "{line}");
+        assert!(line.contains("127.0.0.1") && !line.contains("/item"), "{line}");
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn no_more_than_max_copies_are_sent() {
     let server = server(vec![Answer(SLOW, 200)]).await;
