@@ -121,7 +121,7 @@ mod tests {
     }
 
     impl Chunks {
-        fn new(declared: bool, chunks: &[&'static str]) -> (reqwest::Body, Arc<AtomicBool>) {
+        fn body(declared: bool, chunks: &[&'static str]) -> (reqwest::Body, Arc<AtomicBool>) {
             let taken = Arc::new(AtomicBool::new(false));
             let length = declared.then(|| chunks.iter().map(|c| c.len() as u64).sum());
             let chunks = chunks.iter().copied().map(bytes_of).collect();
@@ -172,7 +172,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_response_as_long_as_the_limit_is_read_before_it_is_returned() {
-        let (body, taken) = Chunks::new(true, &["hello"]);
+        let (body, taken) = Chunks::body(true, &["hello"]);
         let read = read(response(body), 5).await.unwrap();
         assert!(taken.load(Ordering::SeqCst), "returned unread");
         assert_eq!(read.bytes().await.unwrap(), "hello");
@@ -182,7 +182,7 @@ mod tests {
     async fn a_chunk_that_fills_the_limit_exactly_is_kept_in_memory() {
         // In memory, the body's length is known; the length of a body
         // handed on as it streams is not.
-        let (body, _) = Chunks::new(false, &["he", "llo"]);
+        let (body, _) = Chunks::body(false, &["he", "llo"]);
         let read = read(response(body), 5).await.unwrap();
         assert_eq!(read.content_length(), Some(5));
         assert_eq!(read.bytes().await.unwrap(), "hello");
@@ -190,7 +190,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_chunk_past_the_limit_is_handed_on_with_the_rest() {
-        let (body, _) = Chunks::new(false, &["abc", "def", "g"]);
+        let (body, _) = Chunks::body(false, &["abc", "def", "g"]);
         let read = read(response(body), 4).await.unwrap();
         assert_eq!(read.content_length(), None, "held in memory past its limit");
         assert_eq!(read.bytes().await.unwrap(), "abcdefg");

@@ -274,7 +274,7 @@ mod tests {
         let unbudgeted = HedgeConfig::builder().with_max_copies(1).without_budget().build();
         assert_eq!(unbudgeted.unwrap().budget(), None);
         let budget = RetryBudget::default().with_reserve(3);
-        let budgeted = HedgeConfig::builder().with_budget(budget.clone()).build().unwrap();
+        let budgeted = HedgeConfig::builder().with_budget(budget).build().unwrap();
         assert_eq!(budgeted.budget(), Some(&budget));
         // The bounds themselves are accepted.
         let hour = Duration::from_secs(3600);
