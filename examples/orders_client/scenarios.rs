@@ -355,8 +355,12 @@ pub(crate) async fn list_orders() -> (Vec<String>, usize) {
 
 /// A loopback address where nothing listens.
 async fn refused_base() -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind loopback");
-    let addr = listener.local_addr().expect("bound address");
-    drop(listener);
+    let socket = tokio::net::TcpSocket::new_v4().expect("a socket");
+    socket.bind(([127, 0, 0, 1], 0).into()).expect("bind loopback");
+    let addr = socket.local_addr().expect("bound address");
+    // Bound and never listening, for the rest of the process: connections
+    // are refused, and no server started meanwhile, in this process or
+    // another, can be given the port (a closed listener's port can be).
+    std::mem::forget(socket);
     format!("http://{addr}")
 }

@@ -411,18 +411,21 @@ struct World {
     url: String,
     shared: Arc<Shared>,
     accepting: Vec<JoinHandle<()>>,
+    /// Keeps the refused address's port bound.
+    _refusing: tokio::net::TcpSocket,
 }
 
 impl World {
     async fn start(script: Vec<Play>) -> Self {
         let a = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let b = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let refused = TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap();
+        // Bound, never listening: refused for as long as the world lives.
+        let (refused, refusing) = crate::support::hops::refusing_port();
         let url = format!("http://{}{FIRST_HOP}", a.local_addr().unwrap());
         let shared = Arc::new(Shared {
             script,
             other_host: format!("http://{}", b.local_addr().unwrap()),
-            refused: format!("http://{refused}"),
+            refused,
             log: Mutex::new(Vec::new()),
         });
         let accepting = [('a', a), ('b', b)]
@@ -436,7 +439,7 @@ impl World {
                 })
             })
             .collect();
-        World { url, shared, accepting }
+        World { url, shared, accepting, _refusing: refusing }
     }
 
     fn log(&self) -> Vec<Received> {
