@@ -343,5 +343,7 @@ mod tests {
         assert!(config.predicate().is_none());
         assert_eq!(config.request_body_buffering(), None);
         assert_eq!(config.response_body_buffering(), None);
+        let strict = RetryConfig::builder().with_429_for_any_method(false).build().unwrap();
+        assert!(!strict.retries_429_for_any_method());
     }
 }
