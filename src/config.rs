@@ -346,4 +346,44 @@ mod tests {
         let strict = RetryConfig::builder().with_429_for_any_method(false).build().unwrap();
         assert!(!strict.retries_429_for_any_method());
     }
+
+    #[test]
+    fn each_setting_reads_back_as_set() {
+        let s = Duration::from_secs;
+        let config = RetryConfig::builder()
+            .with_max_retries(5)
+            .with_initial_backoff(s(1))
+            .with_max_backoff(s(20))
+            .with_jitter(Jitter::Equal)
+            .with_retryable_statuses([StatusCode::SERVICE_UNAVAILABLE])
+            .with_idempotency_header("x-request-id")
+            .with_max_retry_after(s(10))
+            .with_retry_after_over_cap(RetryAfterOverCap::WaitTheCap)
+            .with_retry_after_spread(false)
+            .with_deadline(s(60))
+            .with_attempt_timeout(s(5))
+            .with_redirects(Redirects::ClientNeverFollows)
+            .with_drain_limit(1024)
+            .without_budget()
+            .with_request_body_buffering(2048)
+            .with_response_body_buffering(4096)
+            .build()
+            .unwrap();
+        assert_eq!(
+            (config.max_retries(), config.initial_backoff(), config.max_backoff()),
+            (5, s(1), s(20))
+        );
+        assert_eq!(config.jitter(), Jitter::Equal);
+        assert_eq!(config.retryable_statuses(), [StatusCode::SERVICE_UNAVAILABLE]);
+        assert_eq!(config.idempotency_header(), "x-request-id");
+        assert_eq!(config.max_retry_after(), s(10));
+        assert_eq!(config.retry_after_over_cap(), RetryAfterOverCap::WaitTheCap);
+        assert!(!config.retry_after_spread());
+        assert_eq!((config.deadline(), config.attempt_timeout()), (Some(s(60)), Some(s(5))));
+        assert_eq!(config.redirects(), Redirects::ClientNeverFollows);
+        assert_eq!(config.drain_limit(), 1024);
+        assert_eq!(config.budget(), None);
+        assert_eq!(config.request_body_buffering(), Some(2048));
+        assert_eq!(config.response_body_buffering(), Some(4096));
+    }
 }
