@@ -110,9 +110,8 @@ pub(crate) fn classify_body_error(error: &reqwest_middleware::Error) -> Class {
     if error.is_timeout() || any_io(error, |kind| kind == io::ErrorKind::TimedOut) {
         return Some((Scope::WhenSafe, RetryReason::Timeout));
     }
-    if any_hyper(error, |e| e.is_parse() || e.is_user()) {
-        return None;
-    }
+    // A malformed body (a bad chunk size, say) comes as an I/O error of
+    // another kind, and is final by falling through: no case below is it.
     let lost = any_io(error, is_lost_connection)
         || any_hyper(error, |e| e.is_incomplete_message() || e.is_closed())
         || chain_has_lost_stream(error);

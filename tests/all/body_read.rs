@@ -153,6 +153,15 @@ type Reasons = Arc<Mutex<Vec<RetryReason>>>;
 /// redirects, the manual clock, jitter at the top, and `go` said when
 /// headers arrive.
 fn client(config: RetryConfigBuilder, go: &Go) -> (ClientWithMiddleware, ManualClock, Reasons) {
+    client_over(bare_reqwest(), config, go)
+}
+
+/// As [`client`], over `inner`.
+fn client_over(
+    inner: reqwest::Client,
+    config: RetryConfigBuilder,
+    go: &Go,
+) -> (ClientWithMiddleware, ManualClock, Reasons) {
     let clock = ManualClock::new();
     let reasons = Reasons::default();
     let seen = reasons.clone();
@@ -164,10 +173,8 @@ fn client(config: RetryConfigBuilder, go: &Go) -> (ClientWithMiddleware, ManualC
                 seen.lock().unwrap().push(reason);
             }
         });
-    let client = ClientBuilder::new(bare_reqwest())
-        .with(middleware)
-        .with(HeadersArrived(go.clone()))
-        .build();
+    let client =
+        ClientBuilder::new(inner).with(middleware).with(HeadersArrived(go.clone())).build();
     (client, clock, reasons)
 }
 
@@ -459,4 +466,40 @@ async fn a_body_cut_short_is_retried_and_a_malformed_one_is_final() {
     let error = reqwest_error(&error);
     assert!(error.is_body() || error.is_decode(), "{}", chain(error));
     assert!(chain(error).contains("chunk size"), "{}", chain(error));
+}
+
+/// An HTTP/2 stream reset halfway through a final answer's body: the
+/// stream was lost, the connection was not. A GET is retried; a POST
+/// without a key, perhaps processed, is not: its body is left to its
+/// caller, who meets the error.
+#[cfg(feature = "http2")]
+#[tokio::test]
+async fn a_stream_reset_mid_body_is_retried_when_safe() {
+    use reqwest::Method;
+    use support::h2_server::{Answer, h2_client, h2_server_gated};
+
+    for (method, attempts) in [(Method::GET, 2u32), (Method::POST, 1)] {
+        let go = Go::default();
+        let script = vec![Answer::ResetMidBody, Answer::Ok];
+        let (url, streams, _, _) = h2_server_gated(script, go.0.clone()).await;
+        let inner = h2_client().retry(reqwest::retry::never()).build().unwrap();
+        let (client, clock, reasons) = client_over(inner, buffering(), &go);
+        let slot = ReportSlot::new();
+        let call = client.request(method.clone(), &url).with_extension(slot.clone()).send();
+        let outcome = tokio::time::timeout(Duration::from_secs(10), call).await.expect("ends");
+        let report = slot.get().unwrap();
+        assert_eq!((report.attempts, streams.get()), (attempts, attempts as usize), "{method}");
+        if method == Method::GET {
+            assert_eq!(outcome.unwrap().text().await.unwrap(), "ok");
+            assert_eq!(*reasons.lock().unwrap(), [RetryReason::ConnectionLost]);
+            assert_eq!(clock.sleeps().len(), 1);
+        } else {
+            // Nothing would be retried, so nothing is read: the caller reads
+            // the body, and meets its error.
+            let error = outcome.unwrap().bytes().await.unwrap_err();
+            assert!(error.is_body() || error.is_decode(), "{}", chain(&error));
+            assert_eq!(report.stop, StopReason::NothingToRetry);
+            assert!(clock.sleeps().is_empty());
+        }
+    }
 }

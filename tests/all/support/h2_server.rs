@@ -1,11 +1,13 @@
 //! An HTTP/2 server over plain TCP (prior knowledge) that answers each
 //! stream from a script: refuse it, reset it, go away, or answer 200.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
+use tokio::sync::Notify;
 
 use super::Counter;
 use super::tls_server::close_cleanly;
@@ -34,6 +36,10 @@ pub enum Answer {
     /// `503` with one chunk of body, then nothing: the stream stays open
     /// until the client resets it, which the server counts.
     StalledBody,
+    /// `200` with one chunk of body; once the gate opens (the client has
+    /// the headers), RST_STREAM(INTERNAL_ERROR): the stream is lost halfway
+    /// through the answer, the connection is not.
+    ResetMidBody,
 }
 
 /// A client that speaks HTTP/2 with prior knowledge and follows no
@@ -53,6 +59,15 @@ pub async fn h2_server(script: Vec<Answer>) -> (String, Counter, Counter) {
 /// As [`h2_server`], also counting the streams the client reset with CANCEL
 /// while the server was still sending.
 pub async fn h2_server_counting_resets(script: Vec<Answer>) -> (String, Counter, Counter, Counter) {
+    h2_server_gated(script, Arc::default()).await
+}
+
+/// As [`h2_server_counting_resets`], with the gate that
+/// [`Answer::ResetMidBody`] waits on.
+pub async fn h2_server_gated(
+    script: Vec<Answer>,
+    gate: Arc<Notify>,
+) -> (String, Counter, Counter, Counter) {
     assert!(!script.is_empty());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
@@ -65,8 +80,9 @@ pub async fn h2_server_counting_resets(script: Vec<Answer>) -> (String, Counter,
             connection_count.bump();
             let (script, streams, resets) =
                 (script.clone(), stream_count.clone(), reset_count.clone());
+            let gate = gate.clone();
             tokio::spawn(async move {
-                let served = serve(socket, script, streams, resets);
+                let served = serve(socket, script, streams, resets, gate);
                 let _ = tokio::time::timeout(PATIENCE, served).await;
             });
         }
@@ -74,7 +90,13 @@ pub async fn h2_server_counting_resets(script: Vec<Answer>) -> (String, Counter,
     (url, streams, connections, resets)
 }
 
-async fn serve(mut socket: TcpStream, script: Vec<Answer>, streams: Counter, resets: Counter) {
+async fn serve(
+    mut socket: TcpStream,
+    script: Vec<Answer>,
+    streams: Counter,
+    resets: Counter,
+    gate: Arc<Notify>,
+) {
     let upcoming = |streams: &Counter| script[streams.get().min(script.len() - 1)];
     // Read up to the first HEADERS frame ourselves, then hand those bytes
     // and the rest of the socket to h2: its handshake reads only the
@@ -107,6 +129,9 @@ async fn serve(mut socket: TcpStream, script: Vec<Answer>, streams: Counter, res
                     // the connection is polled.
                     Answer::Ok => drop(tokio::spawn(answer_ok(request, respond))),
                     Answer::StalledBody => drop(tokio::spawn(stall(respond, resets.clone()))),
+                    Answer::ResetMidBody => {
+                        drop(tokio::spawn(reset_mid_body(respond, gate.clone())))
+                    }
                 }
             }
         }
@@ -127,6 +152,20 @@ async fn answer_ok(
     if let Ok(mut body) = respond.send_response(response, false) {
         let _ = body.send_data(Bytes::from_static(b"ok"), true);
     }
+}
+
+/// Answers `200` and one chunk, waits for the gate to open (said after the
+/// chunk: an earlier word does not count), then resets the stream.
+async fn reset_mid_body(mut respond: h2::server::SendResponse<Bytes>, gate: Arc<Notify>) {
+    let word = gate.notified();
+    tokio::pin!(word);
+    word.as_mut().enable();
+    let response = http::Response::builder().status(200).body(()).unwrap();
+    let Ok(mut body) = respond.send_response(response, false) else { return };
+    let _ = body.send_data(Bytes::from_static(b"par"), false);
+    // Bounded: a missed word resets anyway, and the test says what it saw.
+    let _ = tokio::time::timeout(PATIENCE, word).await;
+    body.send_reset(h2::Reason::INTERNAL_ERROR);
 }
 
 /// Answers `503` and one chunk, then waits for the client to reset the
