@@ -129,3 +129,17 @@ async fn a_streamed_body_is_not_dropped_on_a_redirect_that_keeps_the_method() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// The other side of the rule above: a redirect that turns the request into
+/// a GET needs no body, so the streamed PUT's bodiless copy follows a 303,
+/// and the GET it becomes is retried through the two 503s.
+#[tokio::test]
+async fn a_streamed_body_answered_303_is_followed_with_a_get() {
+    let (got, seen) = streamed_put(303).await;
+    let requests: Vec<(&str, &str)> =
+        seen.iter().map(|(m, p, _)| (m.as_str(), p.as_str())).collect();
+    assert_eq!(got, 200, "{requests:?}");
+    assert_eq!(requests, [("PUT", "/first"), ("GET", "/next"), ("GET", "/next"), ("GET", "/next")]);
+    // The server keeps a chunked body as it came: the stream, whole.
+    assert_eq!(seen[0].2, b"5\r\norder\r\n2\r\n=1\r\n0\r\n\r\n");
+}
