@@ -530,3 +530,41 @@ async fn credentials_do_not_follow_a_redirect_to_another_host() {
     assert!(!at_b[0].headers.contains_key("authorization"));
     assert_eq!(at_b[0].headers["referer"], format!("{}/", a.uri()).as_str());
 }
+
+/// A redirect starts a new request, not a new deadline: the waits of every
+/// hop together stay within the call's one deadline.
+#[tokio::test]
+async fn the_hops_of_a_call_share_its_deadline() {
+    let server = MockServer::start().await;
+    Mock::given(path("/first"))
+        .respond_with(ResponseTemplate::new(503))
+        .up_to_n_times(2)
+        .with_priority(1)
+        .mount(&server)
+        .await;
+    Mock::given(path("/first"))
+        .respond_with(ResponseTemplate::new(303).insert_header("Location", "/next"))
+        .mount(&server)
+        .await;
+    Mock::given(path("/next")).respond_with(ResponseTemplate::new(503)).mount(&server).await;
+    let deadline = Duration::from_secs(2);
+    let config = RetryConfig::builder()
+        .with_initial_backoff(500 * MS)
+        .with_max_retries(10)
+        .with_deadline(deadline)
+        .without_budget();
+    let clock = ManualClock::new();
+    let middleware = RetryMiddleware::new(config.build().unwrap())
+        .with_clock(clock.clone())
+        .with_jitter_source(FixedJitter::TOP);
+    let inner = reqwest::Client::builder().no_proxy().redirect(middleware.redirect_policy());
+    let client =
+        reqwest_middleware::ClientBuilder::new(inner.build().unwrap()).with(middleware).build();
+    let slot = ReportSlot::new();
+    let call = client.get(format!("{}/first", server.uri())).with_extension(slot.clone()).send();
+    let _ = tokio::time::timeout(BOUND, call).await.expect("the call ends");
+    assert_eq!(slot.get().map(|report| report.redirects), Some(1));
+    // 500 ms and 1 s before the 303; what is left of the 2 s after it.
+    assert_eq!(clock.sleeps()[..2], [500 * MS, 1000 * MS]);
+    assert!(clock.total_slept() <= deadline, "{:?}", clock.sleeps());
+}
