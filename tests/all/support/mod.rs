@@ -163,14 +163,10 @@ pub fn bare_reqwest() -> reqwest::Client {
 
 /// An address on loopback where nothing listens: connections are refused.
 pub async fn refused_address() -> String {
-    let socket = tokio::net::TcpSocket::new_v4().expect("a socket");
-    socket.bind(([127, 0, 0, 1], 0).into()).expect("bind loopback");
-    let addr = socket.local_addr().expect("bound address");
-    // Bound and never listening, for the rest of the process: connections
-    // are refused, and no server started meanwhile, in this process or
-    // another, can be given the port (a closed listener's port can be).
+    let (url, socket) = hops::refusing_port();
+    // Kept bound for the rest of the process: see `refusing_port`.
     std::mem::forget(socket);
-    format!("http://{addr}")
+    url
 }
 
 /// Counts calls to a `Fn`.
