@@ -13,7 +13,7 @@ use http::{HeaderName, StatusCode};
 
 use crate::backoff::Jitter;
 use crate::budget::RetryBudget;
-use crate::config::{Redirects, RetryAfterOverCap, RetryConfig, idempotency_header};
+use crate::config::{RetryAfterOverCap, RetryConfig, idempotency_header};
 use crate::error::ConfigError;
 use crate::predicate::{Attempt, Verdict};
 
@@ -150,12 +150,6 @@ impl RetryConfigBuilder {
     /// Removes the attempt timeout.
     pub fn without_attempt_timeout(mut self) -> Self {
         self.config.attempt_timeout = None;
-        self
-    }
-
-    /// What the middleware may assume about redirects; see [`Redirects`].
-    pub fn with_redirects(mut self, redirects: Redirects) -> Self {
-        self.config.redirects = redirects;
         self
     }
 
@@ -318,9 +312,10 @@ impl RetryConfigBuilder {
     /// rules. Whatever it says, a [`Retryability::WhenSafe`](crate::Retryability::WhenSafe) outcome is still
     /// retried only for requests that are safe to repeat, and an
     /// [`Retryability::AnyMethod`](crate::Retryability::AnyMethod) one is held to the same proof as the
-    /// built-in rules: with a client that may follow redirects (see
-    /// [`Redirects`]), a request that is not safe to repeat is not retried,
-    /// since the outcome may belong to a later hop. To repeat such a request
+    /// built-in rules: through a client the middleware did not build (see
+    /// [`RetryMiddleware::client`](crate::RetryMiddleware::client)), or
+    /// after a redirect, a request that is not safe to repeat is not
+    /// retried, since the outcome may belong to a later hop. To repeat such a request
     /// anyway, mark it [`SafeToRetry`](crate::SafeToRetry). The predicate is
     /// not consulted for a request whose body cannot be copied, which is
     /// never retried.
@@ -489,14 +484,9 @@ mod tests {
         let again = config.to_builder().with_jitter(Jitter::Equal).build().unwrap();
         assert_eq!(again.max_retries(), 7);
         assert_eq!(again.jitter(), Jitter::Equal);
-        let timed = again
-            .to_builder()
-            .with_attempt_timeout(Duration::from_secs(2))
-            .with_redirects(Redirects::ClientNeverFollows)
-            .build()
-            .unwrap();
+        let timed =
+            again.to_builder().with_attempt_timeout(Duration::from_secs(2)).build().unwrap();
         assert_eq!(timed.attempt_timeout(), Some(Duration::from_secs(2)));
-        assert_eq!(timed.redirects(), Redirects::ClientNeverFollows);
         assert_eq!(
             timed.to_builder().without_attempt_timeout().build().unwrap().attempt_timeout(),
             None

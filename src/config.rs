@@ -32,7 +32,6 @@ use crate::predicate::Predicate;
 /// | `retry_after_spread` | on | `Retry-After` is a floor: clients told the same thing come back spread over the retry's backoff ceiling, not in one instant |
 /// | `deadline` | none | the caller owns the deadline; set one to bound attempts and waits together |
 /// | `attempt_timeout` | none | the request's or the client's own timeout bounds each attempt |
-/// | `redirects` | [`Redirects::ClientMayFollow`] | what `reqwest::Client::new()` does; the safe assumption for a client not built with [`redirect_policy`](crate::RetryMiddleware::redirect_policy), which makes the setting moot |
 /// | `drain_limit` | 64 KiB | enough to finish a typical error body so the connection is reused, small enough to bound memory |
 /// | `budget` | [`RetryBudget::default`]: a tenth of a retry earned per final answer, a reserve of one call's retries and two more, per host | the extra load of an outage stays bounded for any number of processes, and a fresh client still gets every retry of an isolated failure |
 /// | `predicate` | none | the built-in rules above |
@@ -52,7 +51,6 @@ pub struct RetryConfig {
     pub(crate) retry_after_over_cap: RetryAfterOverCap,
     pub(crate) deadline: Option<Duration>,
     pub(crate) attempt_timeout: Option<Duration>,
-    pub(crate) redirects: Redirects,
     pub(crate) drain_limit: usize,
     pub(crate) budget: Option<RetryBudget>,
     pub(crate) predicate: Option<Predicate>,
@@ -103,7 +101,6 @@ impl Default for RetryConfig {
             retry_after_over_cap: RetryAfterOverCap::ReturnResponse,
             deadline: None,
             attempt_timeout: None,
-            redirects: Redirects::ClientMayFollow,
             drain_limit: 64 * 1024,
             budget: Some(RetryBudget::default()),
             predicate: None,
@@ -175,11 +172,6 @@ impl RetryConfig {
         self.attempt_timeout
     }
 
-    /// What the middleware assumes about redirects below it.
-    pub fn redirects(&self) -> Redirects {
-        self.redirects
-    }
-
     /// How much of a retried response's body is read before it is dropped.
     pub fn drain_limit(&self) -> usize {
         self.drain_limit
@@ -223,7 +215,6 @@ impl fmt::Debug for RetryConfig {
             .field("retry_after_over_cap", &self.retry_after_over_cap)
             .field("deadline", &self.deadline)
             .field("attempt_timeout", &self.attempt_timeout)
-            .field("redirects", &self.redirects)
             .field("drain_limit", &self.drain_limit)
             .field("budget", &self.budget)
             .field("predicate", &self.predicate.as_ref().map(|_| "<fn>"))
@@ -231,59 +222,6 @@ impl fmt::Debug for RetryConfig {
             .field("response_buffering", &self.response_buffering)
             .finish()
     }
-}
-
-/// What the middleware may assume about redirects followed below it, when
-/// the client was not built with the middleware's
-/// [`redirect_policy`](crate::RetryMiddleware::redirect_policy) (with it the
-/// middleware follows redirects itself, and this setting is not read).
-///
-/// reqwest follows redirects inside the client, below every middleware, so
-/// the middleware sees only the last hop's outcome. After a redirect the
-/// original request has reached a server that acted on it: the order was
-/// created, then the client was sent to look at it. A refused connection or a
-/// 429 on a later hop says nothing about the first. The middleware can tell a
-/// redirect happened when the response's URL differs from the request's, but
-/// not when the redirect led back to the same URL, nor for an error, which
-/// carries the original URL whatever hop failed.
-///
-/// So the rules that retry any method (429, a connection never made, a stream
-/// refused, a request handed back unsent) apply to a request that is not safe
-/// to repeat only when redirects are known not to be followed. Requests safe
-/// to repeat are retried the same either way.
-///
-/// ```
-/// use reqwest_safe_retry::{Redirects, RetryConfig, RetryMiddleware};
-///
-/// // The client does not follow redirects, and the middleware is told so:
-/// // a POST without a key that meets a refused connection is retried.
-/// let client = reqwest::Client::builder()
-///     .redirect(reqwest::redirect::Policy::none())
-///     .build()?;
-/// let config = RetryConfig::builder().with_redirects(Redirects::ClientNeverFollows).build()?;
-/// let client = reqwest_middleware::ClientBuilder::new(client)
-///     .with(RetryMiddleware::new(config))
-///     .build();
-/// # let _ = client;
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum Redirects {
-    /// The client may follow redirects, as `reqwest::Client::new()` does. The
-    /// default: a request that is not safe to repeat is retried only when
-    /// its outcome is one that makes it safe, which no outcome does once a
-    /// redirect may have happened. The cost: with such a client, a POST
-    /// without an idempotency key is not retried after a 429 or a refused
-    /// connection.
-    #[default]
-    ClientMayFollow,
-    /// The client was built with `redirect(reqwest::redirect::Policy::none())`:
-    /// every outcome is the first hop's, and a request that is not safe to
-    /// repeat is retried after a 429 or a failure that proves the server
-    /// never saw it. A response whose URL differs from the request's is still
-    /// treated as the answer of a later hop.
-    ClientNeverFollows,
 }
 
 /// What the middleware does when a server's `Retry-After` asks for longer than
@@ -337,7 +275,6 @@ mod tests {
         assert_eq!(config.retry_after_over_cap(), RetryAfterOverCap::ReturnResponse);
         assert_eq!(config.deadline(), None);
         assert_eq!(config.attempt_timeout(), None);
-        assert_eq!(config.redirects(), Redirects::ClientMayFollow);
         assert_eq!(config.drain_limit(), 64 * 1024);
         assert_eq!(config.budget(), Some(&RetryBudget::default()));
         assert!(config.predicate().is_none());
@@ -362,7 +299,6 @@ mod tests {
             .with_retry_after_spread(false)
             .with_deadline(s(60))
             .with_attempt_timeout(s(5))
-            .with_redirects(Redirects::ClientNeverFollows)
             .with_drain_limit(1024)
             .without_budget()
             .with_request_body_buffering(2048)
@@ -380,7 +316,6 @@ mod tests {
         assert_eq!(config.retry_after_over_cap(), RetryAfterOverCap::WaitTheCap);
         assert!(!config.retry_after_spread());
         assert_eq!((config.deadline(), config.attempt_timeout()), (Some(s(60)), Some(s(5))));
-        assert_eq!(config.redirects(), Redirects::ClientNeverFollows);
         assert_eq!(config.drain_limit(), 1024);
         assert_eq!(config.budget(), None);
         assert_eq!(config.request_body_buffering(), Some(2048));

@@ -44,16 +44,24 @@ impl ConfigError {
 /// # timed_out
 /// # }
 /// ```
+///
+/// Where a redirect answered the request before the deadline passed, the
+/// request was processed: [`redirected`](Self::redirected) says so, and so
+/// does the message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("retry deadline of {deadline:?} exceeded after {attempts} attempt(s)")]
+#[error(
+    "retry deadline of {deadline:?} exceeded after {attempts} attempt(s){}",
+    if *redirected { ", the request answered with a redirect: it was processed" } else { "" }
+)]
 pub struct DeadlineExceeded {
     deadline: Duration,
     attempts: u32,
+    redirected: bool,
 }
 
 impl DeadlineExceeded {
-    pub(crate) fn new(deadline: Duration, attempts: u32) -> Self {
-        Self { deadline, attempts }
+    pub(crate) fn new(deadline: Duration, attempts: u32, redirected: bool) -> Self {
+        Self { deadline, attempts, redirected }
     }
 
     /// The deadline that passed, measured from when the middleware first saw
@@ -65,5 +73,12 @@ impl DeadlineExceeded {
     /// Attempts sent before it passed, counting one cut short.
     pub fn attempts(&self) -> u32 {
         self.attempts
+    }
+
+    /// Whether a server answered the request with a redirect before the
+    /// deadline passed, in this attempt or an earlier one: the request was
+    /// processed, even though no final answer came back in time.
+    pub fn redirected(&self) -> bool {
+        self.redirected
     }
 }

@@ -27,18 +27,20 @@ pub(crate) fn server(shared: &Shared, request: &Request) -> Option<Box<str>> {
 }
 
 /// Emits the event for one decision, and calls the hook.
+/// `resend_count` counts the requests sent before the last one, redirects
+/// included.
 pub(crate) fn notify(
     shared: &Shared,
     attempt: u32,
-    method: &Method,
-    server: Option<&str>,
+    resend_count: u32,
+    (method, server): (&Method, Option<&str>),
     decision: Decision,
 ) {
     #[cfg(feature = "tracing")]
-    emit(shared.log_level, attempt, method, server.unwrap_or_default(), decision);
+    emit(shared.log_level, (attempt, resend_count), method, server.unwrap_or_default(), decision);
     let _ = server;
     if let Some(hook) = &shared.hook {
-        hook(&RetryEvent { attempt, method, decision });
+        hook(&RetryEvent { attempt, resend_count, method, decision });
     }
 }
 
@@ -57,8 +59,13 @@ macro_rules! event_at {
 }
 
 #[cfg(feature = "tracing")]
-fn emit(level: tracing::Level, attempt: u32, method: &Method, server: &str, decision: Decision) {
-    let resends = attempt.saturating_sub(1);
+fn emit(
+    level: tracing::Level,
+    (attempt, resends): (u32, u32),
+    method: &Method,
+    server: &str,
+    decision: Decision,
+) {
     match decision {
         Decision::Retry { after, reason } => {
             let error_type = match &reason {

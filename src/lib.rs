@@ -6,10 +6,9 @@
 //! use reqwest_safe_retry::{RetryConfig, RetryMiddleware};
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-//! let retry = RetryMiddleware::new(RetryConfig::default());
-//! // The middleware follows redirects itself, above its retries.
-//! let inner = reqwest::Client::builder().redirect(retry.redirect_policy()).build()?;
-//! let client = reqwest_middleware::ClientBuilder::new(inner).with(retry).build();
+//! let client = RetryMiddleware::new(RetryConfig::default())
+//!     .client(reqwest::Client::builder())?
+//!     .build();
 //! let response = client.get("http://127.0.0.1:8080/orders/1").send().await?;
 //! # let _ = response;
 //! # Ok(())
@@ -34,18 +33,27 @@
 //! for the two halves of the decision.
 //!
 //! That proof needs the outcome to be the request's own, which it is not
-//! when reqwest follows redirects inside the client, below every middleware:
-//! a POST answered `303 See Other` has been processed, and the 429 or refused
-//! connection of the next hop says nothing about it — and a 303 may lead back
-//! to the very URL that was POSTed. So the quick start builds the inner
-//! client with [`RetryMiddleware::redirect_policy`]: the client hands every
-//! redirect up, and the middleware follows it itself, above its retry loop,
-//! each hop a request of its own, retried by its own method. Every rule then
-//! applies, to every request. A middleware used with a client that may
-//! follow redirects below it (`reqwest::Client::new()`, and
-//! [`Redirects::ClientMayFollow`], the default setting) stays on the safe side: a
-//! request that is not safe to repeat is never retried once it may have been
-//! processed, so the any-method retries are lost for it.
+//! once a redirect answered the request: a POST answered `303 See Other` has
+//! been processed, and the 429 or refused connection of the next hop says
+//! nothing about it — and a 303 may lead back to the very URL that was
+//! POSTed. reqwest follows redirects inside the client, below every
+//! middleware, so the quick start builds the client with
+//! [`RetryMiddleware::client`]: the client still follows every redirect
+//! itself, with all of reqwest's own protections (credentials stay with
+//! their origin, the builder's `referer`, `https_only` and the request's
+//! timeout hold), and a redirect policy of the crate's records each redirect
+//! for the middleware. An attempt that met one is never repeated unless the
+//! request is safe to repeat. A middleware put on a client by hand cannot
+//! know what the client follows and stays on the safe side: a request that
+//! is not safe to repeat is never retried. See [`RetryMiddleware::client`]
+//! for what replaces the builder's own redirect policy.
+//!
+//! A key makes a repeat safe only where the server deduplicates requests by
+//! it: many do (payment APIs, for a start), some ignore it, and then a
+//! retried POST is done twice. Set a key only for a server that honours it.
+//! A key is also only trusted at the origin it was sent to: after a 307 or
+//! 308 took the request to another origin, it is no longer retried on the
+//! strength of its key.
 //!
 //! ```no_run
 //! # async fn run(client: reqwest_middleware::ClientWithMiddleware) -> reqwest_middleware::Result<()> {
@@ -131,15 +139,21 @@
 //!
 //! | limit | set with | bounds | when it passes |
 //! |---|---|---|---|
-//! | client timeout | `reqwest::ClientBuilder::timeout` | each attempt that has no timeout of its own, from sending to the end of the body | `reqwest::Error`, `is_timeout()`; retried when safe |
+//! | client timeout | `reqwest::ClientBuilder::timeout` | each attempt that has no timeout of its own, its redirects included, from sending to the end of the body | `reqwest::Error`, `is_timeout()`; retried when safe |
 //! | request timeout | `RequestBuilder::timeout` | each attempt, likewise | the same |
 //! | attempt timeout | [`RetryConfigBuilder::with_attempt_timeout`] | each attempt: put on the request as its timeout unless the request's own is shorter | the same |
-//! | deadline | [`RetryConfigBuilder::with_deadline`], or [`RetryDeadline`] per request | the whole call: every attempt and hop, the one in flight included, and every wait | a timeout, or [`DeadlineExceeded`]; stop reason [`StopReason::DeadlineExceeded`] |
+//! | deadline | [`RetryConfigBuilder::with_deadline`], or [`RetryDeadline`] per request | the whole call: every attempt and its redirects, the one in flight included, and every wait | a timeout, or [`DeadlineExceeded`]; stop reason [`StopReason::DeadlineExceeded`] |
 //!
 //! The middleware cannot see the client's timeout, and reqwest lets a
 //! request's timeout replace it, so an attempt timeout, once set, replaces
 //! the client's for requests without their own: keep it no longer than the
 //! client's. The deadline never replaces a timeout it cannot see.
+//!
+//! Requests one call can send: at most `max_retries + 1` attempts, and
+//! within each the redirects the client's policy follows — with the
+//! defaults, 4 attempts of up to 11 requests (a first one and 10
+//! redirects), 44 in all. (Below the middleware, reqwest's own retry of
+//! HTTP/2 protocol refusals may resend a request of an attempt.)
 //!
 //! ## Be honest with the caller
 //!
@@ -198,7 +212,7 @@
 //! | field | in | value |
 //! |---|---|---|
 //! | `http.request.method` | every event | `GET`, `POST`, ... |
-//! | `http.request.resend_count` | every event | attempts before this one |
+//! | `http.request.resend_count` | every event | requests sent before the last of this attempt: earlier attempts and the redirects followed |
 //! | `server.address` | every event | the host, and nothing else of the URL |
 //! | `attempt` | every event | the attempt just made, from 1 (0: the deadline passed before anything was sent) |
 //! | `error.type` | retries | the status (`"503"`), or the reason's label |
@@ -302,7 +316,7 @@ pub use builder::RetryConfigBuilder;
 #[cfg(feature = "test-util")]
 pub use clock::ManualClock;
 pub use clock::{Clock, Sleep, TokioClock};
-pub use config::{Redirects, RetryAfterOverCap, RetryConfig};
+pub use config::{RetryAfterOverCap, RetryConfig};
 pub use error::{ConfigError, DeadlineExceeded};
 pub use extensions::{MaxRetries, RetryDeadline, SafeToRetry};
 #[cfg(feature = "test-util")]
@@ -311,7 +325,6 @@ pub use jitter::{JitterSource, SeededJitter, ThreadRngJitter};
 pub use middleware::RetryMiddleware;
 pub use predicate::{Attempt, Outcome, Verdict};
 pub use reason::{Decision, RetryReason, Retryability, StopReason};
-pub use redirect::TooManyRedirects;
 pub use report::{AttemptNumber, ReportSlot, RetryEvent, RetryReport};
 pub use retry_after::parse_retry_after;
 

@@ -5,7 +5,6 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use http::{Extensions, Method};
 use reqwest::{Request, Response};
@@ -19,8 +18,8 @@ use crate::future::first;
 use crate::jitter::JitterSource;
 use crate::policy::Policy;
 use crate::reason::{Decision, StopReason};
-use crate::redirect::{self, TooManyRedirects};
-use crate::report::{AttemptNumber, Hops, RetryEvent, finish};
+use crate::redirect;
+use crate::report::{AttemptNumber, RetryEvent, finish};
 use crate::shared::Shared;
 
 /// The retry middleware for `reqwest_middleware`.
@@ -99,39 +98,78 @@ impl RetryMiddleware {
         self
     }
 
-    /// The redirect policy to build the inner client with, so that the
-    /// middleware follows redirects itself, above its retry loop.
+    /// Builds `builder` into the client this middleware sends through, and
+    /// puts the middleware on it: the quick start.
     ///
-    /// With it, every outcome the middleware sees is the outcome of the
-    /// request it holds, so all the rules apply to every client request:
-    /// a POST without an idempotency key is retried after a 429 or a
-    /// connection that was never made, and never repeated once a server
-    /// has answered it, even by a redirect back to the same URL. Each hop
-    /// is a request of its own, retried by its own method (a GET after a
-    /// POST's `303 See Other` can be retried without repeating the POST),
-    /// under the call's one deadline. Hops follow reqwest's own rules, at
-    /// most 10 of them; the [`RetryReport`](crate::RetryReport) counts them in
-    /// [`redirects`](crate::RetryReport::redirects).
+    /// The client follows redirects itself, as reqwest does without the
+    /// middleware, so everything the builder says still holds on every hop:
+    /// default headers and cookies, credentials dropped on the way to
+    /// another origin, `referer`, `https_only`, and a request's timeout
+    /// bounding the whole chain. The redirect policy is the one
+    /// [`with_redirect_policy`](Self::with_redirect_policy) gives
+    /// (reqwest's default, at most 10 redirects, unless set); the crate's
+    /// own wraps it to record every redirect for the call in flight, and
+    /// **replaces any policy set with `ClientBuilder::redirect`**.
     ///
-    /// The policy itself hands every redirect up to the middleware (it is
-    /// [`reqwest::redirect::Policy::none`]); taking it tells this middleware
-    /// and its clones that the client they wrap was built with it. A
-    /// middleware whose policy was not taken assumes the client may follow
-    /// redirects below it, as `reqwest::Client::new()` does, and stays on the
-    /// safe side of that: see [`Redirects`](crate::Redirects).
+    /// Through this client the middleware knows whether an outcome is the
+    /// answer to the request it sent or to a later hop, so every rule
+    /// applies to every request: a POST without an idempotency key is
+    /// retried after a 429 or a connection never made, and never once a
+    /// server has answered it with a redirect. A middleware put on a client
+    /// by hand (`ClientBuilder::new(client).with(middleware)`) cannot know
+    /// what its client follows, and stays on the safe side: a request that
+    /// is not safe to repeat is then never retried.
+    ///
+    /// Middlewares added to the returned builder run inside this one, once
+    /// per attempt.
     ///
     /// ```
     /// use reqwest_safe_retry::{RetryConfig, RetryMiddleware};
     ///
-    /// let retry = RetryMiddleware::new(RetryConfig::default());
-    /// let inner = reqwest::Client::builder().redirect(retry.redirect_policy()).build()?;
-    /// let client = reqwest_middleware::ClientBuilder::new(inner).with(retry).build();
+    /// let client = RetryMiddleware::new(RetryConfig::default())
+    ///     .client(reqwest::Client::builder())?
+    ///     .build();
     /// # let _ = client;
     /// # Ok::<(), reqwest::Error>(())
     /// ```
-    pub fn redirect_policy(&self) -> reqwest::redirect::Policy {
-        self.shared.follows.store(true, Ordering::Relaxed);
-        reqwest::redirect::Policy::none()
+    ///
+    /// # Errors
+    ///
+    /// When the client cannot be built: the error of
+    /// [`reqwest::ClientBuilder::build`].
+    pub fn client(
+        mut self,
+        builder: reqwest::ClientBuilder,
+    ) -> std::result::Result<reqwest_middleware::ClientBuilder, reqwest::Error> {
+        let client = builder.redirect(redirect::policy(self.shared.redirect.clone())).build()?;
+        Arc::make_mut(&mut self.shared).bound = true;
+        Ok(reqwest_middleware::ClientBuilder::new(client).with(self))
+    }
+
+    /// The redirect policy the client built by [`client`](Self::client)
+    /// follows: a hop limit, or a filter that refuses some targets. reqwest's
+    /// default (at most 10 redirects) unless set.
+    ///
+    /// ```
+    /// use reqwest::redirect::Policy;
+    /// use reqwest_safe_retry::RetryMiddleware;
+    ///
+    /// // At most 2 redirects, and none to another host.
+    /// let policy = Policy::custom(|attempt| match attempt.url().host_str() {
+    ///     Some("127.0.0.1") if attempt.previous().len() <= 2 => attempt.follow(),
+    ///     Some("127.0.0.1") => attempt.error("too many redirects"),
+    ///     _ => attempt.stop(),
+    /// });
+    /// let client = RetryMiddleware::default()
+    ///     .with_redirect_policy(policy)
+    ///     .client(reqwest::Client::builder())?
+    ///     .build();
+    /// # let _ = client;
+    /// # Ok::<(), reqwest::Error>(())
+    /// ```
+    pub fn with_redirect_policy(mut self, policy: reqwest::redirect::Policy) -> Self {
+        Arc::make_mut(&mut self.shared).redirect = Arc::new(policy);
+        self
     }
 
     /// The policy in force.
@@ -147,6 +185,8 @@ impl fmt::Debug for RetryMiddleware {
             .field("clock", &self.shared.clock)
             .field("hook", &self.shared.hook.as_ref().map(|_| "<fn>"))
             .field("budget", &self.shared.budget)
+            .field("redirect_policy", &self.shared.redirect)
+            .field("built_its_client", &self.shared.bound)
             .finish_non_exhaustive()
     }
 }
@@ -172,10 +212,8 @@ impl Middleware for RetryMiddleware {
 
 impl Shared {
     /// One call: copy, send, decide, wait while discarding the old body,
-    /// repeat. Through a client that hands its redirects up, a redirect
-    /// ends one request and starts the next, a request of its own, retried
-    /// by its own rules under the call's one deadline (see
-    /// [`crate::redirect`]).
+    /// repeat. reqwest follows the redirects of each attempt; the
+    /// middleware records them (see [`crate::redirect`]).
     ///
     /// Not an `async fn`: its arguments would be kept in the future beside
     /// the loop's own state, and a request is 264 bytes. The request lives
@@ -186,17 +224,12 @@ impl Shared {
         extensions: &'a mut Extensions,
         next: Next<'a>,
     ) -> impl Future<Output = Result<Response>> + Send + 'a {
-        let mut method = request.method().clone();
-        let mut server = events::server(self, &request);
-        // What a redirect is followed with when no copy of a streamed body
-        // could be kept: the request without it. Boxed: only a stream pays.
-        let follows = self.follows();
-        let mut bodiless =
-            may_need_bodiless(follows, &request).then(|| Box::new(redirect::bodiless(&request)));
+        let method = request.method().clone();
+        let server = events::server(self, &request);
         let mut pending = Some(request);
         async move {
             let request = pending.as_ref().expect("the request");
-            let mut policy = Policy::new(self, request, extensions, None);
+            let mut policy = Policy::new(self, request, extensions);
             if let Some(rewind) = Rewind::new(
                 &mut pending,
                 self.config.stream_buffering,
@@ -208,17 +241,15 @@ impl Shared {
                 // Boxed: only a streamed body, with stream buffering on, pays.
                 Box::pin(rewind.run()).await;
             }
-            let mut reading = self.reading(&policy, pending.as_ref());
+            let reading = self.reading(&policy, pending.as_ref());
             // What the caller attached: every attempt starts from it, so
             // nothing an attempt added below this middleware leaks into the
             // next one.
             let mut caller: Option<Extensions> = None;
-            // The attempts, waits and redirects of the hops before this one.
-            let mut before = Hops::default();
+            let what = (&method, server.as_deref());
             loop {
                 let Ok((attempt, cut_at)) = policy.start(&mut pending) else {
-                    let what = (&method, server.as_deref());
-                    return self.expired(&policy, what, extensions, caller.as_ref(), before);
+                    return self.expired(&policy, what, extensions, caller.as_ref());
                 };
                 if pending.is_some() && caller.is_none() {
                     caller = Some(extensions.clone());
@@ -235,63 +266,28 @@ impl Shared {
                         Some(limit) => Box::pin(body::settle(config, outcome, limit)).await,
                     }
                 };
-                let (outcome, body_failed) = match cut_at {
-                    None => sent.await,
+                let (sent, seen) = match cut_at {
+                    None => {
+                        let (sent, seen) = redirect::recorded(sent).await;
+                        (Some(sent), seen)
+                    }
                     // Boxed: only calls with a deadline and no visible
                     // timeout pay for the race's state.
-                    Some(at) => match Box::pin(first(sent, self.clock.sleep_until(at))).await {
-                        Some(outcome) => outcome,
-                        None => {
-                            let what = (&method, server.as_deref());
-                            return self.expired(
-                                &policy,
-                                what,
-                                extensions,
-                                caller.as_ref(),
-                                before,
-                            );
-                        }
-                    },
+                    Some(at) => {
+                        Box::pin(redirect::recorded(first(sent, self.clock.sleep_until(at)))).await
+                    }
                 };
-                let decision = policy.decide(pending.as_ref(), &outcome, body_failed);
-                events::notify(self, policy.attempts(), &method, server.as_deref(), decision);
+                let Some((outcome, body_failed)) = sent else {
+                    policy.cut(seen);
+                    return self.expired(&policy, what, extensions, caller.as_ref());
+                };
+                let decision = policy.decide(pending.as_ref(), &outcome, body_failed, seen);
+                events::notify(self, policy.attempts(), policy.resend_count(), what, decision);
                 // `decide` retries only while a copy is kept in `pending`.
                 let after = match decision {
                     Decision::Retry { after, .. } => after,
                     Decision::Stop(stop) => {
-                        let report = before.report(policy.report(stop));
-                        let hop = match &outcome {
-                            Ok(response) if follows && response.status().is_redirection() => {
-                                let (left, has_body) = match pending.take() {
-                                    Some(left) => (Some(left), true),
-                                    None => (bodiless.take().map(|copy| *copy), false),
-                                };
-                                left.and_then(|left| redirect::next_hop(response, left, has_body))
-                            }
-                            _ => None,
-                        };
-                        let Some(hop) = hop else {
-                            return finish(extensions, caller.as_ref(), outcome, report);
-                        };
-                        if report.redirects == redirect::MAX_REDIRECTS {
-                            let error = TooManyRedirects::new(report.redirects, hop.url().clone());
-                            let outcome = Err(Error::middleware(error));
-                            return finish(extensions, caller.as_ref(), outcome, report);
-                        }
-                        // The redirect's body is not the caller's to read:
-                        // dropped. The next hop starts from what the caller
-                        // attached, as every attempt does.
-                        drop(outcome);
-                        before = Hops::after(report);
-                        if let Some(caller) = &caller {
-                            extensions.clone_from(caller);
-                        }
-                        method = hop.method().clone();
-                        server = events::server(self, &hop);
-                        policy = Policy::new(self, &hop, extensions, policy.started());
-                        reading = self.reading(&policy, Some(&hop));
-                        pending = Some(hop);
-                        continue;
+                        return finish(extensions, caller.as_ref(), outcome, policy.report(stop));
                     }
                 };
                 // Boxed, as only a retry needs it: the drain holds the old
@@ -301,7 +297,8 @@ impl Shared {
                 if let Some(caller) = &caller {
                     extensions.clone_from(caller);
                 }
-                extensions.insert(AttemptNumber(policy.attempts() + 1));
+                extensions
+                    .insert(AttemptNumber::new(policy.attempts() + 1, policy.resend_count() + 1));
             }
         }
     }
@@ -323,26 +320,15 @@ impl Shared {
     fn expired(
         &self,
         policy: &Policy<'_>,
-        (method, server): (&Method, Option<&str>),
+        what: (&Method, Option<&str>),
         extensions: &mut Extensions,
         caller: Option<&Extensions>,
-        before: Hops,
     ) -> Result<Response> {
         let stop = StopReason::DeadlineExceeded;
-        events::notify(self, policy.attempts(), method, server, Decision::Stop(stop));
+        events::notify(self, policy.attempts(), policy.resend_count(), what, Decision::Stop(stop));
         let error = Error::middleware(policy.deadline_exceeded());
-        finish(extensions, caller, Err(error), before.report(policy.report(stop)))
+        finish(extensions, caller, Err(error), policy.report(stop))
     }
-}
-
-/// Whether a redirect may have to be followed without the request's body:
-/// the middleware follows redirects and the body is a stream, of which no
-/// copy may be kept. Made for every request, the bodiless request would go
-/// unused: the same answers, one allocation more, which only counting
-/// allocations shows (`.cargo/mutants.toml` names the two mutants that do
-/// that).
-fn may_need_bodiless(follows: bool, request: &Request) -> bool {
-    follows && request.body().is_some_and(|body| body.as_bytes().is_none())
 }
 
 #[cfg(test)]
@@ -372,11 +358,12 @@ mod tests {
 
     #[test]
     fn the_call_future_stays_small() {
-        // 616 bytes on x86_64, in debug and release builds alike: the
-        // request kept for a retry (264), the per-request policy (96), the
-        // last outcome (136), and pointers. A regression past this bound
-        // means something large joined every request's future.
+        // 832 bytes on x86_64 in a debug build: the request kept for a
+        // retry (264), the per-request policy, the last outcome (136), the
+        // attempt in flight with its record of redirects, and pointers. A
+        // regression past this bound means something large joined every
+        // request's future.
         let size = call_future_size();
-        assert!(size <= 768, "the per-request future grew to {size} bytes");
+        assert!(size <= 960, "the per-request future grew to {size} bytes");
     }
 }

@@ -8,30 +8,34 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use http::{Extensions, StatusCode};
+use http::{Extensions, Method, StatusCode};
 use reqwest::{Request, Response};
 use reqwest_middleware::Result;
 
 use crate::backoff::{Jitter, backoff, ceiling, scale};
 use crate::budget::{Account, Paid};
 use crate::classify::{self, Class, Scope};
-use crate::config::{Redirects, RetryAfterOverCap};
+use crate::config::RetryAfterOverCap;
 use crate::deadline::{Deadline, MIN_ATTEMPT, attempt_bounds, visible_timeout};
 use crate::error::DeadlineExceeded;
 use crate::extensions::{MaxRetries, RetryDeadline};
 use crate::predicate::{Attempt, Outcome};
 use crate::reason::{Decision, RetryReason, StopReason};
-use crate::redirect::same_resource;
+use crate::redirect::{Seen, same_resource};
 use crate::report::RetryReport;
 use crate::retry_after::asked;
-use crate::safety::is_safe;
+use crate::safety::{Safety, safety};
 use crate::shared::Shared;
 
 /// One request's policy and progress.
 pub(crate) struct Policy<'a> {
     shared: &'a Shared,
-    /// Idempotent method, idempotency key, or [`SafeToRetry`](crate::SafeToRetry).
-    safe: bool,
+    /// Why the request may be repeated, if it may: its method or
+    /// [`SafeToRetry`](crate::SafeToRetry), or only its idempotency key,
+    /// which a redirect to another origin takes away.
+    safety: Safety,
+    /// The request's method, which decides what a redirect carries on.
+    method: Method,
     /// The retry count: the configured one, or the request's [`MaxRetries`].
     max_retries: u32,
     /// When the call started and how long it may take, if it has a deadline.
@@ -45,6 +49,11 @@ pub(crate) struct Policy<'a> {
     paid: Option<(Paid, bool)>,
     /// Attempts started so far.
     attempts: u32,
+    /// Redirects the client followed within them.
+    redirects: u32,
+    /// Whether a server answered an attempt with a redirect: the request
+    /// was processed.
+    redirected: bool,
     /// The last backoff picked, which decorrelated jitter grows from.
     previous_wait: Duration,
     total_wait: Duration,
@@ -52,27 +61,21 @@ pub(crate) struct Policy<'a> {
 
 impl<'a> Policy<'a> {
     /// Reads the per-request overrides. The clock is read only for a
-    /// deadline, and not even then for a later hop of a call, whose
-    /// deadline counts from when the call `started`.
-    pub(crate) fn new(
-        shared: &'a Shared,
-        request: &Request,
-        extensions: &Extensions,
-        started: Option<Instant>,
-    ) -> Self {
+    /// deadline.
+    pub(crate) fn new(shared: &'a Shared, request: &Request, extensions: &Extensions) -> Self {
         let config = &shared.config;
         let limit = extensions.get::<RetryDeadline>().map(RetryDeadline::get).or(config.deadline);
         Self {
             shared,
-            safe: is_safe(request, extensions, &config.idempotency_header),
+            safety: safety(request, extensions, &config.idempotency_header),
+            method: request.method().clone(),
             max_retries: extensions.get::<MaxRetries>().map_or(config.max_retries, MaxRetries::get),
-            deadline: limit.map(|limit| Deadline {
-                start: started.unwrap_or_else(|| shared.clock.now()),
-                limit,
-            }),
+            deadline: limit.map(|limit| Deadline { start: shared.clock.now(), limit }),
             account: None,
             paid: None,
             attempts: 0,
+            redirects: 0,
+            redirected: false,
             previous_wait: config.initial_backoff,
             total_wait: Duration::ZERO,
         }
@@ -116,11 +119,8 @@ impl<'a> Policy<'a> {
             *sent = true;
         }
         // A copy is kept while another attempt may follow, or for the
-        // predicate to be shown; and by a middleware that follows redirects,
-        // for the last attempt too: a redirect is followed from it.
-        let keep = self.shared.follows()
-            || self.attempts <= self.max_retries
-            || self.shared.config.predicate().is_some();
+        // predicate to be shown.
+        let keep = self.attempts <= self.max_retries || self.shared.config.predicate().is_some();
         let copy = if keep { pending.as_ref().and_then(Request::try_clone) } else { None };
         if copy.is_none() {
             // No copy will be there for `decide` to name the host by.
@@ -145,19 +145,22 @@ impl<'a> Policy<'a> {
     /// The error for a deadline that passed where reqwest could not say so.
     pub(crate) fn deadline_exceeded(&self) -> DeadlineExceeded {
         let limit = self.deadline.map(|deadline| deadline.limit).unwrap_or_default();
-        DeadlineExceeded::new(limit, self.attempts)
+        DeadlineExceeded::new(limit, self.attempts, self.redirected)
     }
 
     /// What follows an attempt: retry after a wait, or stop, and why.
     /// `request` is the copy kept for another attempt, if one was made;
     /// `body_failed` when the outcome is the error a response's body failed
-    /// with while the middleware read it.
+    /// with while the middleware read it; `seen`, the redirects the client
+    /// met on the way to it.
     pub(crate) fn decide(
         &mut self,
         request: Option<&Request>,
         outcome: &Result<Response>,
         body_failed: bool,
+        seen: Seen,
     ) -> Decision {
+        self.note(seen, outcome);
         let (class, chosen) = self.verdict(request, outcome, body_failed);
         // The retry that led here, if one was paid for: its cost stands
         // unless this answer is final.
@@ -202,26 +205,14 @@ impl<'a> Policy<'a> {
             // Whatever else is true, the deadline is why this is the end.
             return Decision::Stop(StopReason::DeadlineExceeded);
         }
-        // Through a client that hands its redirects up, every outcome is
-        // this hop's: the middleware follows them itself.
-        let redirects = match self.shared.follows() {
-            true => Redirects::ClientNeverFollows,
-            false => self.shared.config.redirects,
-        };
-        let first_hop = || match (redirects, outcome, request) {
-            (Redirects::ClientMayFollow, ..) => false,
-            (Redirects::ClientNeverFollows, Ok(response), Some(request)) => {
-                same_resource(response.url(), request.url())
-            }
-            (Redirects::ClientNeverFollows, ..) => true,
-        };
+        let safe = self.safety != Safety::Unsafe;
         let safe_to_repeat = match scope {
-            Scope::WhenSafe => self.safe,
-            // The server did not act on *this hop*; that proves the request
-            // unprocessed only if no earlier hop answered with a redirect.
-            // A predicate's `AnyMethod` is held to the same proof: an error
-            // carries the original URL whatever hop failed.
-            Scope::AnyMethod => self.safe || first_hop(),
+            Scope::WhenSafe => safe,
+            // The server did not act on the last request of the attempt;
+            // that proves the attempt unprocessed only if no redirect
+            // answered it first. A predicate's `AnyMethod` is held to the
+            // same proof.
+            Scope::AnyMethod => safe || self.own_outcome(seen, outcome, request),
         };
         if !safe_to_repeat {
             return Decision::Stop(StopReason::NotSafe);
@@ -295,6 +286,42 @@ impl<'a> Policy<'a> {
         Decision::Retry { after, reason }
     }
 
+    /// Takes in the redirects an attempt met: they count towards the
+    /// report, prove the request processed, and take away the safety of a
+    /// key that went on to another origin, for the rest of the call.
+    fn note(&mut self, seen: Seen, outcome: &Result<Response>) {
+        self.redirects = self.redirects.saturating_add(seen.followed(outcome));
+        self.redirected |= seen.asked > 0;
+        if self.safety == Safety::ByKey && seen.took_away(&self.method) {
+            self.safety = Safety::Unsafe;
+        }
+    }
+
+    /// Takes in the redirects an attempt met before the deadline cut it.
+    pub(crate) fn cut(&mut self, seen: Seen) {
+        self.redirects = self.redirects.saturating_add(seen.asked);
+        self.redirected |= seen.asked > 0;
+    }
+
+    /// Whether `outcome` is provably the answer to the request the attempt
+    /// sent, and not to a later hop: only through the client the middleware
+    /// built, whose redirect policy records every redirect, when it
+    /// recorded none (and the response comes from the URL asked).
+    fn own_outcome(
+        &self,
+        seen: Seen,
+        outcome: &Result<Response>,
+        request: Option<&Request>,
+    ) -> bool {
+        if !self.shared.bound || seen.asked > 0 {
+            return false;
+        }
+        match (outcome, request) {
+            (Ok(response), Some(request)) => same_resource(response.url(), request.url()),
+            _ => true,
+        }
+    }
+
     /// The predicate's verdict if it gives one, else the built-in rules'.
     fn verdict(
         &self,
@@ -333,7 +360,7 @@ impl<'a> Policy<'a> {
     /// request is safe to repeat and retries are allowed. (Whether its body
     /// can be sent again is the caller's to check.)
     pub(crate) fn may_retry_body_failures(&self) -> bool {
-        self.may_retry() && self.safe
+        self.may_retry() && self.safety != Safety::Unsafe
     }
 
     /// When the call's deadline passes, if it has one.
@@ -349,19 +376,26 @@ impl<'a> Policy<'a> {
         }
     }
 
-    /// When the call's deadline started counting, if it has one.
-    pub(crate) fn started(&self) -> Option<Instant> {
-        self.deadline.map(|deadline| deadline.start)
-    }
-
     /// Attempts started so far.
     pub(crate) fn attempts(&self) -> u32 {
         self.attempts
     }
 
+    /// Requests sent before the last one: attempts and the redirects
+    /// followed within them. OpenTelemetry's `http.request.resend_count` of
+    /// the request whose outcome the last decision was about.
+    pub(crate) fn resend_count(&self) -> u32 {
+        self.attempts.saturating_sub(1).saturating_add(self.redirects)
+    }
+
     /// The report of the call, stopping because of `stop`.
     pub(crate) fn report(&self, stop: StopReason) -> RetryReport {
-        RetryReport { attempts: self.attempts, total_wait: self.total_wait, stop, redirects: 0 }
+        RetryReport {
+            attempts: self.attempts,
+            total_wait: self.total_wait,
+            stop,
+            redirects: self.redirects,
+        }
     }
 }
 

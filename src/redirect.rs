@@ -1,117 +1,178 @@
-//! Redirects followed by the middleware, above its retry loop.
+//! Redirects: followed by reqwest, seen by the middleware.
 //!
-//! reqwest follows redirects inside the client, below every middleware, so a
-//! retry layer there sees only the last hop's outcome while the request it
-//! would repeat is the first. A POST answered `303 See Other` has been
-//! processed; the 429 or the refused connection of the hop after it says
-//! nothing about the POST, and a 303 may lead back to the very URL that was
-//! POSTed, so comparing URLs cannot tell. The sound fix is the one Go's
-//! `http.Client` has by design: follow redirects above the layer that
-//! retries. The inner client hands every redirect up (the policy from
-//! [`RetryMiddleware::redirect_policy`](crate::RetryMiddleware::redirect_policy)),
-//! and the middleware sends each hop as a request of its own, retried by its
-//! own method: a GET after a POST's 303 can be retried without repeating the
-//! POST, and every outcome the retry loop sees is the outcome of the request
-//! it holds.
+//! # Why reqwest follows them
 //!
-//! The hop rules are reqwest's own (through tower-http): 301 and 302 turn a
-//! POST into a GET, 303 turns anything but HEAD into a GET, both without the
-//! body; 307 and 308 keep method and body. Credentials (`Authorization`,
-//! `Cookie`, `Proxy-Authorization`, `WWW-Authenticate`) are dropped when the
-//! hop leaves the scheme, host and port, and `Referer` is set as reqwest's
-//! default does. At most [`MAX_REDIRECTS`] hops are followed.
+//! A redirect is where reqwest keeps promises a middleware cannot see:
+//! default headers and cookies are added inside the client; a credential
+//! (`Authorization`, `Cookie`, `Cookie2`, `Proxy-Authorization`,
+//! `WWW-Authenticate`) is dropped when a hop leaves the scheme, host and port;
+//! the builder's `referer`, `https_only` and redirect policy apply to every
+//! hop; a request's timeout bounds the whole chain. A middleware that sent
+//! each hop through the client again would undo the first of these (the
+//! client adds its default headers back to every hop, and a middleware
+//! inside the retry layer adds its token again) and would have to copy the
+//! rest by hand. So the client follows every hop, as it does without this
+//! crate, and the middleware only needs to *know* that it did.
+//!
+//! # Why the middleware must know
+//!
+//! The rules that repeat a request that is not safe to repeat (a 429, a
+//! connection never made, an HTTP/2 stream refused) hold only when the
+//! outcome is that request's own. A POST answered `303 See Other` has been
+//! processed; a 429 from the page it leads to says nothing about the POST,
+//! and the page may be the very URL that was POSTed, so comparing URLs
+//! cannot tell. [`RetryMiddleware::client`](crate::RetryMiddleware::client)
+//! builds the client with a redirect policy of the crate's that wraps the
+//! user's: before the user's policy decides, it notes the redirect in a
+//! task-local record that the middleware scopes around each attempt. An
+//! attempt that met a redirect was answered, so the any-method rules do not
+//! apply to it. A middleware that did not build its client cannot know what
+//! the client follows, and applies the any-method rules only to requests that
+//! are safe to repeat anyway: misuse loses retries, never safety.
+//!
+//! The record is shared by every layer of one call: a retry or hedge layer
+//! inside another adds to the record of the outermost, so no layer can miss
+//! a redirect that one inside it saw.
+//!
+//! # An `Idempotency-Key` across origins
+//!
+//! A key makes a repeat safe where the server that receives it deduplicates.
+//! The key a caller sets was chosen for the origin it calls. A 307 or 308 to
+//! another origin (or a 301 or 302, for any method but POST) sends the method
+//! and body there, and reqwest sends the key along; nothing says that
+//! origin honours it. So after such a hop a request that is safe only by its
+//! key is no longer retried (nor hedged again). A 303, and a 301 or 302 of a
+//! POST, turn the next hop into a GET: repeating the call repeats the POST at
+//! the origin that knows the key, and the key reqwest carries on the GET is
+//! harmless.
 
-use http::header::{
-    AUTHORIZATION, CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_TYPE, COOKIE, LOCATION,
-    PROXY_AUTHORIZATION, REFERER, TRANSFER_ENCODING, WWW_AUTHENTICATE,
-};
-use http::{HeaderValue, Method, StatusCode};
-use reqwest::{Request, Response, Url};
+use std::cell::Cell;
+use std::future::Future;
+use std::sync::Arc;
 
-/// Hops followed before the call fails with [`TooManyRedirects`], as
-/// reqwest's default policy.
-pub(crate) const MAX_REDIRECTS: u32 = 10;
+use http::StatusCode;
+use http::header::LOCATION;
+use reqwest::redirect::Policy;
+use reqwest::{Method, Response, Url};
+use reqwest_middleware::Result;
 
-/// The call met more redirects than the middleware follows.
-///
-/// Only a middleware that follows redirects itself (see
-/// [`RetryMiddleware::redirect_policy`](crate::RetryMiddleware::redirect_policy))
-/// returns it, inside [`reqwest_middleware::Error::Middleware`], where
-/// reqwest itself would have returned an error whose `is_redirect()` is true.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("too many redirects: {hops} followed, the last to {url}")]
-pub struct TooManyRedirects {
-    hops: u32,
-    url: Url,
+tokio::task_local! {
+    /// The redirects met by the call in flight, across all its layers.
+    static SEEN: Cell<Seen>;
 }
 
-impl TooManyRedirects {
-    pub(crate) fn new(hops: u32, url: Url) -> Self {
-        Self { hops, url }
+/// The redirects one attempt (or one call) met, as the crate's redirect
+/// policy recorded them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Seen {
+    /// Redirects the client's policy was asked about: each is a server's
+    /// answer to the request, so the request was processed.
+    pub(crate) asked: u32,
+    /// Of those, 307 and 308 redirects to another origin than the call's:
+    /// method and body went on there.
+    kept_body_away: u32,
+    /// Of those, 301 and 302 redirects to another origin: method and body
+    /// went on there unless the method was POST, which became a GET.
+    moved_away: u32,
+}
+
+impl Seen {
+    /// Notes one redirect from the chain that started at `first`, with
+    /// `status`, to `next`.
+    fn note(&mut self, status: StatusCode, next: &Url, first: Option<&Url>) {
+        self.asked = self.asked.saturating_add(1);
+        if first.is_some_and(|first| same_origin(first, next)) {
+            return;
+        }
+        match status {
+            StatusCode::TEMPORARY_REDIRECT | StatusCode::PERMANENT_REDIRECT => {
+                self.kept_body_away = self.kept_body_away.saturating_add(1);
+            }
+            StatusCode::MOVED_PERMANENTLY | StatusCode::FOUND => {
+                self.moved_away = self.moved_away.saturating_add(1);
+            }
+            _ => {}
+        }
     }
 
-    /// Redirects followed before giving up.
-    pub fn hops(&self) -> u32 {
-        self.hops
+    /// What was recorded since `before`.
+    pub(crate) fn since(self, before: Self) -> Self {
+        Self {
+            asked: self.asked.saturating_sub(before.asked),
+            kept_body_away: self.kept_body_away.saturating_sub(before.kept_body_away),
+            moved_away: self.moved_away.saturating_sub(before.moved_away),
+        }
     }
 
-    /// Where the last redirect pointed.
-    pub fn url(&self) -> &Url {
-        &self.url
+    /// Whether a request with `method` went on, method and body, to another
+    /// origin than the one its idempotency key was set for.
+    pub(crate) fn took_away(self, method: &Method) -> bool {
+        self.kept_body_away > 0 || (self.moved_away > 0 && method != Method::POST)
+    }
+
+    /// The redirects followed, of those noted, for an attempt that ended in
+    /// `outcome`: all of them, unless the chain stopped at the last one,
+    /// which the caller then gets (a redirect response the policy left
+    /// alone, or the error it chose).
+    pub(crate) fn followed(self, outcome: &Result<Response>) -> u32 {
+        let stopped = match outcome {
+            Ok(response) => {
+                is_redirect(response.status()) && response.headers().contains_key(LOCATION)
+            }
+            Err(reqwest_middleware::Error::Reqwest(error)) => error.is_redirect(),
+            Err(_) => false,
+        };
+        self.asked.saturating_sub(u32::from(stopped))
     }
 }
 
-/// The request `response` redirects `request` to, or `None` when the
-/// response is no redirect to follow: not a redirect status, no usable
-/// `Location`, a scheme other than HTTP(S), or a hop that must carry a body
-/// which `request` no longer has (`has_body` false: it was a stream, sent
-/// once). The caller then gets the response as it came.
-pub(crate) fn next_hop(
-    response: &Response,
-    mut request: Request,
-    has_body: bool,
-) -> Option<Request> {
-    let status = response.status();
-    let to_get = match status {
-        StatusCode::MOVED_PERMANENTLY | StatusCode::FOUND => request.method() == Method::POST,
-        StatusCode::SEE_OTHER => true,
-        StatusCode::TEMPORARY_REDIRECT | StatusCode::PERMANENT_REDIRECT => false,
-        _ => return None,
-    };
-    // A hop that keeps the body needs the one the request had: a bodiless
-    // copy of a streamed request would send it on empty.
-    if !to_get && !has_body {
-        return None;
-    }
-    let location = response.headers().get(LOCATION)?.to_str().ok()?;
-    let next = response.url().join(location).ok()?;
-    if !matches!(next.scheme(), "http" | "https") {
-        return None;
-    }
-    if to_get {
-        if request.method() != Method::HEAD {
-            *request.method_mut() = Method::GET;
+/// The statuses reqwest follows.
+fn is_redirect(status: StatusCode) -> bool {
+    matches!(status.as_u16(), 301 | 302 | 303 | 307 | 308)
+}
+
+/// Scheme, host and port: where reqwest draws its credential boundary.
+fn same_origin(a: &Url, b: &Url) -> bool {
+    (a.scheme(), a.host_str(), a.port_or_known_default())
+        == (b.scheme(), b.host_str(), b.port_or_known_default())
+}
+
+/// The client's redirect policy: `user`'s decision, each redirect noted for
+/// the call in flight first. Outside a call of the middleware (the same
+/// client used without it) it is `user` alone.
+pub(crate) fn policy(user: Arc<Policy>) -> Policy {
+    Policy::custom(move |attempt| {
+        let _ = SEEN.try_with(|seen| {
+            let mut now = seen.get();
+            now.note(attempt.status(), attempt.url(), attempt.previous().first());
+            seen.set(now);
+        });
+        user.redirect(attempt)
+    })
+}
+
+/// Runs `attempt`, and returns its output with the redirects noted while it
+/// ran. Inside a call that already keeps a record (another layer of the
+/// crate outside this one), the redirects go to that record too.
+pub(crate) async fn recorded<F: Future>(attempt: F) -> (F::Output, Seen) {
+    match SEEN.try_with(Cell::get) {
+        Ok(before) => {
+            let output = attempt.await;
+            (output, SEEN.with(Cell::get).since(before))
         }
-        *request.body_mut() = None;
-        for name in [CONTENT_TYPE, CONTENT_LENGTH, CONTENT_ENCODING, TRANSFER_ENCODING] {
-            request.headers_mut().remove(name);
-        }
-    }
-    let previous = response.url();
-    let origin = |url: &Url| {
-        (url.scheme().to_owned(), url.host_str().map(str::to_owned), url.port_or_known_default())
-    };
-    if origin(&next) != origin(previous) {
-        for name in [AUTHORIZATION, COOKIE, PROXY_AUTHORIZATION, WWW_AUTHENTICATE] {
-            request.headers_mut().remove(name);
+        Err(_) => {
+            let run = async {
+                let output = attempt.await;
+                (output, SEEN.with(Cell::get))
+            };
+            SEEN.scope(Cell::new(Seen::default()), run).await
         }
     }
-    match referer(&next, previous) {
-        Some(value) => request.headers_mut().insert(REFERER, value),
-        None => request.headers_mut().remove(REFERER),
-    };
-    *request.url_mut() = next;
-    Some(request)
+}
+
+/// The redirects noted so far by the call in flight, if it keeps a record.
+pub(crate) fn so_far() -> Seen {
+    SEEN.try_with(Cell::get).unwrap_or_default()
 }
 
 /// The same resource: scheme, host, port, path and query. reqwest drops the
@@ -119,135 +180,117 @@ pub(crate) fn next_hop(
 /// which server answered. A response whose URL is not the request's is the
 /// answer of a later hop.
 pub(crate) fn same_resource(a: &Url, b: &Url) -> bool {
-    (a.scheme(), a.host_str(), a.port_or_known_default(), a.path(), a.query())
-        == (b.scheme(), b.host_str(), b.port_or_known_default(), b.path(), b.query())
-}
-
-/// The `Referer` of a hop from `previous` to `next`: none from HTTPS to HTTP,
-/// and never a user, password or fragment.
-fn referer(next: &Url, previous: &Url) -> Option<HeaderValue> {
-    if next.scheme() == "http" && previous.scheme() == "https" {
-        return None;
-    }
-    let mut referer = previous.clone();
-    let _ = referer.set_username("");
-    let _ = referer.set_password(None);
-    referer.set_fragment(None);
-    HeaderValue::from_str(referer.as_str()).ok()
-}
-
-/// A copy of `request` without its body: what a hop that drops the body
-/// needs of a request whose body could not be copied.
-pub(crate) fn bodiless(request: &Request) -> Request {
-    let mut copy = Request::new(request.method().clone(), request.url().clone());
-    *copy.headers_mut() = request.headers().clone();
-    *copy.version_mut() = request.version();
-    *copy.timeout_mut() = request.timeout().copied();
-    copy
+    same_origin(a, b) && (a.path(), a.query()) == (b.path(), b.query())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn redirect(status: u16, from: &str, location: &str) -> Response {
-        use reqwest::ResponseBuilderExt;
-        http::Response::builder()
-            .status(status)
-            .header(LOCATION, location)
-            .url(Url::parse(from).unwrap())
-            .body("")
-            .unwrap()
-            .into()
+    fn url(s: &str) -> Url {
+        Url::parse(s).unwrap()
     }
 
-    fn request(method: Method, url: &str) -> Request {
-        let mut request = Request::new(method, Url::parse(url).unwrap());
-        *request.body_mut() = Some("order=1".into());
-        let headers = request.headers_mut();
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/plain"));
-        headers.insert(AUTHORIZATION, HeaderValue::from_static("Bearer t"));
-        headers.insert("idempotency-key", HeaderValue::from_static("k-1"));
-        request
-    }
-
-    fn hop(status: u16, method: Method, location: &str) -> Option<Request> {
-        let from = "https://a.test/orders";
-        next_hop(&redirect(status, from, location), request(method, from), true)
-    }
-
-    #[test]
-    fn see_other_turns_a_post_into_a_get_without_its_body() {
-        let next = hop(303, Method::POST, "/orders/7").unwrap();
-        assert_eq!((next.method(), next.url().as_str()), (&Method::GET, "https://a.test/orders/7"));
-        assert!(next.body().is_none());
-        assert!(next.headers().get(CONTENT_TYPE).is_none());
-        assert_eq!(next.headers()["idempotency-key"], "k-1");
-        assert_eq!(next.headers()[AUTHORIZATION], "Bearer t", "same origin keeps credentials");
-        assert_eq!(next.headers()[REFERER], "https://a.test/orders");
-        // HEAD stays HEAD.
-        assert_eq!(hop(303, Method::HEAD, "/x").unwrap().method(), Method::HEAD);
-    }
-
-    #[test]
-    fn moved_and_found_change_only_a_post() {
-        for status in [301, 302] {
-            assert_eq!(hop(status, Method::POST, "/x").unwrap().method(), Method::GET);
-            let put = hop(status, Method::PUT, "/x").unwrap();
-            assert_eq!(put.method(), Method::PUT);
-            assert!(put.body().is_some(), "a PUT keeps its body");
+    fn seen(hops: &[(u16, &str)]) -> Seen {
+        let first = url("https://a.test/orders");
+        let mut seen = Seen::default();
+        for (status, next) in hops {
+            seen.note(StatusCode::from_u16(*status).unwrap(), &url(next), Some(&first));
         }
+        seen
+    }
+
+    fn redirect(status: u16, location: Option<&str>) -> Result<Response> {
+        let mut response = http::Response::builder().status(status);
+        if let Some(location) = location {
+            response = response.header(LOCATION, location);
+        }
+        Ok(response.body("").unwrap().into())
     }
 
     #[test]
-    fn temporary_and_permanent_keep_method_and_body_if_there_is_one() {
+    fn every_redirect_counts_as_an_answer() {
+        let seen = seen(&[(303, "https://a.test/x"), (302, "https://a.test/y")]);
+        assert_eq!(seen.asked, 2);
+        assert!(!seen.took_away(&Method::PATCH), "the chain stayed on its origin");
+    }
+
+    #[test]
+    fn a_body_kept_on_the_way_to_another_origin_takes_the_key_away() {
         for status in [307, 308] {
-            let next = hop(status, Method::POST, "/x").unwrap();
-            assert_eq!(next.method(), Method::POST);
-            assert_eq!(next.body().and_then(|b| b.as_bytes()), Some(&b"order=1"[..]));
-            let from = "https://a.test/orders";
-            let lost = next_hop(&redirect(status, from, "/x"), request(Method::POST, from), false);
-            assert!(lost.is_none(), "a body sent once cannot go to the next hop");
+            for next in ["https://b.test/x", "http://a.test/x", "https://a.test:8443/x"] {
+                let seen = seen(&[(status, next)]);
+                assert!(seen.took_away(&Method::POST), "{status} to {next}");
+            }
+            assert!(!seen(&[(status, "https://a.test/x")]).took_away(&Method::POST));
         }
-        // A 303 needs no body, so a stream's bodiless copy can follow it;
-        // nothing that keeps the body can, whatever the method.
-        let from = "https://a.test/orders";
-        let copy = || bodiless(&request(Method::PUT, from));
-        assert!(next_hop(&redirect(303, from, "/x"), copy(), false).is_some());
-        for status in [301, 302, 307, 308] {
-            let lost = next_hop(&redirect(status, from, "/x"), copy(), false);
-            assert!(lost.is_none(), "{status}: a PUT would go on without its body");
+        // 301 and 302 turn only a POST into a GET.
+        for status in [301, 302] {
+            let seen = seen(&[(status, "https://b.test/x")]);
+            assert!(!seen.took_away(&Method::POST), "{status}: the POST became a GET");
+            assert!(seen.took_away(&Method::PATCH), "{status}: a PATCH keeps its body");
         }
+        // A 303 turns anything into a GET.
+        assert!(!seen(&[(303, "https://b.test/x")]).took_away(&Method::PATCH));
+        // Back on the first origin, the hop that went away still counts.
+        let back = seen(&[(307, "https://b.test/x"), (307, "https://a.test/orders")]);
+        assert!(back.took_away(&Method::POST));
     }
 
     #[test]
-    fn another_origin_gets_no_credentials() {
-        for location in ["https://b.test/x", "http://a.test/x", "https://a.test:8443/x"] {
-            let next = hop(302, Method::GET, location).unwrap();
-            assert!(next.headers().get(AUTHORIZATION).is_none(), "{location}");
+    fn since_counts_only_what_came_after() {
+        let before = seen(&[(307, "https://b.test/x")]);
+        let after = seen(&[
+            (307, "https://b.test/x"),
+            (302, "https://c.test/x"),
+            (303, "https://a.test/y"),
+        ]);
+        let later = after.since(before);
+        assert_eq!(later.asked, 1 + 1);
+        assert!(!later.took_away(&Method::POST), "the 307 came before");
+        assert!(later.took_away(&Method::PUT), "the 302 came after");
+        assert_eq!(before.since(after), Seen::default(), "never below zero");
+    }
+
+    #[test]
+    fn a_chain_that_stopped_at_a_redirect_did_not_follow_it() {
+        let two = seen(&[(302, "https://a.test/x"), (302, "https://a.test/y")]);
+        assert_eq!(two.followed(&Ok(http::Response::new("").into())), 2);
+        assert_eq!(two.followed(&redirect(302, Some("/z"))), 1, "the policy stopped");
+        assert_eq!(two.followed(&redirect(302, None)), 2, "nothing to follow, nothing asked");
+        assert_eq!(two.followed(&redirect(304, Some("/z"))), 2, "304 is no redirect");
+        let other = reqwest_middleware::Error::middleware(std::fmt::Error);
+        assert_eq!(two.followed(&Err(other)), 2);
+        assert_eq!(Seen::default().followed(&redirect(302, Some("/z"))), 0);
+    }
+
+    #[test]
+    fn the_resource_is_scheme_host_port_path_and_query() {
+        let a = url("https://user@a.test/p?q=1#top");
+        assert!(same_resource(&a, &url("https://a.test:443/p?q=1")));
+        for other in ["http://a.test/p?q=1", "https://a.test:1/p?q=1", "https://a.test/p?q=2"] {
+            assert!(!same_resource(&a, &url(other)), "{other}");
         }
-        let down = hop(302, Method::GET, "http://a.test/x").unwrap();
-        assert!(down.headers().get(REFERER).is_none(), "no Referer from HTTPS to HTTP");
     }
 
-    #[test]
-    fn what_is_not_a_redirect_to_follow_is_left_alone() {
-        assert!(hop(200, Method::GET, "/x").is_none());
-        assert!(hop(304, Method::GET, "/x").is_none());
-        assert!(hop(302, Method::GET, "ftp://a.test/x").is_none());
-        assert!(hop(302, Method::GET, "http://[::1").is_none());
-        let from = "https://a.test/orders";
-        let mut response = redirect(302, from, "/x");
-        response.headers_mut().remove(LOCATION);
-        assert!(next_hop(&response, request(Method::GET, from), true).is_none());
-        response.headers_mut().insert(LOCATION, HeaderValue::from_bytes(b"/\xff").unwrap());
-        assert!(next_hop(&response, request(Method::GET, from), true).is_none());
-    }
-
-    #[test]
-    fn the_referer_names_no_user_nor_fragment() {
-        let previous = Url::parse("https://user:pw@a.test/p?q=1#top").unwrap();
-        let next = Url::parse("https://a.test/x").unwrap();
-        assert_eq!(referer(&next, &previous).unwrap(), "https://a.test/p?q=1");
+    #[tokio::test]
+    async fn a_record_inside_another_adds_to_it() {
+        let note = || {
+            SEEN.with(|seen| {
+                let mut now = seen.get();
+                now.note(StatusCode::FOUND, &url("https://a.test/x"), None);
+                seen.set(now);
+            })
+        };
+        assert_eq!(so_far(), Seen::default(), "no record outside a call");
+        let ((inner, outer_during), outer) = recorded(async {
+            note();
+            let inner = recorded(async { note() }).await;
+            (inner, so_far())
+        })
+        .await;
+        assert_eq!(inner.1.asked, 1, "the inner layer sees its own redirect");
+        assert_eq!(outer_during.asked, 2);
+        assert_eq!(outer.asked, 2, "the outer layer sees both");
     }
 }

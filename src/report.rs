@@ -24,10 +24,10 @@ pub struct RetryReport {
     pub total_wait: Duration,
     /// Why the middleware returned this outcome.
     pub stop: StopReason,
-    /// Redirects the middleware followed on the way (only a middleware that
-    /// follows them itself does: see
-    /// [`RetryMiddleware::redirect_policy`](crate::RetryMiddleware::redirect_policy)).
-    /// `attempts`, `total_wait` and `stop` then cover every hop.
+    /// Redirects the client followed within the attempts, all of them
+    /// counted. Only the client built by
+    /// [`RetryMiddleware::client`](crate::RetryMiddleware::client) records
+    /// them; through another, this is 0.
     pub redirects: u32,
 }
 
@@ -58,26 +58,48 @@ impl RetryReport {
         redirects: 0,
     };
 
-    /// Attempts after the first: OpenTelemetry's `http.request.resend_count`.
+    /// Requests sent before the last one, for any reason: attempts after
+    /// the first and redirects followed. OpenTelemetry's
+    /// `http.request.resend_count` of the request that gave the outcome.
+    /// (reqwest-retry's retry count is `attempts - 1`.)
     pub fn resend_count(&self) -> u32 {
-        self.attempts.saturating_sub(1)
+        self.attempts.saturating_sub(1).saturating_add(self.redirects)
     }
 }
 
 /// The number of the attempt under way, for middlewares placed after this
 /// one (closer to the network) to read from the request extensions: one
-/// per-attempt span or metric, say, with OpenTelemetry's
-/// `http.request.resend_count` being `number - 1`.
+/// per-attempt span or metric, say.
 ///
 /// Set from the second attempt on; absent means the first attempt, which
 /// keeps the common path free of an allocation.
+///
+/// An attempt is one request as a middleware inside sees it; the redirects
+/// the client follows within it are below every middleware. So
+/// [`resend_count`](Self::resend_count), OpenTelemetry's
+/// `http.request.resend_count` of the attempt's first request, counts the
+/// earlier attempts *and* the redirects they met, and is `get() - 1` only
+/// when they met none.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AttemptNumber(pub(crate) u32);
+pub struct AttemptNumber {
+    number: u32,
+    resend_count: u32,
+}
 
 impl AttemptNumber {
+    pub(crate) fn new(number: u32, resend_count: u32) -> Self {
+        Self { number, resend_count }
+    }
+
     /// The attempt under way, from 2.
     pub fn get(&self) -> u32 {
-        self.0
+        self.number
+    }
+
+    /// Requests the call sent before this attempt's first: earlier
+    /// attempts and the redirects followed within them.
+    pub fn resend_count(&self) -> u32 {
+        self.resend_count
     }
 }
 
@@ -130,37 +152,13 @@ pub struct RetryEvent<'a> {
     /// The attempt just made, starting at 1; 0 when the deadline passed
     /// before anything was sent.
     pub attempt: u32,
+    /// Requests sent before the last one of this attempt, redirects
+    /// included: OpenTelemetry's `http.request.resend_count`.
+    pub resend_count: u32,
     /// The request's method.
     pub method: &'a Method,
     /// What happens next.
     pub decision: Decision,
-}
-
-/// What the hops before the current one took: redirects followed, and the
-/// attempts and waits that led to them.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct Hops {
-    redirects: u32,
-    attempts: u32,
-    total_wait: Duration,
-}
-
-impl Hops {
-    /// The hops up to the end of the one `report` covers, and its redirect.
-    pub(crate) fn after(report: RetryReport) -> Self {
-        let RetryReport { redirects, attempts, total_wait, .. } = report;
-        Self { redirects: redirects + 1, attempts, total_wait }
-    }
-
-    /// The call's report, the current hop's being `hop`.
-    pub(crate) fn report(self, hop: RetryReport) -> RetryReport {
-        RetryReport {
-            attempts: self.attempts.saturating_add(hop.attempts),
-            total_wait: self.total_wait.saturating_add(hop.total_wait),
-            stop: hop.stop,
-            redirects: self.redirects,
-        }
-    }
 }
 
 /// Leaves the report where the caller can find it, puts back the caller's

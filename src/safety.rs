@@ -9,18 +9,32 @@ use reqwest::Request;
 
 use crate::extensions::SafeToRetry;
 
-/// An idempotent method (as [`http::Method::is_idempotent`] says), a value
-/// of `idempotency_header` that is not blank, or [`SafeToRetry`] among the
-/// request's extensions.
-pub(crate) fn is_safe(
+/// Why a request may be repeated, if it may.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Safety {
+    /// Not safe to repeat.
+    Unsafe,
+    /// Only its idempotency key makes it safe: a promise of the origin the
+    /// key was set for (see [`crate::redirect`]).
+    ByKey,
+    /// An idempotent method, or [`SafeToRetry`]: safe wherever it goes.
+    Safe,
+}
+
+/// Which of the three the request is: [`SafeToRetry`] among its
+/// extensions, an idempotent method (as [`http::Method::is_idempotent`]
+/// says), or a value of `idempotency_header` that is not blank.
+pub(crate) fn safety(
     request: &Request,
     extensions: &Extensions,
     idempotency_header: &HeaderName,
-) -> bool {
-    extensions.get::<SafeToRetry>().is_some()
-        || request.method().is_idempotent()
-        || request
-            .headers()
-            .get(idempotency_header)
-            .is_some_and(|key| key.as_bytes().iter().any(|b| !b.is_ascii_whitespace()))
+) -> Safety {
+    if extensions.get::<SafeToRetry>().is_some() || request.method().is_idempotent() {
+        return Safety::Safe;
+    }
+    let key = request.headers().get(idempotency_header);
+    match key.is_some_and(|key| key.as_bytes().iter().any(|b| !b.is_ascii_whitespace())) {
+        true => Safety::ByKey,
+        false => Safety::Unsafe,
+    }
 }

@@ -1,12 +1,12 @@
 //! What every request of one middleware shares: the configuration, the
-//! clock, the randomness, the budget, the hook, whether the middleware
-//! follows redirects itself, and the level of its events.
+//! clock, the randomness, the budget, the hook, the redirect policy and
+//! whether the middleware built its client with it, and the level of its
+//! events.
 //!
 //! [`RetryMiddleware`](crate::RetryMiddleware) holds one behind an `Arc`;
 //! each request's policy borrows it.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::budget::Budget;
 use crate::clock::{Clock, TokioClock};
@@ -25,10 +25,14 @@ pub(crate) struct Shared {
     pub(crate) jitter: Arc<dyn JitterSource>,
     pub(crate) budget: Option<Arc<Budget>>,
     pub(crate) hook: Option<Hook>,
-    /// The inner client hands every redirect up and the middleware follows
-    /// them: set once [`redirect_policy`](crate::RetryMiddleware::redirect_policy)
-    /// was taken, for this middleware and its clones.
-    pub(crate) follows: Arc<AtomicBool>,
+    /// The user's redirect policy, which the client the middleware builds
+    /// follows, each redirect recorded (see [`crate::redirect`]).
+    pub(crate) redirect: Arc<reqwest::redirect::Policy>,
+    /// The middleware built the client it sends through, with the redirect
+    /// policy that records every redirect: set by
+    /// [`RetryMiddleware::client`](crate::RetryMiddleware::client) on the
+    /// middleware it puts in that client alone.
+    pub(crate) bound: bool,
     #[cfg(feature = "tracing")]
     pub(crate) log_level: tracing::Level,
 }
@@ -45,14 +49,10 @@ impl Shared {
             jitter: Arc::new(ThreadRngJitter),
             budget,
             hook: None,
-            follows: Arc::default(),
+            redirect: Arc::new(reqwest::redirect::Policy::default()),
+            bound: false,
             #[cfg(feature = "tracing")]
             log_level: tracing::Level::DEBUG,
         }
-    }
-
-    /// Whether the middleware follows redirects itself.
-    pub(crate) fn follows(&self) -> bool {
-        self.follows.load(Ordering::Relaxed)
     }
 }

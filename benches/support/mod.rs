@@ -5,7 +5,6 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -42,21 +41,20 @@ impl Stack {
 
     /// The stack over a client built from `client`, with zero-length waits,
     /// then `last` if given. Ours is set up as the quick start shows: the
-    /// inner client built with the middleware's redirect policy.
+    /// client built by the middleware.
     pub fn build(
         self,
         client: reqwest::ClientBuilder,
         last: Option<Scripted>,
     ) -> ClientWithMiddleware {
-        let (client, retry): (_, Option<Arc<dyn Middleware>>) = match self {
-            Stack::None => (client, None),
-            Stack::Peer => (
-                client,
-                Some(Arc::new(RetryTransientMiddleware::new_with_policy(
+        let builder = match self {
+            Stack::None => ClientBuilder::new(client.build().expect("a client")),
+            Stack::Peer => ClientBuilder::new(client.build().expect("a client")).with(
+                RetryTransientMiddleware::new_with_policy(
                     ExponentialBackoff::builder()
                         .retry_bounds(Duration::ZERO, Duration::ZERO)
                         .build_with_max_retries(3),
-                ))),
+                ),
             ),
             Stack::Ours | Stack::OursNoBudget => {
                 let mut config = RetryConfig::builder()
@@ -66,13 +64,9 @@ impl Stack {
                     config = config.without_budget();
                 }
                 let retry = RetryMiddleware::new(config.build().expect("a valid configuration"));
-                (client.redirect(retry.redirect_policy()), Some(Arc::new(retry)))
+                retry.client(client).expect("a client")
             }
         };
-        let mut builder = ClientBuilder::new(client.build().expect("a client"));
-        if let Some(retry) = retry {
-            builder = builder.with_arc(retry);
-        }
         match last {
             Some(last) => builder.with(last).build(),
             None => builder.build(),

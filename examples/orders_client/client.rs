@@ -389,12 +389,10 @@ impl OrdersClientBuilder {
             .with_jitter_source(move || jitter.unit());
         let http = self
             .http
-            .unwrap_or_else(|| reqwest::Client::builder().timeout(Duration::from_secs(10)))
-            .redirect(middleware.redirect_policy())
-            .build()?;
+            .unwrap_or_else(|| reqwest::Client::builder().timeout(Duration::from_secs(10)));
         Ok(OrdersClient {
             base,
-            http: reqwest_middleware::ClientBuilder::new(http).with(middleware).build(),
+            http: middleware.client(http)?.build(),
             report: self.report,
             new_key: self.new_key,
             max_body: self.max_body,

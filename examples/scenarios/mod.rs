@@ -122,16 +122,16 @@ pub fn config() -> RetryConfig {
     RetryConfig::default()
 }
 
-/// The client of the quick start: the default configuration, the inner
-/// client built with the middleware's redirect policy, and the manual
-/// clock (or `clock`) and pinned `jitter` injected.
+/// The client of the quick start: the default configuration, the client
+/// built by the middleware, and the manual clock (or `clock`) and pinned
+/// `jitter` injected.
 pub fn client(clock: impl Clock + 'static, jitter: FixedJitter) -> ClientWithMiddleware {
-    let retry = RetryMiddleware::new(config()).with_clock(clock).with_jitter_source(jitter);
-    let inner = reqwest::Client::builder()
-        .redirect(retry.redirect_policy())
+    RetryMiddleware::new(config())
+        .with_clock(clock)
+        .with_jitter_source(jitter)
+        .client(reqwest::Client::builder())
+        .expect("the quick start's client builds")
         .build()
-        .expect("the quick start's client builds");
-    reqwest_middleware::ClientBuilder::new(inner).with(retry).build()
 }
 
 /// Answers the scripted statuses in turn, numbering responses `req-1`, ...

@@ -19,11 +19,11 @@ use reqwest_middleware::{ClientBuilder, ClientWithMiddleware, Extension, Middlew
 use reqwest_retry::RetryTransientMiddleware;
 use reqwest_retry::policies::ExponentialBackoff;
 use reqwest_safe_retry::{
-    Decision, FixedJitter, Jitter, ManualClock, Outcome, Redirects, ReportSlot, RetryAfterOverCap,
+    Decision, FixedJitter, Jitter, ManualClock, Outcome, ReportSlot, RetryAfterOverCap,
     RetryConfig, RetryConfigBuilder, RetryMiddleware, RetryReport, Retryability, SafeToRetry,
     StopReason,
 };
-use support::tls_server::{Handshake, tls_server, untrusting_client};
+use support::tls_server::{Handshake, rustls_client, tls_server, untrusting_client};
 use support::*;
 use wiremock::{MockServer, ResponseTemplate};
 
@@ -121,8 +121,8 @@ fn statuses_like_reqwest_retry() -> RetryConfigBuilder {
 
 // guide: every_connect_error
 /// Retry every connect error, as reqwest-retry does: a name that does not
-/// exist and a certificate that is not trusted too. For any method where
-/// redirects are ruled out (`without_redirects`), else when safe to repeat.
+/// exist and a certificate that is not trusted too. For any method through
+/// the client the middleware built, else when safe to repeat.
 fn every_connect_error() -> RetryConfigBuilder {
     RetryConfig::builder().with_predicate(|attempt| match attempt.outcome {
         Outcome::Error(error) if error.is_connect() => Some(Retryability::AnyMethod),
@@ -139,14 +139,9 @@ fn no_budget() -> RetryConfigBuilder {
 // guide: end
 
 // guide: without_redirects
-/// A client that follows no redirects, and a middleware told so: a POST
-/// without a key is retried after a 429 or a refused connection again.
-fn without_redirects() -> (reqwest::Client, RetryConfigBuilder) {
-    let inner = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .expect("a client that follows no redirects");
-    (inner, RetryConfig::builder().with_redirects(Redirects::ClientNeverFollows))
+/// A client that follows no redirect: each 3xx comes back to the caller.
+fn without_redirects(config: RetryConfig) -> RetryMiddleware {
+    RetryMiddleware::new(config).with_redirect_policy(reqwest::redirect::Policy::none())
 }
 // guide: end
 
@@ -244,12 +239,20 @@ fn stack(stack: Stack, inner: reqwest::Client) -> (ClientWithMiddleware, Calls, 
     (builder.with(calls.clone()).build(), calls, clock)
 }
 
-/// This crate on `inner` with `config`, a manual clock and jitter at the top.
-fn ours(inner: reqwest::Client, config: RetryConfig) -> (ClientWithMiddleware, ManualClock) {
+/// This crate's client built from `inner` with `config`, as the quick start
+/// builds it, a manual clock and jitter at the top.
+fn ours(inner: reqwest::ClientBuilder, config: RetryConfig) -> (ClientWithMiddleware, ManualClock) {
+    ours_with(inner, RetryMiddleware::new(config))
+}
+
+/// The same with `middleware`.
+fn ours_with(
+    inner: reqwest::ClientBuilder,
+    middleware: RetryMiddleware,
+) -> (ClientWithMiddleware, ManualClock) {
     let clock = ManualClock::new();
-    let middleware =
-        RetryMiddleware::new(config).with_clock(clock.clone()).with_jitter_source(FixedJitter::TOP);
-    (reqwest_middleware::ClientBuilder::new(inner).with(middleware).build(), clock)
+    let middleware = middleware.with_clock(clock.clone()).with_jitter_source(FixedJitter::TOP);
+    (middleware.client(inner).expect("the client builds").build(), clock)
 }
 
 /// Waits at most 10 s for a request and its retries.
@@ -312,12 +315,8 @@ impl reqwest::dns::Resolve for DnsTimeout {
 
 fn unresolving_client(
     resolver: &(impl reqwest::dns::Resolve + Clone + 'static),
-) -> reqwest::Client {
-    reqwest::Client::builder()
-        .dns_resolver(std::sync::Arc::new(resolver.clone()))
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap()
+) -> reqwest::ClientBuilder {
+    reqwest::Client::builder().dns_resolver(std::sync::Arc::new(resolver.clone()))
 }
 
 // ---------------------------------------------------------------------------
@@ -392,7 +391,9 @@ async fn like_reqwest_retry_fails_as_reqwest_retry_does() {
                     (Some(port), url, bare_reqwest(), None)
                 }
                 "dns" => {
-                    (None, "http://orders.invalid/".to_owned(), unresolving_client(&resolver), None)
+                    let inner =
+                        unresolving_client(&resolver).redirect(reqwest::redirect::Policy::none());
+                    (None, "http://orders.invalid/".to_owned(), inner.build().unwrap(), None)
                 }
                 "certificate" => {
                     let (url, _, _) = tls_server(vec![Handshake::Complete]).await;
@@ -550,7 +551,7 @@ async fn default_does_not_retry_a_missing_name_or_a_bad_certificate() {
     );
 
     let (url, connections, _) = tls_server(vec![Handshake::Complete]).await;
-    let (client, _) = ours(untrusting_client(), RetryConfig::default());
+    let (client, _) = ours(rustls_client(), RetryConfig::default());
     let (result, report) = send(&client, Method::GET, &url).await;
     assert!(result.unwrap_err().is_connect());
     assert_eq!(
@@ -561,11 +562,9 @@ async fn default_does_not_retry_a_missing_name_or_a_bad_certificate() {
 
 #[tokio::test]
 async fn default_retries_a_temporary_dns_failure_like_a_refused_connection() {
-    // For a POST too, once redirects are ruled out.
+    // For a POST too: no server saw it.
     let resolver = DnsTimeout::default();
-    let config =
-        RetryConfig::builder().with_redirects(Redirects::ClientNeverFollows).build().unwrap();
-    let (client, _) = ours(unresolving_client(&resolver), config);
+    let (client, _) = ours(unresolving_client(&resolver), RetryConfig::default());
     let (result, report) = send(&client, Method::POST, "http://orders.invalid/").await;
     assert!(result.unwrap_err().is_connect());
     assert_eq!((report.attempts, report.stop), (4, StopReason::RetriesExhausted));
@@ -584,7 +583,7 @@ async fn every_connect_error_retries_dns_and_certificate_failures() {
     assert_eq!(resolver.0.get(), 4);
 
     let (url, connections, _) = tls_server(vec![Handshake::Complete]).await;
-    let (client, _) = ours(untrusting_client(), every_connect_error().build().unwrap());
+    let (client, _) = ours(rustls_client(), every_connect_error().build().unwrap());
     let (result, report) = send(&client, Method::GET, &url).await;
     assert!(result.unwrap_err().is_connect());
     assert_eq!((report.attempts, connections.get()), (4, 4));
@@ -717,21 +716,33 @@ async fn default_does_not_retry_a_posts_429_when_redirects_may_be_followed() {
 }
 
 #[tokio::test]
-async fn without_redirects_retries_a_posts_429_and_refused_connection() {
+async fn the_quick_start_retries_a_posts_429_and_refused_connection() {
     let (server, url) = scripted(&[429, 200]).await;
-    let (inner, config) = without_redirects();
-    let (client, _) = ours(inner, config.build().unwrap());
+    let (client, _) = ours(reqwest::Client::builder(), RetryConfig::default());
     let (result, _) = send(&client, Method::POST, &url).await;
     assert_eq!(result.unwrap().status(), 200);
     assert_eq!(hits(&server).await, 2);
 
     // Refused: retried as often as the policy says.
     let (url, _port) = hops::refusing_port();
-    let (inner, config) = without_redirects();
-    let (client, _) = ours(inner, config.build().unwrap());
+    let (client, _) = ours(reqwest::Client::builder(), RetryConfig::default());
     let (result, report) = send(&client, Method::POST, &url).await;
     assert!(result.unwrap_err().is_connect());
     assert_eq!((report.attempts, report.stop), (4, StopReason::RetriesExhausted));
+}
+
+#[tokio::test]
+async fn without_redirects_hands_each_redirect_back_and_keeps_the_any_method_rules() {
+    let server = MockServer::start().await;
+    let see_other = ResponseTemplate::new(303).insert_header("Location", "/orders/7");
+    script(&server, "/orders", vec![ResponseTemplate::new(429), see_other]).await;
+    let url = format!("{}/orders", server.uri());
+    let (client, _) =
+        ours_with(reqwest::Client::builder(), without_redirects(RetryConfig::default()));
+    let (result, report) = send(&client, Method::POST, &url).await;
+    assert_eq!(result.unwrap().status(), 303, "the redirect is the caller's");
+    assert_eq!((report.attempts, report.redirects), (2, 0));
+    assert_eq!(hits(&server).await, 2, "the 429 retried, the 303 not followed");
 }
 
 // ---------------------------------------------------------------------------
@@ -930,7 +941,7 @@ mod http2 {
         // Two refusals and an answer: one attempt as the middleware counts,
         // three streams on the wire, no wait.
         let (url, streams, _) = h2_server(vec![REFUSE, REFUSE, Answer::Ok]).await;
-        let (client, clock) = ours(h2_client().build().unwrap(), RetryConfig::default());
+        let (client, clock) = ours(h2_client(), RetryConfig::default());
         let (result, report) = send(&client, Method::POST, &url).await;
         assert_eq!(result.unwrap().status(), 200);
         assert_eq!((report.attempts, streams.get()), (1, 3));
@@ -940,7 +951,7 @@ mod http2 {
     #[tokio::test]
     async fn with_reqwest_retry_never_each_stream_is_an_attempt() {
         let (url, streams, _) = h2_server(vec![REFUSE, Answer::Ok]).await;
-        let inner = h2_client().retry(reqwest::retry::never()).build().unwrap();
+        let inner = h2_client().retry(reqwest::retry::never());
         let (client, clock) = ours(inner, RetryConfig::default());
         let (result, report) = send(&client, Method::GET, &url).await;
         assert_eq!(result.unwrap().status(), 200);

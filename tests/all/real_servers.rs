@@ -12,7 +12,7 @@ use reqwest_middleware::ClientWithMiddleware;
 use reqwest_safe_retry::{
     FixedJitter, ManualClock, ReportSlot, RetryConfig, RetryMiddleware, RetryReport, StopReason,
 };
-use support::tls_server::{Handshake, tls_server, trusting_client, untrusting_client};
+use support::tls_server::{Handshake, rustls_client, tls_server, trusting_builder};
 use support::*;
 
 /// The policy for every test here: waits of 100, 200, 400 ms..., at most
@@ -22,11 +22,14 @@ fn config(max_retries: u32) -> RetryConfig {
 }
 
 /// `inner` behind the retry middleware, with a manual clock and jitter at the top.
-fn with_retry(inner: reqwest::Client, config: RetryConfig) -> (ClientWithMiddleware, ManualClock) {
+fn with_retry(
+    inner: reqwest::ClientBuilder,
+    config: RetryConfig,
+) -> (ClientWithMiddleware, ManualClock) {
     let clock = ManualClock::new();
     let middleware =
         RetryMiddleware::new(config).with_clock(clock.clone()).with_jitter_source(FixedJitter::TOP);
-    (reqwest_middleware::ClientBuilder::new(inner).with(middleware).build(), clock)
+    (middleware.client(inner).expect("the client builds").build(), clock)
 }
 
 /// Waits at most 10 s for a request and its retries.
@@ -73,7 +76,7 @@ async fn interrupted_tls_handshake_is_retried_for_any_method() {
             let case = format!("{interruption:?} {method}");
             let (url, connections, answered) =
                 tls_server(vec![interruption, Handshake::Complete]).await;
-            let (client, clock) = with_retry(trusting_client(), config(3));
+            let (client, clock) = with_retry(trusting_builder(), config(3));
             let (result, report) = send(&client, method, &url).await;
             let seen = (report.attempts, report.stop, connections.get(), answered.get());
             match result {
@@ -94,7 +97,7 @@ async fn interrupted_tls_handshake_is_retried_for_any_method() {
 #[tokio::test]
 async fn certificate_error_is_final() {
     let (url, connections, answered) = tls_server(vec![Handshake::Complete]).await;
-    let (client, clock) = with_retry(untrusting_client(), config(3));
+    let (client, clock) = with_retry(rustls_client(), config(3));
     let (result, report) = send(&client, Method::GET, &url).await;
     let error = result.expect_err("the certificate is not trusted");
     assert!(error.is_connect(), "{}", chain(&error));
@@ -106,8 +109,8 @@ async fn certificate_error_is_final() {
 /// An HTTP/2 client with reqwest's own retries off, so every stream the
 /// server sees is an attempt of the middleware's.
 #[cfg(feature = "http2")]
-fn h2_client_without_reqwest_retry() -> reqwest::Client {
-    support::h2_server::h2_client().retry(reqwest::retry::never()).build().unwrap()
+fn h2_client_without_reqwest_retry() -> reqwest::ClientBuilder {
+    support::h2_server::h2_client().retry(reqwest::retry::never())
 }
 
 #[cfg(feature = "http2")]
@@ -160,12 +163,7 @@ async fn a_post_refused_by_http2_is_retried_through_the_quick_start_client() {
         let middleware = RetryMiddleware::new(config)
             .with_clock(clock.clone())
             .with_jitter_source(FixedJitter::TOP);
-        let inner = h2_client()
-            .redirect(middleware.redirect_policy())
-            .retry(reqwest::retry::never())
-            .build()
-            .unwrap();
-        let client = reqwest_middleware::ClientBuilder::new(inner).with(middleware).build();
+        let client = middleware.client(h2_client().retry(reqwest::retry::never())).unwrap().build();
         let (result, report) = send(&client, Method::POST, &url).await;
         let response = result.unwrap_or_else(|e| panic!("{script:?}: {}", chain(&e)));
         assert_eq!(response.status(), 200, "{script:?}");
@@ -209,7 +207,7 @@ async fn goaway_after_the_stream_was_taken_is_not_retried_for_post() {
 
 /// Five refused streams, then 200; the middleware allows two retries.
 #[cfg(feature = "http2")]
-async fn five_refusals(inner: reqwest::Client) -> (u16, RetryReport, usize, Vec<Duration>) {
+async fn five_refusals(inner: reqwest::ClientBuilder) -> (u16, RetryReport, usize, Vec<Duration>) {
     use support::h2_server::{Answer, h2_server};
 
     let refuse = Answer::Reset(h2::Reason::REFUSED_STREAM);
@@ -230,7 +228,7 @@ async fn five_refusals(inner: reqwest::Client) -> (u16, RetryReport, usize, Vec<
 #[cfg(feature = "http2")]
 #[tokio::test]
 async fn reqwest_default_retry_multiplies_the_streams_behind_each_attempt() {
-    let inner = support::h2_server::h2_client().build().unwrap();
+    let inner = support::h2_server::h2_client();
     let (status, report, streams, sleeps) = five_refusals(inner).await;
     // reqwest's default client resends a refused stream itself, at once, up
     // to twice: the middleware's first attempt is streams 1-3, all refused;
@@ -262,7 +260,7 @@ async fn on_http2_a_dropped_error_body_resets_only_its_stream() {
 
     let (url, streams, connections, resets) =
         h2_server_counting_resets(vec![Answer::StalledBody, Answer::Ok]).await;
-    let inner = h2_client().retry(reqwest::retry::never()).build().unwrap();
+    let inner = h2_client().retry(reqwest::retry::never());
     let (client, clock) = with_retry(inner, config(3));
     let (result, report) = send(&client, Method::GET, &url).await;
     assert_eq!(result.unwrap().status(), 200);

@@ -7,6 +7,8 @@
 
 use crate::support;
 
+use reqwest::redirect::Policy;
+
 use reqwest::Method;
 use reqwest_safe_retry::{Outcome, RetryReport, Retryability, StopReason, Verdict};
 use support::*;
@@ -440,17 +442,17 @@ async fn through_flaky_dns(
     script_statuses(&server, "/orders", &[201]).await;
     let resolver =
         Flaky { failures: std::sync::atomic::AtomicUsize::new(2), failure, to: *server.address() };
-    let mut inner = reqwest::Client::builder().dns_resolver(std::sync::Arc::new(resolver));
+    let inner = reqwest::Client::builder().dns_resolver(std::sync::Arc::new(resolver));
     let clock = reqwest_safe_retry::ManualClock::new();
     let middleware =
         reqwest_safe_retry::RetryMiddleware::new(kind.config(policy())).with_clock(clock.clone());
-    match kind {
-        Kind::NotFollowing => inner = inner.redirect(reqwest::redirect::Policy::none()),
-        Kind::Handing => inner = inner.redirect(middleware.redirect_policy()),
-        Kind::Following => {}
-    }
-    let client =
-        reqwest_middleware::ClientBuilder::new(inner.build().unwrap()).with(middleware).build();
+    let client = match kind {
+        Kind::NotFollowing => built(inner, middleware.with_redirect_policy(Policy::none())),
+        Kind::Handing => built(inner, middleware),
+        Kind::Following => {
+            reqwest_middleware::ClientBuilder::new(inner.build().unwrap()).with(middleware).build()
+        }
+    };
     let slot = reqwest_safe_retry::ReportSlot::new();
     let url = format!("http://orders.internal:{}/orders", server.address().port());
     let result = client.post(url).body("order").with_extension(slot.clone()).send().await;

@@ -10,9 +10,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use reqwest::redirect::Policy;
 use reqwest_middleware::ClientWithMiddleware;
 use reqwest_safe_retry::{
-    FixedJitter, ManualClock, Redirects, RetryConfig, RetryConfigBuilder, RetryMiddleware,
+    FixedJitter, ManualClock, RetryConfig, RetryConfigBuilder, RetryMiddleware,
 };
 use wiremock::matchers::path;
 use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
@@ -55,14 +56,11 @@ pub async fn hits(server: &MockServer) -> usize {
 }
 
 /// The default policy with 100 ms initial backoff, so waits read 100, 200,
-/// 400..., for a client that does not follow redirects (see [`wrap`]), and
-/// without the retry budget: these tests are about the rules, and the budget
-/// (whose reserve gives a fresh client one retry) has tests of its own.
+/// 400..., and without the retry budget: these tests are about the rules,
+/// and the budget (whose reserve gives a fresh client one retry) has tests
+/// of its own.
 pub fn policy() -> RetryConfigBuilder {
-    RetryConfig::builder()
-        .with_initial_backoff(100 * MS)
-        .with_redirects(Redirects::ClientNeverFollows)
-        .without_budget()
+    RetryConfig::builder().with_initial_backoff(100 * MS).without_budget()
 }
 
 /// A client with `config`, a manual clock and jitter pinned at the top.
@@ -73,9 +71,16 @@ pub fn client(config: RetryConfig) -> (ClientWithMiddleware, ManualClock) {
     (wrap(middleware), clock)
 }
 
-/// A `reqwest` client that does not follow redirects, wrapped with `middleware`.
+/// The client `middleware` builds, following no redirect, and below the
+/// middleware a [`Runaway`] guard.
 pub fn wrap(middleware: RetryMiddleware) -> ClientWithMiddleware {
-    guarded(bare_reqwest(), middleware)
+    built(reqwest::Client::builder(), middleware.with_redirect_policy(Policy::none()))
+}
+
+/// The client `middleware` builds from `builder`, and below the middleware
+/// a [`Runaway`] guard.
+pub fn built(builder: reqwest::ClientBuilder, middleware: RetryMiddleware) -> ClientWithMiddleware {
+    middleware.client(builder).expect("the client builds").with(Runaway::default()).build()
 }
 
 /// `inner` wrapped with `middleware`, and below it a [`Runaway`] guard.
@@ -113,9 +118,9 @@ impl reqwest_middleware::Middleware for Runaway {
 }
 
 /// The clients users build: reqwest's default, which follows redirects,
-/// told nothing; one that does not, with the middleware told so; and the
-/// quick start's, built with the middleware's redirect policy, so that the
-/// middleware follows redirects itself.
+/// with the middleware put on it by hand, so that it knows nothing of them;
+/// the client the middleware builds, following no redirect; and the quick
+/// start's, the client the middleware builds with reqwest's default policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     Following,
@@ -126,13 +131,9 @@ pub enum Kind {
 impl Kind {
     pub const ALL: [Kind; 3] = [Kind::Following, Kind::NotFollowing, Kind::Handing];
 
-    /// `config` as this kind of client needs it.
+    /// `config` built.
     pub fn config(self, config: RetryConfigBuilder) -> RetryConfig {
-        let redirects = match self {
-            Kind::Following | Kind::Handing => Redirects::ClientMayFollow,
-            Kind::NotFollowing => Redirects::ClientNeverFollows,
-        };
-        config.with_redirects(redirects).build().expect("a valid test policy")
+        config.build().expect("a valid test policy")
     }
 
     /// A client of this kind with `config`, a manual clock and jitter pinned
@@ -142,15 +143,12 @@ impl Kind {
         let middleware = RetryMiddleware::new(self.config(config))
             .with_clock(clock.clone())
             .with_jitter_source(FixedJitter::TOP);
-        let inner = match self {
-            Kind::Following => reqwest::Client::new(),
-            Kind::NotFollowing => bare_reqwest(),
-            Kind::Handing => reqwest::Client::builder()
-                .redirect(middleware.redirect_policy())
-                .build()
-                .expect("a plain client builds"),
+        let client = match self {
+            Kind::Following => guarded(reqwest::Client::new(), middleware),
+            Kind::NotFollowing => wrap(middleware),
+            Kind::Handing => built(reqwest::Client::builder(), middleware),
         };
-        (guarded(inner, middleware), clock)
+        (client, clock)
     }
 }
 

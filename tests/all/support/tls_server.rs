@@ -21,15 +21,20 @@ const PATIENCE: Duration = Duration::from_secs(10);
 
 /// reqwest's rustls backend on its built-in provider: nothing process-wide is
 /// installed, so tests sharing the process build their clients the same way.
-fn rustls_client() -> reqwest::ClientBuilder {
+pub fn rustls_client() -> reqwest::ClientBuilder {
     reqwest::Client::builder().tls_backend_rustls().redirect(reqwest::redirect::Policy::none())
 }
 
 /// A client on reqwest's rustls backend that trusts the fixture certificate
 /// (on top of the system's roots) and does not follow redirects.
 pub fn trusting_client() -> reqwest::Client {
+    trusting_builder().build().expect("a rustls client builds")
+}
+
+/// The builder of [`trusting_client`].
+pub fn trusting_builder() -> reqwest::ClientBuilder {
     let cert = reqwest::Certificate::from_pem(CERT_PEM).expect("the fixture certificate parses");
-    rustls_client().add_root_certificate(cert).build().expect("a rustls client builds")
+    rustls_client().add_root_certificate(cert)
 }
 
 /// A client on reqwest's rustls backend that trusts only the system's roots,
