@@ -24,6 +24,7 @@ mod orders_scenarios;
 mod properties;
 mod real_servers;
 mod real_world;
+mod redirect_floor;
 mod redirects;
 mod reqwest_tracing;
 mod rewind;

@@ -1,0 +1,605 @@
+//! reqwest's own redirect promises, side by side: the same
+//! `reqwest::ClientBuilder` used without the middleware (reqwest following
+//! redirects itself) and through `RetryMiddleware::client`. What reqwest
+//! guarantees — a credential stays with its origin, the user's redirect
+//! choices hold, a request's timeout bounds the chain — holds with the
+//! middleware too, and nothing a user can build repeats a processed POST.
+//!
+//! One file: the chain servers, the two clients and the four places a
+//! credential comes from are shared by every test here.
+
+use crate::support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use http::{HeaderMap, HeaderValue};
+use reqwest::redirect::Policy;
+use reqwest_middleware::{ClientWithMiddleware, Middleware, Next};
+use reqwest_safe_retry::{
+    AttemptNumber, DeadlineExceeded, FixedJitter, ManualClock, ReportSlot, RetryConfig,
+    RetryMiddleware, StopReason,
+};
+use support::hops::{BOUND, SHORT, refusing_port};
+use support::*;
+use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate, matchers::any};
+
+/// The headers reqwest keeps from another origin.
+const SENSITIVE: [&str; 5] =
+    ["authorization", "cookie", "cookie2", "proxy-authorization", "www-authenticate"];
+
+/// Two servers on loopback, `A` and `B` (another port, so another origin).
+/// A request to `/{status}/{chain}/{run}/{i}` is hop `i` of `chain` (a
+/// string of `A`s and `B`s): it is answered with `status` and a `Location`
+/// to hop `i + 1` on its server, or 200 at the last hop.
+struct Chains {
+    a: MockServer,
+    b: MockServer,
+    run: AtomicUsize,
+}
+
+struct Hop {
+    a: String,
+    b: String,
+    status: u16,
+}
+
+impl Respond for Hop {
+    fn respond(&self, request: &Request) -> ResponseTemplate {
+        let parts: Vec<&str> = request.url.path().trim_start_matches('/').split('/').collect();
+        let [status, chain, run, i] = parts[..] else { return ResponseTemplate::new(404) };
+        let (Ok(i), Ok(code)) = (i.parse::<usize>(), status.parse::<u16>()) else {
+            return ResponseTemplate::new(404);
+        };
+        if code != self.status {
+            return ResponseTemplate::new(404);
+        }
+        match chain.as_bytes().get(i + 1) {
+            None => ResponseTemplate::new(200),
+            Some(next) => {
+                let base = if *next == b'A' { &self.a } else { &self.b };
+                let location = format!("{base}/{status}/{chain}/{run}/{}", i + 1);
+                ResponseTemplate::new(self.status).insert_header("Location", location.as_str())
+            }
+        }
+    }
+}
+
+impl Chains {
+    async fn start() -> Self {
+        let (a, b) = (MockServer::start().await, MockServer::start().await);
+        for status in [301, 302, 303, 307, 308] {
+            for server in [&a, &b] {
+                let hop = Hop { a: a.uri(), b: b.uri(), status };
+                Mock::given(wiremock::matchers::path_regex(format!("^/{status}/")))
+                    .respond_with(hop)
+                    .mount(server)
+                    .await;
+            }
+        }
+        Chains { a, b, run: AtomicUsize::new(0) }
+    }
+
+    /// The first URL of a new run of `chain` with `status`.
+    fn url(&self, status: u16, chain: &str) -> (String, String) {
+        let run = self.run.fetch_add(1, Ordering::Relaxed);
+        let prefix = format!("/{status}/{chain}/{run}/");
+        (format!("{}{prefix}0", self.a.uri()), prefix)
+    }
+
+    /// What arrived for the run under `prefix`, hop by hop: the server, the
+    /// hop and the sensitive headers with their values.
+    async fn arrivals(&self, prefix: &str) -> Vec<(char, String, Vec<(String, String)>)> {
+        let mut arrivals = Vec::new();
+        for (name, server) in [('A', &self.a), ('B', &self.b)] {
+            for request in server.received_requests().await.unwrap() {
+                let Some(hop) = request.url.path().strip_prefix(prefix) else { continue };
+                arrivals.push((name, hop.to_owned(), sensitive(&request.headers)));
+            }
+        }
+        arrivals.sort();
+        arrivals
+    }
+}
+
+fn sensitive(headers: &HeaderMap) -> Vec<(String, String)> {
+    let mut found: Vec<(String, String)> = SENSITIVE
+        .iter()
+        .flat_map(|name| {
+            headers
+                .get_all(*name)
+                .iter()
+                .map(|v| (name.to_string(), v.to_str().unwrap().to_owned()))
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+/// Where a credential comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Source {
+    /// Set on the request.
+    Request,
+    /// The client's `default_headers`.
+    Default,
+    /// A middleware inside the retry layer, once per attempt.
+    Inner,
+    /// A cookie store holding a cookie for `A`'s host.
+    Jar,
+}
+
+impl Source {
+    const ALL: [Source; 4] = [Source::Request, Source::Default, Source::Inner, Source::Jar];
+
+    /// The builder both clients are built from.
+    fn builder(self, a: &str) -> reqwest::ClientBuilder {
+        let builder = reqwest::Client::builder().no_proxy();
+        match self {
+            Source::Default => {
+                let mut headers = HeaderMap::new();
+                headers.insert("authorization", HeaderValue::from_static("Bearer default"));
+                headers.insert("cookie", HeaderValue::from_static("default=1"));
+                headers.insert("cookie2", HeaderValue::from_static("default=2"));
+                builder.default_headers(headers)
+            }
+            Source::Jar => {
+                let jar = reqwest::cookie::Jar::default();
+                jar.add_cookie_str("session=jar", &a.parse().unwrap());
+                builder.cookie_provider(Arc::new(jar))
+            }
+            Source::Request | Source::Inner => builder,
+        }
+    }
+
+    /// The request, with what this source sets on it.
+    fn request(
+        self,
+        client: &ClientWithMiddleware,
+        url: &str,
+    ) -> reqwest_middleware::RequestBuilder {
+        let request = client.get(url);
+        match self {
+            Source::Request => request
+                .header("authorization", "Bearer request")
+                .header("cookie", "request=1")
+                .header("proxy-authorization", "Basic cmVxdWVzdA==")
+                .header("www-authenticate", "Basic"),
+            _ => request,
+        }
+    }
+}
+
+/// A middleware that adds a token to every request it passes on.
+struct Token;
+
+#[async_trait::async_trait]
+impl Middleware for Token {
+    async fn handle(
+        &self,
+        mut request: reqwest::Request,
+        extensions: &mut http::Extensions,
+        next: Next<'_>,
+    ) -> reqwest_middleware::Result<reqwest::Response> {
+        request.headers_mut().insert("authorization", HeaderValue::from_static("Bearer inner"));
+        next.run(request, extensions).await
+    }
+}
+
+/// The same builder without the middleware: reqwest follows redirects.
+fn plain(source: Source, a: &str) -> ClientWithMiddleware {
+    let client = source.builder(a).build().unwrap();
+    let builder = reqwest_middleware::ClientBuilder::new(client);
+    match source {
+        Source::Inner => builder.with(Token).build(),
+        _ => builder.build(),
+    }
+}
+
+/// The same builder through the quick start, a manual clock injected.
+fn ours(source: Source, a: &str) -> ClientWithMiddleware {
+    let retry = RetryMiddleware::new(RetryConfig::default()).with_clock(ManualClock::new());
+    let builder = retry.client(source.builder(a)).unwrap();
+    match source {
+        Source::Inner => builder.with(Token).build(),
+        _ => builder.build(),
+    }
+}
+
+/// Every redirect status, every chain, every source: each hop receives the
+/// same credentials through the middleware as without it.
+#[tokio::test]
+async fn credentials_reach_only_the_hops_reqwest_sends_them_to() {
+    let chains = Chains::start().await;
+    let mut differences = Vec::new();
+    for status in [301, 302, 303, 307, 308] {
+        for chain in ["AA", "AB", "ABB", "ABA", "AAB", "ABAB"] {
+            for source in Source::ALL {
+                let mut seen = Vec::new();
+                for client in [plain(source, &chains.a.uri()), ours(source, &chains.a.uri())] {
+                    let (url, prefix) = chains.url(status, chain);
+                    let call = source.request(&client, &url).send();
+                    let response = tokio::time::timeout(BOUND, call).await.unwrap().unwrap();
+                    assert_eq!(response.status(), 200, "{status} {chain} {source:?}");
+                    seen.push(chains.arrivals(&prefix).await);
+                }
+                if seen[0] != seen[1] {
+                    differences.push(format!(
+                        "{status} {chain} {source:?}:\n  reqwest: {:?}\n  ours:    {:?}",
+                        seen[0], seen[1]
+                    ));
+                }
+            }
+        }
+    }
+    assert!(differences.is_empty(), "{}", differences.join("\n"));
+}
+
+/// What the side-by-side test allows and the docs say: reqwest drops a
+/// request's credentials on the hop to another origin, but builds every hop
+/// from the original request's headers, so a second hop within that origin
+/// (A → B → B) gets them back. The middleware changes nothing of it.
+#[tokio::test]
+async fn a_second_hop_within_another_origin_gets_the_credentials_as_with_reqwest() {
+    let chains = Chains::start().await;
+    for client in [plain(Source::Request, &chains.a.uri()), ours(Source::Request, &chains.a.uri())]
+    {
+        let (url, prefix) = chains.url(302, "ABB");
+        Source::Request.request(&client, &url).send().await.unwrap();
+        let arrivals = chains.arrivals(&prefix).await;
+        let carries = |hop: &str| {
+            arrivals.iter().any(|(_, h, headers)| {
+                h == hop && headers.iter().any(|(n, _)| n == "authorization")
+            })
+        };
+        assert_eq!((carries("0"), carries("1"), carries("2")), (true, false, true), "{arrivals:?}");
+    }
+}
+
+/// A hop limit, `referer(false)` and a filter that refuses another port
+/// hold through the middleware as without it.
+#[tokio::test]
+async fn the_users_redirect_choices_hold() {
+    let chains = Chains::start().await;
+    // At most 2 redirects: a 5-redirect chain fails after 3 requests, as
+    // with reqwest.
+    let limited = || reqwest::Client::builder().no_proxy();
+    let plain_limited = reqwest_middleware::ClientBuilder::new(
+        limited().redirect(Policy::limited(2)).build().unwrap(),
+    )
+    .build();
+    let ours_limited = RetryMiddleware::default()
+        .with_clock(ManualClock::new())
+        .with_redirect_policy(Policy::limited(2))
+        .client(limited())
+        .unwrap()
+        .build();
+    for client in [plain_limited, ours_limited] {
+        let (url, prefix) = chains.url(302, "AAAAAA");
+        let error = client.get(&url).send().await.unwrap_err();
+        assert!(error.is_redirect(), "{error:?}");
+        assert_eq!(chains.arrivals(&prefix).await.len(), 3);
+    }
+
+    // No Referer, as the builder says.
+    let no_referer = || reqwest::Client::builder().no_proxy().referer(false);
+    let plain = reqwest_middleware::ClientBuilder::new(no_referer().build().unwrap()).build();
+    let ours = RetryMiddleware::default().client(no_referer()).unwrap().build();
+    for client in [plain, ours] {
+        let (url, prefix) = chains.url(302, "AB");
+        client.get(format!("{url}?token=secret")).send().await.unwrap();
+        let at_b = chains.b.received_requests().await.unwrap();
+        let hop = at_b.iter().find(|r| r.url.path().starts_with(&prefix)).unwrap();
+        assert!(!hop.headers.contains_key("referer"), "{:?}", hop.headers);
+    }
+
+    // A filter that refuses B's port: the redirect comes back, B sees
+    // nothing.
+    let b_port = chains.b.address().port();
+    let filter = move || {
+        Policy::custom(move |attempt| match attempt.url().port() {
+            Some(port) if port == b_port => attempt.stop(),
+            _ => attempt.follow(),
+        })
+    };
+    let plain = reqwest_middleware::ClientBuilder::new(
+        reqwest::Client::builder().no_proxy().redirect(filter()).build().unwrap(),
+    )
+    .build();
+    let ours = RetryMiddleware::default()
+        .with_redirect_policy(filter())
+        .client(reqwest::Client::builder().no_proxy())
+        .unwrap()
+        .build();
+    for client in [plain, ours] {
+        let (url, prefix) = chains.url(307, "AAB");
+        let response = client.get(&url).send().await.unwrap();
+        assert_eq!(response.status(), 307);
+        let arrivals = chains.arrivals(&prefix).await;
+        assert!(arrivals.iter().all(|(server, ..)| *server == 'A'), "{arrivals:?}");
+    }
+}
+
+/// `https_only` holds: a plain-HTTP URL is refused before anything is sent,
+/// with and without the middleware.
+#[tokio::test]
+async fn https_only_holds() {
+    let chains = Chains::start().await;
+    let https_only = || reqwest::Client::builder().no_proxy().https_only(true);
+    let plain = reqwest_middleware::ClientBuilder::new(https_only().build().unwrap()).build();
+    let ours = RetryMiddleware::default().client(https_only()).unwrap().build();
+    for client in [plain, ours] {
+        let (url, prefix) = chains.url(302, "AB");
+        assert!(client.get(&url).send().await.is_err());
+        assert!(chains.arrivals(&prefix).await.is_empty());
+    }
+}
+
+/// A `Location` with UTF-8 bytes is followed to the same path as reqwest
+/// follows it.
+#[tokio::test]
+async fn a_utf8_location_is_followed_as_reqwest_follows_it() {
+    let server = MockServer::start().await;
+    let location = HeaderValue::from_bytes("/caf\u{e9}/ok".as_bytes()).unwrap();
+    Mock::given(wiremock::matchers::path("/start"))
+        .respond_with(ResponseTemplate::new(302).insert_header("Location", location))
+        .mount(&server)
+        .await;
+    Mock::given(any()).respond_with(ResponseTemplate::new(200)).mount(&server).await;
+    let plain = reqwest_middleware::ClientBuilder::new(reqwest::Client::new()).build();
+    let ours = RetryMiddleware::default().client(reqwest::Client::builder()).unwrap().build();
+    let mut paths = Vec::new();
+    for client in [plain, ours] {
+        let response = client.get(format!("{}/start", server.uri())).send().await.unwrap();
+        paths.push((response.status().as_u16(), response.url().path().to_owned()));
+    }
+    assert_eq!(paths[0], paths[1]);
+    assert_eq!(paths[0].0, 200);
+}
+
+/// A POST without a key answered 303 to a port that refuses: processed once
+/// by every client a user can build around one middleware.
+#[tokio::test]
+async fn no_client_a_user_builds_repeats_a_processed_post() {
+    let (refused, _port) = refusing_port();
+    let orders = MockServer::start().await;
+    Mock::given(wiremock::matchers::method("POST"))
+        .respond_with(ResponseTemplate::new(303).insert_header("Location", format!("{refused}/x")))
+        .mount(&orders)
+        .await;
+    let retry = || {
+        RetryMiddleware::new(policy().build().unwrap())
+            .with_clock(ManualClock::new())
+            .with_jitter_source(FixedJitter::TOP)
+    };
+    let one = retry();
+    let clients: Vec<(&str, ClientWithMiddleware)> = vec![
+        // The redirect policy set, the middleware put on a client by hand.
+        (
+            "configured but put on by hand",
+            reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
+                .with(retry().with_redirect_policy(Policy::default()))
+                .build(),
+        ),
+        // One middleware, two clients: the one it built, and one by hand.
+        (
+            "one middleware, its own client",
+            one.clone().client(reqwest::Client::builder()).unwrap().build(),
+        ),
+        (
+            "one middleware, another client",
+            reqwest_middleware::ClientBuilder::new(reqwest::Client::new()).with(one).build(),
+        ),
+        // Two retry layers in one chain.
+        (
+            "two retry layers",
+            retry().client(reqwest::Client::builder()).unwrap().with(retry()).build(),
+        ),
+        // The user's own redirect policy on the builder, replaced.
+        (
+            "the builder's own redirect policy",
+            retry()
+                .client(reqwest::Client::builder().redirect(Policy::limited(5)))
+                .unwrap()
+                .build(),
+        ),
+    ];
+    for (name, client) in clients {
+        let before = hits(&orders).await;
+        let slot = ReportSlot::new();
+        let call = client.post(orders.uri()).body("item=1").with_extension(slot.clone()).send();
+        let error = tokio::time::timeout(BOUND, call).await.unwrap().unwrap_err();
+        assert!(error.is_connect(), "{name}: {error:?}");
+        assert_eq!(hits(&orders).await - before, 1, "{name}: the POST was processed once");
+        assert_eq!(slot.get().unwrap().stop, StopReason::NotSafe, "{name}");
+    }
+}
+
+/// The same clients still retry what is safe to repeat.
+#[tokio::test]
+async fn every_such_client_still_retries_a_get() {
+    let retry = || {
+        RetryMiddleware::new(policy().build().unwrap())
+            .with_clock(ManualClock::new())
+            .with_jitter_source(FixedJitter::TOP)
+    };
+    let one = retry();
+    let clients = [
+        reqwest_middleware::ClientBuilder::new(reqwest::Client::new()).with(retry()).build(),
+        one.clone().client(reqwest::Client::builder()).unwrap().build(),
+        reqwest_middleware::ClientBuilder::new(reqwest::Client::new()).with(one).build(),
+        retry().client(reqwest::Client::builder()).unwrap().with(retry()).build(),
+    ];
+    for (n, client) in clients.into_iter().enumerate() {
+        let server = MockServer::start().await;
+        script_statuses(&server, "/", &[503, 200]).await;
+        let response = client.get(server.uri()).send().await.unwrap();
+        assert_eq!((n, response.status().as_u16()), (n, 200));
+    }
+}
+
+/// A request's own timeout bounds each attempt, its redirects included, as
+/// it bounds reqwest's whole chain: a chain whose third hop never answers
+/// times out, a GET is retried (each attempt the whole chain), a POST not.
+#[tokio::test]
+async fn a_requests_timeout_bounds_the_chain() {
+    let server = MockServer::start().await;
+    for (at, next) in [("/0", "/1"), ("/1", "/2")] {
+        Mock::given(wiremock::matchers::path(at))
+            .respond_with(ResponseTemplate::new(307).insert_header("Location", next))
+            .mount(&server)
+            .await;
+    }
+    Mock::given(wiremock::matchers::path("/2"))
+        .respond_with(ResponseTemplate::new(200).set_delay(BOUND))
+        .mount(&server)
+        .await;
+    let plain = reqwest_middleware::ClientBuilder::new(reqwest::Client::new()).build();
+    let error = plain.get(format!("{}/0", server.uri())).timeout(SHORT).send().await.unwrap_err();
+    assert!(error.is_timeout());
+    for (method, attempts) in [(reqwest::Method::GET, 4), (reqwest::Method::POST, 1)] {
+        let (client, _) = Kind::Handing.client(policy());
+        let slot = ReportSlot::new();
+        let call = client
+            .request(method.clone(), format!("{}/0", server.uri()))
+            .timeout(SHORT)
+            .with_extension(slot.clone())
+            .send();
+        let error = tokio::time::timeout(BOUND, call).await.expect("bounded").unwrap_err();
+        assert!(error.is_timeout(), "{method}: {error:?}");
+        let report = slot.get().unwrap();
+        assert_eq!((report.attempts, report.redirects), (attempts, 2 * attempts), "{method}");
+    }
+}
+
+/// The bound the docs state: with the defaults, at most 4 attempts of at
+/// most 11 requests each.
+#[tokio::test]
+async fn one_call_sends_at_most_attempts_times_the_redirect_limit() {
+    let server = MockServer::start().await;
+    for i in 0..10 {
+        Mock::given(wiremock::matchers::path(format!("/{i}")))
+            .respond_with(
+                ResponseTemplate::new(302).insert_header("Location", format!("/{}", i + 1)),
+            )
+            .mount(&server)
+            .await;
+    }
+    Mock::given(wiremock::matchers::path("/10"))
+        .respond_with(ResponseTemplate::new(503))
+        .mount(&server)
+        .await;
+    let (client, _) = Kind::Handing.client(policy());
+    let slot = ReportSlot::new();
+    let call = client.get(format!("{}/0", server.uri())).with_extension(slot.clone()).send();
+    let response = tokio::time::timeout(BOUND, call).await.unwrap().unwrap();
+    assert_eq!(response.status(), 503);
+    assert_eq!(hits(&server).await, 4 * 11);
+    let report = slot.get().unwrap();
+    assert_eq!((report.attempts, report.redirects, report.resend_count()), (4, 40, 43));
+}
+
+/// The deadline passes after a 303 answered the POST, while its next hop
+/// hangs: the caller learns the POST was processed.
+#[tokio::test]
+async fn a_deadline_after_a_redirect_says_the_request_was_processed() {
+    let (a, b) = (MockServer::start().await, MockServer::start().await);
+    Mock::given(any())
+        .respond_with(
+            ResponseTemplate::new(303).insert_header("Location", format!("{}/x", b.uri())),
+        )
+        .mount(&a)
+        .await;
+    Mock::given(any()).respond_with(ResponseTemplate::new(200).set_delay(BOUND)).mount(&b).await;
+    let clock = ManualClock::new();
+    let config = RetryConfig::builder().with_deadline(std::time::Duration::from_secs(1));
+    let client = RetryMiddleware::new(config.build().unwrap())
+        .with_clock(clock.clone())
+        .client(reqwest::Client::builder())
+        .unwrap()
+        .build();
+    let slot = ReportSlot::new();
+    let call = client.post(a.uri()).body("item=1").with_extension(slot.clone()).send();
+    // Once the hop is under way, time runs out.
+    let advance = async {
+        while b.received_requests().await.unwrap().is_empty() {
+            tokio::task::yield_now().await;
+        }
+        clock.advance(std::time::Duration::from_secs(2));
+    };
+    let (result, ()) =
+        tokio::time::timeout(BOUND, async { tokio::join!(call, advance) }).await.unwrap();
+    let reqwest_middleware::Error::Middleware(error) = result.unwrap_err() else {
+        panic!("not the deadline's error")
+    };
+    let exceeded = error.downcast_ref::<DeadlineExceeded>().unwrap();
+    assert!(exceeded.redirected());
+    assert!(exceeded.to_string().contains("processed"), "{exceeded}");
+    let report = slot.get().unwrap();
+    assert_eq!(
+        (report.attempts, report.redirects, report.stop),
+        (1, 1, StopReason::DeadlineExceeded)
+    );
+    assert_eq!(hits(&a).await, 1);
+}
+
+/// `RetryReport`, `AttemptNumber` and the events count resends alike, the
+/// redirects included: a GET answered 302 then 503, then 302 then 200 is
+/// four requests.
+#[tokio::test]
+async fn every_resend_count_includes_redirects() {
+    let server = MockServer::start().await;
+    Mock::given(wiremock::matchers::path("/start"))
+        .respond_with(ResponseTemplate::new(302).insert_header("Location", "/next"))
+        .mount(&server)
+        .await;
+    script_statuses(&server, "/next", &[503, 200]).await;
+    let events = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let numbers = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let hook = events.clone();
+    let retry = RetryMiddleware::new(policy().build().unwrap())
+        .with_clock(ManualClock::new())
+        .on_decision(move |event| hook.lock().unwrap().push(event.resend_count));
+    let client =
+        retry.client(reqwest::Client::builder()).unwrap().with(Numbers(numbers.clone())).build();
+    let response = client.get(format!("{}/start", server.uri())).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    let report = reqwest_safe_retry::RetryReport::from_response(&response);
+    assert_eq!((report.attempts, report.redirects, report.resend_count()), (2, 2, 3));
+    assert_eq!(*events.lock().unwrap(), [1, 3], "the 503 was the 2nd request, the 200 the 4th");
+    assert_eq!(*numbers.lock().unwrap(), [None, Some((2, 2))]);
+}
+
+/// Records each attempt's `AttemptNumber`: number and resend count.
+struct Numbers(Arc<std::sync::Mutex<Vec<Option<(u32, u32)>>>>);
+
+#[async_trait::async_trait]
+impl Middleware for Numbers {
+    async fn handle(
+        &self,
+        request: reqwest::Request,
+        extensions: &mut http::Extensions,
+        next: Next<'_>,
+    ) -> reqwest_middleware::Result<reqwest::Response> {
+        let number = extensions.get::<AttemptNumber>().map(|n| (n.get(), n.resend_count()));
+        self.0.lock().unwrap().push(number);
+        next.run(request, extensions).await
+    }
+}
+
+/// A 303 turns a keyed POST into a GET that reqwest sends with the key: it
+/// is carried, as reqwest carries it, and harmless on a GET.
+#[tokio::test]
+async fn the_key_is_carried_on_a_303s_get_as_reqwest_carries_it() {
+    let chains = Chains::start().await;
+    for client in [plain(Source::Jar, &chains.a.uri()), ours(Source::Jar, &chains.a.uri())] {
+        let (url, prefix) = chains.url(303, "AB");
+        client.post(&url).header("Idempotency-Key", "k-1").body("x").send().await.unwrap();
+        let at_b = chains.b.received_requests().await.unwrap();
+        let hop = at_b.iter().find(|r| r.url.path().starts_with(&prefix)).unwrap();
+        assert_eq!(
+            (hop.method.as_str(), &hop.headers["idempotency-key"]),
+            ("GET", &HeaderValue::from_static("k-1"))
+        );
+    }
+}
