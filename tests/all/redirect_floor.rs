@@ -570,8 +570,11 @@ async fn every_resend_count_includes_redirects() {
     assert_eq!(*numbers.lock().unwrap(), [None, Some((2, 2))]);
 }
 
-/// Records each attempt's `AttemptNumber`: number and resend count.
-struct Numbers(Arc<std::sync::Mutex<Vec<Option<(u32, u32)>>>>);
+/// Each attempt's `AttemptNumber` as (number, resend count), if set.
+type Seen = Arc<std::sync::Mutex<Vec<Option<(u32, u32)>>>>;
+
+/// Records each attempt's `AttemptNumber`.
+struct Numbers(Seen);
 
 #[async_trait::async_trait]
 impl Middleware for Numbers {
