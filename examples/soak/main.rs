@@ -36,6 +36,12 @@
 //! - leftovers: once the clients are dropped, no server connection, accept
 //!   loop, call or tokio task is left alive (waiting at most 10 s).
 //!
+//! - credentials: every stack sends them from its client's `default_headers`
+//!   and from a middleware inside the retry layer that adds one to every
+//!   attempt, and every redirect names the listener it came from: a request
+//!   that a redirect brought from another listener (another origin) carries
+//!   none, as reqwest's own following strips them there.
+//!
 //! It prints PASS or FAIL for each, and exits with status 1 if any failed.
 //! The CI runs it for 20 seconds.
 //!
@@ -368,6 +374,15 @@ fn report(
              {} unaudited",
             load(&ledger.not_safe_processed),
             load(&ledger.late)
+        ),
+    );
+    let leaked = load(&server.leaked_credentials);
+    verdicts.check(
+        leaked == 0,
+        format!(
+            "credentials: {leaked} of {} requests that a redirect took to another origin \
+             carried one",
+            load(&server.crossed)
         ),
     );
     let lost = load(&ledger.lost_bodies);

@@ -62,6 +62,12 @@ pub(crate) struct ServerStats {
     pub(crate) kinds: [AtomicU64; Kind::ALL.len()],
     /// Requests without a call id, answered 400 (none expected).
     pub(crate) anonymous: AtomicU64,
+    /// Requests that came by a redirect from another listener (another
+    /// origin) carrying a credential: reqwest's own following strips them
+    /// there, so none is expected.
+    pub(crate) leaked_credentials: AtomicU64,
+    /// Requests that came by a redirect from another listener.
+    pub(crate) crossed: AtomicU64,
     pub(crate) accepted: AtomicU64,
     pub(crate) accept_errors: AtomicU64,
     /// Connection tasks alive.
@@ -293,6 +299,11 @@ struct Request {
     streamed: bool,
     /// Sent by following a redirect.
     referred: bool,
+    /// The listener whose redirect led here, from the `from` query.
+    from: Option<String>,
+    /// It carried `Authorization`, `Cookie`, `Cookie2`,
+    /// `Proxy-Authorization` or `WWW-Authenticate`.
+    credentials: bool,
 }
 
 async fn connection(mut socket: TcpStream, fleet: Arc<Fleet>) {
@@ -316,6 +327,13 @@ async fn connection(mut socket: TcpStream, fleet: Arc<Fleet>) {
                 fleet.ledger.lost_body(call, &request.method, &request.path, (read, sent, what));
             }
         }
+        let here = here(&socket);
+        if request.from.as_ref().is_some_and(|from| *from != here) {
+            fleet.stats.crossed.fetch_add(1, Ordering::Relaxed);
+            if request.credentials {
+                fleet.stats.leaked_credentials.fetch_add(1, Ordering::Relaxed);
+            }
+        }
         let (step, rest) = handler_step(&request);
         let play =
             fleet.ledger.serve(call, &request.path, &request.method, request.not_safe, |n| {
@@ -325,10 +343,16 @@ async fn connection(mut socket: TcpStream, fleet: Arc<Fleet>) {
         if play.processed() {
             fleet.stats.processed.fetch_add(1, Ordering::Relaxed);
         }
+        let rest = format!("{rest}?from={here}");
         if !respond(&mut socket, play, &request, &rest, &fleet).await {
             return;
         }
     }
+}
+
+/// This listener's address, as a redirect's `from` names it.
+fn here(socket: &TcpStream) -> String {
+    socket.local_addr().map(|a| a.to_string()).unwrap_or_default()
 }
 
 /// The step this handler plays for `request`, and the path of the steps
@@ -374,12 +398,16 @@ async fn respond(
                     format!("http://{other}{rest}")
                 }
                 Target::Refused => format!("http://{}{rest}", fleet.refused(&mut rand::rng())),
-                Target::Back => request.path.clone(),
+                Target::Back => format!("{}?from={}", request.path, here(socket)),
             };
             format!("HTTP/1.1 {code} X\r\nLocation: {location}\r\nContent-Length: 0\r\n\r\n")
         }
         Play::Loop { code } => {
-            format!("HTTP/1.1 {code} X\r\nLocation: {}\r\nContent-Length: 0\r\n\r\n", request.path)
+            format!(
+                "HTTP/1.1 {code} X\r\nLocation: {}?from={}\r\nContent-Length: 0\r\n\r\n",
+                request.path,
+                here(socket)
+            )
         }
         Play::Stall { chunked: true } => {
             "HTTP/1.1 200 X\r\nTransfer-Encoding: chunked\r\n\r\n10\r\n0123456789".to_owned()
@@ -466,7 +494,12 @@ async fn read_request(socket: &mut TcpStream, buffer: &mut Vec<u8>) -> Option<Re
     let mut lines = head.split("\r\n");
     let mut first = lines.next()?.split(' ');
     let method = first.next()?.to_owned();
-    let path = first.next()?.to_owned();
+    let target = first.next()?.to_owned();
+    let (path, from) = match target.split_once("?from=") {
+        Some((path, from)) => (path.to_owned(), Some(from.to_owned())),
+        None => (target.clone(), None),
+    };
+    let mut credentials = false;
     let (mut length, mut chunked, mut call, mut referred) = (0usize, false, None, false);
     let (mut original, mut marked, mut sent) = (None::<String>, false, None::<usize>);
     let mut streamed = false;
@@ -482,6 +515,9 @@ async fn read_request(socket: &mut TcpStream, buffer: &mut Vec<u8>) -> Option<Re
             "x-body-length" => sent = value.parse().ok(),
             "x-streamed" => streamed = true,
             "referer" => referred = true,
+            "authorization" | "cookie" | "cookie2" | "proxy-authorization" | "www-authenticate" => {
+                credentials = true;
+            }
             _ => {}
         }
     }
@@ -517,5 +553,5 @@ async fn read_request(socket: &mut TcpStream, buffer: &mut Vec<u8>) -> Option<Re
     let as_sent = original.is_some_and(|original| original == method);
     let not_safe = marked && as_sent;
     let body = sent.filter(|_| as_sent).map(|sent| (read, sent));
-    Some(Request { method, path, call, not_safe, referred, body, streamed })
+    Some(Request { method, path, call, not_safe, referred, body, streamed, from, credentials })
 }

@@ -100,6 +100,24 @@ pub(crate) struct Late {
     pub(crate) what: String,
 }
 
+/// A middleware inside the retry layer that adds a credential to every
+/// attempt, as an authentication layer would.
+struct Token;
+
+#[async_trait::async_trait]
+impl reqwest_middleware::Middleware for Token {
+    async fn handle(
+        &self,
+        mut request: reqwest::Request,
+        extensions: &mut http::Extensions,
+        next: reqwest_middleware::Next<'_>,
+    ) -> reqwest_middleware::Result<reqwest::Response> {
+        let token = http::HeaderValue::from_static("session=soak");
+        request.headers_mut().insert("cookie", token);
+        next.run(request, extensions).await
+    }
+}
+
 /// One client, as a caller would build it.
 #[derive(Debug)]
 pub(crate) struct Stack {
@@ -161,12 +179,20 @@ pub(crate) fn stacks(stats: &Arc<ClientStats>) -> Vec<Stack> {
             // the crate's own growth. The plain client is put under the
             // middleware by hand, so the middleware knows nothing of its
             // redirects, as with `reqwest::Client::new()`.
-            let inner = reqwest::Client::builder().pool_idle_timeout(Duration::from_millis(500));
-            let mut builder = match quick_start {
+            // Credentials in two more places than the request: the
+            // client's default headers, and a middleware inside the retry
+            // layer; the servers count any that reaches another origin.
+            let mut credentials = http::HeaderMap::new();
+            credentials.insert("authorization", http::HeaderValue::from_static("Bearer soak"));
+            let inner = reqwest::Client::builder()
+                .pool_idle_timeout(Duration::from_millis(500))
+                .default_headers(credentials);
+            let builder = match quick_start {
                 true => retry.client(inner).expect("a client"),
                 false => reqwest_middleware::ClientBuilder::new(inner.build().expect("a client"))
                     .with(retry),
             };
+            let mut builder = builder.with(Token);
             if hedge {
                 builder = builder.with(HedgeMiddleware::default());
             }
