@@ -81,93 +81,89 @@ impl HedgeMiddleware {
         let mut timer: Option<Sleep> = Some(inner.clock.sleep(delay));
         // The first answer that stopped hedging, else the last failure.
         let mut held: Option<(u32, Sent, bool)> = None;
-        // Redirects the copies met (see `crate::redirect`): one that took a
-        // request safe only by its key to another origin, method and body,
-        // ends the hedging.
-        let race = async {
-            let before = redirect::so_far();
-            let key_taken_away = || {
-                safety == Safety::ByKey
-                    && redirect::so_far().since(before).took_away(request.method())
-            };
-            poll_fn(|cx| {
-                loop {
-                    let mut moved = false;
-                    let mut i = 0;
-                    while i < running.len() {
-                        let Poll::Ready(done) = running[i].1.as_mut().poll(cx) else {
-                            i += 1;
-                            continue;
-                        };
-                        moved = true;
-                        let (number, _) = running.swap_remove(i);
-                        match kind(&done.0) {
-                            Kind::Final => {
-                                // The losers are dropped here, before the winner
-                                // is handed back: their connections close now.
-                                running.clear();
-                                timer = None;
-                                // From the call's start: the first copy's
-                                // latency when it won (it went out then), and a
-                                // lower bound of it when a hedge did.
-                                let latency = inner.clock.now().saturating_duration_since(start);
-                                inner.latencies.record(&url, latency);
-                                return Poll::Ready((number, done));
-                            }
-                            Kind::Stopping => {
-                                timer = None;
-                                if !held.as_ref().is_some_and(|(.., answer)| *answer) {
-                                    held = Some((number, done, true));
-                                }
-                            }
-                            Kind::Failed => {
-                                if !held.as_ref().is_some_and(|(.., answer)| *answer) {
-                                    held = Some((number, done, false));
-                                }
-                            }
-                        }
-                    }
-                    // Nothing left running: no hedge follows a failure.
-                    if running.is_empty() {
-                        timer = None;
-                        let (number, done, _) = held.take().expect("a finished copy");
-                        return Poll::Ready((number, done));
-                    }
-                    // After the copies: one that answered as the delay ran out
-                    // needs no hedge.
-                    if let Some(wait) = timer.as_mut() {
-                        if wait.as_mut().poll(cx).is_ready() {
-                            moved = true;
+        // The redirects the copies meet (see `crate::redirect`): once one
+        // took a request safe only by its key to another origin, method and
+        // body, no further copy is sent.
+        let before = redirect::so_far();
+        let key_taken_away = || {
+            safety == Safety::ByKey && redirect::so_far().since(before).took_away(request.method())
+        };
+        let race = poll_fn(|cx| {
+            loop {
+                let mut moved = false;
+                let mut i = 0;
+                while i < running.len() {
+                    let Poll::Ready(done) = running[i].1.as_mut().poll(cx) else {
+                        i += 1;
+                        continue;
+                    };
+                    moved = true;
+                    let (number, _) = running.swap_remove(i);
+                    match kind(&done.0) {
+                        Kind::Final => {
+                            // The losers are dropped here, before the winner
+                            // is handed back: their connections close now.
+                            running.clear();
                             timer = None;
-                            if key_taken_away() {
-                                continue;
-                            }
-                            let paid = match (&inner.budget, &account) {
-                                (Some(budget), Some(account)) => {
-                                    budget.try_spend(account, inner.clock.now()).is_some()
-                                }
-                                _ => true,
-                            };
-                            let number = sent + 1;
-                            let copy = paid.then(|| request.try_clone()).flatten();
-                            #[cfg(feature = "tracing")]
-                            trace_hedge(&url, number, delay, copy.is_some());
-                            if let Some(copy) = copy {
-                                sent = number;
-                                running.push(launch(number, copy));
-                                if sent < max {
-                                    timer = Some(inner.clock.sleep(delay));
-                                }
+                            // From the call's start: the first copy's
+                            // latency when it won (it went out then), and a
+                            // lower bound of it when a hedge did.
+                            let latency = inner.clock.now().saturating_duration_since(start);
+                            inner.latencies.record(&url, latency);
+                            return Poll::Ready((number, done));
+                        }
+                        Kind::Stopping => {
+                            timer = None;
+                            if !held.as_ref().is_some_and(|(.., answer)| *answer) {
+                                held = Some((number, done, true));
                             }
                         }
-                    }
-                    if !moved {
-                        return Poll::Pending;
+                        Kind::Failed => {
+                            if !held.as_ref().is_some_and(|(.., answer)| *answer) {
+                                held = Some((number, done, false));
+                            }
+                        }
                     }
                 }
-            })
-            .await
-        };
+                // Nothing left running: no hedge follows a failure.
+                if running.is_empty() {
+                    timer = None;
+                    let (number, done, _) = held.take().expect("a finished copy");
+                    return Poll::Ready((number, done));
+                }
+                // After the copies: one that answered as the delay ran out
+                // needs no hedge.
+                if let Some(wait) = timer.as_mut() {
+                    if wait.as_mut().poll(cx).is_ready() {
+                        moved = true;
+                        timer = None;
+                        if key_taken_away() {
+                            continue;
+                        }
+                        let paid = match (&inner.budget, &account) {
+                            (Some(budget), Some(account)) => {
+                                budget.try_spend(account, inner.clock.now()).is_some()
+                            }
+                            _ => true,
+                        };
+                        let number = sent + 1;
+                        let copy = paid.then(|| request.try_clone()).flatten();
+                        #[cfg(feature = "tracing")]
+                        trace_hedge(&url, number, delay, copy.is_some());
+                        if let Some(copy) = copy {
+                            sent = number;
+                            running.push(launch(number, copy));
+                            if sent < max {
+                                timer = Some(inner.clock.sleep(delay));
+                            }
+                        }
+                    }
+                }
+                if !moved {
+                    return Poll::Pending;
+                }
+            }
+        });
         let ((number, (outcome, copy_extensions)), _) = redirect::recorded(race).await;
         drop(running);
         self.settle(account.as_deref(), start, &outcome);

@@ -317,18 +317,8 @@ async fn post_whose_303_meets_a_429_is_sent_once() {
         .mount(&orders)
         .await;
     for (client, clock) in [following_client(None), handing_client()] {
-        let before = hits(&orders).await;
-        let slot = ReportSlot::new();
-        let send = client
-            .post(format!("{}/orders", orders.uri()))
-            .body("item=1")
-            .with_extension(slot.clone())
-            .send();
-        let response = tokio::time::timeout(BOUND, send).await.expect("the request ends").unwrap();
+        let response = post_once(&client, &clock, &orders).await.unwrap();
         assert_eq!(response.status(), 429, "the client followed the 303");
-        assert_eq!(hits(&orders).await - before, 1, "the order was created once");
-        assert_eq!(slot.get().unwrap().stop, StopReason::NotSafe);
-        assert!(clock.sleeps().is_empty());
     }
 }
 
@@ -347,19 +337,30 @@ async fn post_whose_303_meets_a_refused_connection_is_sent_once() {
         .mount(&orders)
         .await;
     for (client, clock) in [following_client(None), handing_client()] {
-        let before = hits(&orders).await;
-        let slot = ReportSlot::new();
-        let send = client
-            .post(format!("{}/orders", orders.uri()))
-            .body("item=1")
-            .with_extension(slot.clone())
-            .send();
-        let error = tokio::time::timeout(BOUND, send).await.expect("the request ends").unwrap_err();
+        let error = post_once(&client, &clock, &orders).await.unwrap_err();
         assert!(error.is_connect(), "the redirected request was refused: {error:?}");
-        assert_eq!(hits(&orders).await - before, 1, "the order was created once");
-        assert_eq!(slot.get().unwrap().stop, StopReason::NotSafe);
-        assert!(clock.sleeps().is_empty());
     }
+}
+
+/// POSTs an order through `client` and checks that it was created once, not
+/// retried and never waited for; returns what the caller got.
+async fn post_once(
+    client: &ClientWithMiddleware,
+    clock: &ManualClock,
+    orders: &MockServer,
+) -> reqwest_middleware::Result<reqwest::Response> {
+    let before = hits(orders).await;
+    let slot = ReportSlot::new();
+    let send = client
+        .post(format!("{}/orders", orders.uri()))
+        .body("item=1")
+        .with_extension(slot.clone())
+        .send();
+    let outcome = tokio::time::timeout(BOUND, send).await.expect("the request ends");
+    assert_eq!(hits(orders).await - before, 1, "the order was created once");
+    assert_eq!(slot.get().unwrap().stop, StopReason::NotSafe);
+    assert!(clock.sleeps().is_empty());
+    outcome
 }
 
 /// The quick start's client: built by the middleware, which records its

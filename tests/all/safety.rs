@@ -149,7 +149,7 @@ async fn a_redirected_429_is_not_taken_for_the_first_hop() {
         .mount(&server)
         .await;
     script_statuses(&server, "/elsewhere", &[429, 200]).await;
-    let config = Kind::NotFollowing.config(policy());
+    let config = policy().build().unwrap();
     let clock = reqwest_safe_retry::ManualClock::new();
     let middleware = reqwest_safe_retry::RetryMiddleware::new(config).with_clock(clock.clone());
     let client =
@@ -444,8 +444,8 @@ async fn through_flaky_dns(
         Flaky { failures: std::sync::atomic::AtomicUsize::new(2), failure, to: *server.address() };
     let inner = reqwest::Client::builder().dns_resolver(std::sync::Arc::new(resolver));
     let clock = reqwest_safe_retry::ManualClock::new();
-    let middleware =
-        reqwest_safe_retry::RetryMiddleware::new(kind.config(policy())).with_clock(clock.clone());
+    let middleware = reqwest_safe_retry::RetryMiddleware::new(policy().build().unwrap())
+        .with_clock(clock.clone());
     let client = match kind {
         Kind::NotFollowing => built(inner, middleware.with_redirect_policy(Policy::none())),
         Kind::Handing => built(inner, middleware),

@@ -131,16 +131,11 @@ pub enum Kind {
 impl Kind {
     pub const ALL: [Kind; 3] = [Kind::Following, Kind::NotFollowing, Kind::Handing];
 
-    /// `config` built.
-    pub fn config(self, config: RetryConfigBuilder) -> RetryConfig {
-        config.build().expect("a valid test policy")
-    }
-
     /// A client of this kind with `config`, a manual clock and jitter pinned
     /// at the top.
     pub fn client(self, config: RetryConfigBuilder) -> (ClientWithMiddleware, ManualClock) {
         let clock = ManualClock::new();
-        let middleware = RetryMiddleware::new(self.config(config))
+        let middleware = RetryMiddleware::new(config.build().expect("a valid test policy"))
             .with_clock(clock.clone())
             .with_jitter_source(FixedJitter::TOP);
         let client = match self {
