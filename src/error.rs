@@ -1,5 +1,6 @@
-//! The crate's own errors: invalid configuration, and a deadline that ran out
-//! where reqwest could not report it as a timeout.
+//! The crate's own errors: invalid configuration, a client the middleware
+//! could not build, and a deadline that ran out where reqwest could not
+//! report it as a timeout.
 
 use std::time::Duration;
 
@@ -20,6 +21,28 @@ impl ConfigError {
     pub fn field(&self) -> &'static str {
         self.field
     }
+}
+
+/// Why [`RetryMiddleware::client`](crate::RetryMiddleware::client) built no
+/// client.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClientError {
+    /// The builder has a redirect policy of its own (set with
+    /// `reqwest::ClientBuilder::redirect`). The middleware installs the
+    /// policy that records redirects, which would replace it without a word:
+    /// a hop limit or a filter the user relies on would be lost. Give the
+    /// policy to
+    /// [`with_redirect_policy`](crate::RetryMiddleware::with_redirect_policy)
+    /// instead.
+    #[error(
+        "the client builder has a redirect policy of its own, which the middleware's would \
+         replace: give it to `RetryMiddleware::with_redirect_policy` instead"
+    )]
+    RedirectPolicySet,
+    /// reqwest could not build the client.
+    #[error("the client could not be built")]
+    Build(#[source] reqwest::Error),
 }
 
 /// The call's deadline passed, and reqwest could not say so itself.

@@ -45,8 +45,10 @@
 //! for the middleware. An attempt that met one is never repeated unless the
 //! request is safe to repeat. A middleware put on a client by hand cannot
 //! know what the client follows and stays on the safe side: a request that
-//! is not safe to repeat is never retried. See [`RetryMiddleware::client`]
-//! for what replaces the builder's own redirect policy.
+//! is not safe to repeat is never retried. A hop limit or filter goes to
+//! [`RetryMiddleware::with_redirect_policy`]; a builder with a redirect
+//! policy of its own is refused ([`ClientError::RedirectPolicySet`]) rather
+//! than have it replaced.
 //!
 //! A key makes a repeat safe only where the server deduplicates requests by
 //! it: many do (payment APIs, for a start), some ignore it, and then a
@@ -317,7 +319,7 @@ pub use builder::RetryConfigBuilder;
 pub use clock::ManualClock;
 pub use clock::{Clock, Sleep, TokioClock};
 pub use config::{RetryAfterOverCap, RetryConfig};
-pub use error::{ConfigError, DeadlineExceeded};
+pub use error::{ClientError, ConfigError, DeadlineExceeded};
 pub use extensions::{MaxRetries, RetryDeadline, SafeToRetry};
 #[cfg(feature = "test-util")]
 pub use jitter::FixedJitter;

@@ -13,6 +13,7 @@ use reqwest_middleware::{Error, Middleware, Next, Result};
 use crate::body::{self, Rewind};
 use crate::clock::Clock;
 use crate::config::RetryConfig;
+use crate::error::ClientError;
 use crate::events;
 use crate::future::first;
 use crate::jitter::JitterSource;
@@ -108,8 +109,10 @@ impl RetryMiddleware {
     /// bounding the whole chain. The redirect policy is the one
     /// [`with_redirect_policy`](Self::with_redirect_policy) gives
     /// (reqwest's default, at most 10 redirects, unless set); the crate's
-    /// own wraps it to record every redirect for the call in flight, and
-    /// **replaces any policy set with `ClientBuilder::redirect`**.
+    /// own wraps it to record every redirect for the call in flight. A
+    /// builder that has a redirect policy of its own (set with
+    /// `ClientBuilder::redirect`) is refused rather than have its policy
+    /// replaced without a word.
     ///
     /// Through this client the middleware knows whether an outcome is the
     /// answer to the request it sent or to a later hop, so every rule
@@ -130,18 +133,23 @@ impl RetryMiddleware {
     ///     .client(reqwest::Client::builder())?
     ///     .build();
     /// # let _ = client;
-    /// # Ok::<(), reqwest::Error>(())
+    /// # Ok::<(), reqwest_safe_retry::ClientError>(())
     /// ```
     ///
     /// # Errors
     ///
-    /// When the client cannot be built: the error of
-    /// [`reqwest::ClientBuilder::build`].
+    /// [`ClientError::RedirectPolicySet`] when `builder` has a redirect
+    /// policy of its own; [`ClientError::Build`] with the error of
+    /// [`reqwest::ClientBuilder::build`] when the client cannot be built.
     pub fn client(
         mut self,
         builder: reqwest::ClientBuilder,
-    ) -> std::result::Result<reqwest_middleware::ClientBuilder, reqwest::Error> {
-        let client = builder.redirect(redirect::policy(self.shared.redirect.clone())).build()?;
+    ) -> std::result::Result<reqwest_middleware::ClientBuilder, ClientError> {
+        if redirect::has_own_policy(&builder) {
+            return Err(ClientError::RedirectPolicySet);
+        }
+        let policy = redirect::policy(self.shared.redirect.clone());
+        let client = builder.redirect(policy).build().map_err(ClientError::Build)?;
         Arc::make_mut(&mut self.shared).bound = true;
         Ok(reqwest_middleware::ClientBuilder::new(client).with(self))
     }
@@ -165,7 +173,7 @@ impl RetryMiddleware {
     ///     .client(reqwest::Client::builder())?
     ///     .build();
     /// # let _ = client;
-    /// # Ok::<(), reqwest::Error>(())
+    /// # Ok::<(), reqwest_safe_retry::ClientError>(())
     /// ```
     pub fn with_redirect_policy(mut self, policy: reqwest::redirect::Policy) -> Self {
         Arc::make_mut(&mut self.shared).redirect = Arc::new(policy);

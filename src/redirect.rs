@@ -151,6 +151,17 @@ pub(crate) fn policy(user: Arc<Policy>) -> Policy {
     })
 }
 
+/// Whether `builder` has a redirect policy other than reqwest's default,
+/// which [`policy`] would replace. reqwest has no getter for it; its
+/// builder's `Debug` names the policy only when it is not the default (a
+/// test pins that).
+pub(crate) fn has_own_policy(builder: &reqwest::ClientBuilder) -> bool {
+    let debug = format!("{builder:?}");
+    ["{ redirect_policy: Policy(", ", redirect_policy: Policy("]
+        .iter()
+        .any(|field| debug.contains(field))
+}
+
 /// Runs `attempt`, and returns its output with the redirects noted while it
 /// ran. Inside a call that already keeps a record (another layer of the
 /// crate outside this one), the redirects go to that record too.
@@ -271,6 +282,21 @@ mod tests {
         for other in ["http://a.test/p?q=1", "https://a.test:1/p?q=1", "https://a.test/p?q=2"] {
             assert!(!same_resource(&a, &url(other)), "{other}");
         }
+    }
+
+    #[test]
+    fn a_builders_own_redirect_policy_is_seen() {
+        let builder = reqwest::Client::builder;
+        assert!(!has_own_policy(&builder()));
+        assert!(!has_own_policy(&builder().redirect(Policy::default())), "the default is no loss");
+        for own in [Policy::none(), Policy::limited(2), Policy::custom(|a| a.stop())] {
+            assert!(has_own_policy(&builder().redirect(own)));
+        }
+        // Other settings, and a header that names the field, are not a policy.
+        let value = http::HeaderValue::from_static("redirect_policy: Policy(Limit(2))");
+        let headers = [(http::header::ACCEPT, value)].into_iter().collect();
+        let others = builder().referer(false).https_only(true).default_headers(headers);
+        assert!(!has_own_policy(&others));
     }
 
     #[tokio::test]

@@ -273,7 +273,7 @@ pub(crate) enum BuildError {
     #[error("base URL {0} cannot take a path")]
     NotABase(Url),
     #[error("HTTP client: {0}")]
-    Http(#[from] reqwest::Error),
+    Http(#[from] reqwest_safe_retry::ClientError),
     #[error("retry policy: {0}")]
     Retry(#[from] ConfigError),
 }

@@ -395,14 +395,6 @@ async fn no_client_a_user_builds_repeats_a_processed_post() {
             "two retry layers",
             retry().client(reqwest::Client::builder()).unwrap().with(retry()).build(),
         ),
-        // The user's own redirect policy on the builder, replaced.
-        (
-            "the builder's own redirect policy",
-            retry()
-                .client(reqwest::Client::builder().redirect(Policy::limited(5)))
-                .unwrap()
-                .build(),
-        ),
     ];
     for (name, client) in clients {
         let before = hits(&orders).await;
@@ -413,6 +405,22 @@ async fn no_client_a_user_builds_repeats_a_processed_post() {
         assert_eq!(hits(&orders).await - before, 1, "{name}: the POST was processed once");
         assert_eq!(slot.get().unwrap().stop, StopReason::NotSafe, "{name}");
     }
+}
+
+/// A builder with a redirect policy of its own is refused, not stripped of
+/// it: the limit or filter would otherwise be lost without a word.
+#[test]
+fn a_builder_with_its_own_redirect_policy_is_refused() {
+    for own in [Policy::none(), Policy::limited(5), Policy::custom(|attempt| attempt.stop())] {
+        let builder = reqwest::Client::builder().redirect(own);
+        let Err(error) = RetryMiddleware::default().client(builder) else {
+            panic!("a builder with its own redirect policy was taken")
+        };
+        assert!(matches!(error, reqwest_safe_retry::ClientError::RedirectPolicySet), "{error}");
+        assert!(error.to_string().contains("with_redirect_policy"), "{error}");
+    }
+    let default = reqwest::Client::builder().redirect(Policy::default());
+    assert!(RetryMiddleware::default().client(default).is_ok(), "the default loses nothing");
 }
 
 /// The same clients still retry what is safe to repeat.
@@ -571,10 +579,10 @@ async fn every_resend_count_includes_redirects() {
 }
 
 /// Each attempt's `AttemptNumber` as (number, resend count), if set.
-type Seen = Arc<std::sync::Mutex<Vec<Option<(u32, u32)>>>>;
+type Recorded = Arc<std::sync::Mutex<Vec<Option<(u32, u32)>>>>;
 
 /// Records each attempt's `AttemptNumber`.
-struct Numbers(Seen);
+struct Numbers(Recorded);
 
 #[async_trait::async_trait]
 impl Middleware for Numbers {

@@ -45,7 +45,7 @@ pub enum Answer {
 /// A client that speaks HTTP/2 with prior knowledge and follows no
 /// redirects, with reqwest's own retries left as they are by default.
 pub fn h2_client() -> reqwest::ClientBuilder {
-    reqwest::Client::builder().http2_prior_knowledge().redirect(reqwest::redirect::Policy::none())
+    reqwest::Client::builder().http2_prior_knowledge()
 }
 
 /// An HTTP/2 server following `script`, one entry per stream received

@@ -22,7 +22,7 @@ const PATIENCE: Duration = Duration::from_secs(10);
 /// reqwest's rustls backend on its built-in provider: nothing process-wide is
 /// installed, so tests sharing the process build their clients the same way.
 pub fn rustls_client() -> reqwest::ClientBuilder {
-    reqwest::Client::builder().tls_backend_rustls().redirect(reqwest::redirect::Policy::none())
+    reqwest::Client::builder().tls_backend_rustls()
 }
 
 /// A client on reqwest's rustls backend that trusts the fixture certificate
