@@ -22,6 +22,16 @@
 //! PATCH without a non-empty `Idempotency-Key`) is processed at most once by
 //! each handler, across all attempts.
 //!
+//! Every call carries a credential from each of the four places one comes
+//! from: `Authorization` on the request, `Proxy-Authorization` in the
+//! client's `default_headers`, `Cookie2` added by a middleware inside the
+//! retry layer, and a cookie store's `Cookie` for the servers' host. The
+//! credential invariant is reqwest's own rule, which the middleware must not
+//! cross: the first three reach a request exactly when it is a first hop or
+//! its redirect came from the same server (reqwest strips them on the hop to
+//! another origin, and builds each hop from the original headers); the
+//! store's cookie, kept by host, reaches every request.
+//!
 //! Cases: 96 by default, each run with both clients at once; set
 //! `PROPTEST_CASES` for longer runs. A failure prints the servers' log and
 //! the smallest failing case found within 1024 shrinking steps or 20 s.
@@ -173,23 +183,49 @@ impl ClientKind {
     const ALL: [ClientKind; 3] =
         [ClientKind::Following, ClientKind::NotFollowing, ClientKind::Handing];
 
-    fn client(self, middleware: RetryMiddleware) -> reqwest_middleware::ClientWithMiddleware {
-        let builder = reqwest::Client::builder();
-        match self {
+    /// The client of this kind for `url`: credentials in the client's
+    /// default headers, its cookie store and a middleware inside the retry
+    /// layer (the request sets the fourth).
+    fn client(
+        self,
+        middleware: RetryMiddleware,
+        url: &str,
+    ) -> reqwest_middleware::ClientWithMiddleware {
+        let mut defaults = http::HeaderMap::new();
+        defaults.insert("proxy-authorization", http::HeaderValue::from_static("Basic ZGVm"));
+        let jar = reqwest::cookie::Jar::default();
+        jar.add_cookie_str("session=jar", &url.parse().expect("the world's URL"));
+        let builder =
+            reqwest::Client::builder().default_headers(defaults).cookie_provider(Arc::new(jar));
+        let built = match self {
             ClientKind::Following => reqwest_middleware::ClientBuilder::new(
                 builder.build().expect("a plain client builds"),
             )
-            .with(middleware)
-            .build(),
+            .with(middleware),
             ClientKind::NotFollowing => middleware
                 .with_redirect_policy(reqwest::redirect::Policy::none())
                 .client(builder)
-                .expect("a plain client builds")
-                .build(),
-            ClientKind::Handing => {
-                middleware.client(builder).expect("a plain client builds").build()
-            }
-        }
+                .expect("a plain client builds"),
+            ClientKind::Handing => middleware.client(builder).expect("a plain client builds"),
+        };
+        built.with(Token).build()
+    }
+}
+
+/// A middleware inside the retry layer that adds a credential to every
+/// attempt.
+struct Token;
+
+#[async_trait::async_trait]
+impl reqwest_middleware::Middleware for Token {
+    async fn handle(
+        &self,
+        mut request: reqwest::Request,
+        extensions: &mut http::Extensions,
+        next: reqwest_middleware::Next<'_>,
+    ) -> reqwest_middleware::Result<reqwest::Response> {
+        request.headers_mut().insert("cookie2", http::HeaderValue::from_static("inner=1"));
+        next.run(request, extensions).await
     }
 }
 
@@ -368,7 +404,16 @@ struct Received {
     referred: bool,
     /// `None` for a path nothing was scripted for (answered 404).
     play: Option<Play>,
+    /// The server whose redirect led here; `None` for a first hop.
+    from: Option<char>,
+    /// Which of [`CREDENTIALS`] it carried.
+    credentials: [bool; 4],
 }
+
+/// The sensitive headers a call carries, one from each place: the request,
+/// the client's default headers, a middleware inside the retry layer, and
+/// the cookie store.
+const CREDENTIALS: [&str; 4] = ["authorization", "proxy-authorization", "cookie2", "cookie"];
 
 impl Received {
     fn processed(&self) -> bool {
@@ -470,14 +515,16 @@ impl Shared {
     /// Logs a request and picks its play, with the script index and depth
     /// a redirect names its hop by.
     fn record(&self, server: char, request: Request) -> (Play, (usize, usize)) {
-        let Request { path, method, body, referred } = request;
+        let Request { path, method, body, referred, credentials } = request;
         let mut log = self.log.lock().unwrap();
         let attempts = log.iter().filter(|r| r.is_first_hop()).count();
         let last = self.script.len() - 1;
+        let mut from = None;
         let (play, at) = if server == 'a' && path == FIRST_HOP && !referred {
             let index = attempts.min(last);
             (Some(self.script[index].clone()), (index, 0))
         } else if server == 'a' && path == FIRST_HOP {
+            from = Some('a');
             // Back from a 303: the request is served from the script entry
             // the last attempt met.
             let index = attempts.saturating_sub(1).min(last);
@@ -498,6 +545,7 @@ impl Shared {
                     Some(Play::Redirect(_, hop)) => hop,
                     _ => break,
                 };
+                from = Some(on);
                 // A same-host hop stays where the redirect came from.
                 if matches!(hop, Hop::OtherHost(_)) {
                     on = 'b';
@@ -507,7 +555,17 @@ impl Shared {
             let play = play.filter(|_| depth > 0 && on == server).cloned();
             (play, (index, depth))
         };
-        log.push(Received { server, path, method, body, referred, play: play.clone() });
+        let play_seen = play.clone();
+        log.push(Received {
+            server,
+            path,
+            method,
+            body,
+            referred,
+            play: play_seen,
+            from,
+            credentials,
+        });
         (play.unwrap_or(Play::Answer(404, None)), at)
     }
 
@@ -528,6 +586,7 @@ struct Request {
     method: String,
     body: Vec<u8>,
     referred: bool,
+    credentials: [bool; 4],
 }
 
 async fn connection(mut socket: TcpStream, server: char, shared: Arc<Shared>) {
@@ -607,10 +666,16 @@ async fn read_request(socket: &mut TcpStream, buffer: &mut Vec<u8>) -> Option<Re
                     Ok(n) => buffer.extend_from_slice(&chunk[..n]),
                 }
             }
-            let referred = head.lines().any(|l| l.to_ascii_lowercase().starts_with("referer:"));
+            let has = |name: &str| {
+                head.lines().any(|l| {
+                    l.split_once(':').is_some_and(|(n, _)| n.trim().eq_ignore_ascii_case(name))
+                })
+            };
+            let referred = has("referer");
+            let credentials = CREDENTIALS.map(has);
             let body = buffer[end + 4..end + 4 + length].to_vec();
             buffer.drain(..end + 4 + length);
-            return Some(Request { method, path, body, referred });
+            return Some(Request { method, path, body, referred, credentials });
         }
         match socket.read(&mut chunk).await {
             Ok(0) | Err(_) => return None,
@@ -697,11 +762,12 @@ async fn run(case: &Case, kind: ClientKind) -> Result<(), TestCaseError> {
         .with_clock(clock.clone())
         .with_jitter_source(SeededJitter::new(case.seed))
         .on_decision(move |event| hook.lock().unwrap().push(event.decision));
-    let client = kind.client(middleware);
+    let client = kind.client(middleware, &world.url);
     let slot = ReportSlot::new();
     let mut request = client
         .request(case.method.clone(), &world.url)
         .timeout(CLIENT_TIMEOUT)
+        .header("authorization", "Bearer request")
         .body(case.body.0.clone());
     if let Some(key) = &case.key {
         request = request.header("Idempotency-Key", key);
@@ -744,16 +810,22 @@ async fn run(case: &Case, kind: ClientKind) -> Result<(), TestCaseError> {
     // at most once by each handler across all attempts. A redirect's hop is
     // a handler of its own: sending a 307's POST on is not a retry. What a
     // redirect turned into a GET is another request, safe to repeat.
-    if !case.safe() {
+    // A key is trusted only at its origin: through the client the middleware
+    // built, which sees every redirect, a request safe only by its key is
+    // processed at most once by each handler of the other server.
+    let key_only = case.safe() && !case.method.is_idempotent();
+    let key_abroad = key_only && kind == ClientKind::Handing;
+    if !case.safe() || key_abroad {
         let mut processed: BTreeMap<(char, &str), usize> = BTreeMap::new();
         let unsafe_method = |r: &&Received| r.method == case.method.as_str();
-        for r in log.iter().filter(|r| r.processed()).filter(unsafe_method) {
+        let watched = |r: &&Received| !case.safe() || r.server == 'b';
+        for r in log.iter().filter(|r| r.processed()).filter(unsafe_method).filter(watched) {
             *processed.entry((r.server, r.path.as_str())).or_default() += 1;
         }
         for ((server, path), times) in processed {
             prop_assert!(
                 times <= 1,
-                "{} {} (not safe to repeat: idempotency key {:?}) was processed {times} times \
+                "{} {} (idempotency key {:?}) was processed {times} times \
                  at {path} on server {server}, in {attempts} attempts (max_retries {}); the servers saw:\n{}",
                 case.method,
                 FIRST_HOP,
@@ -786,6 +858,28 @@ async fn run(case: &Case, kind: ClientKind) -> Result<(), TestCaseError> {
         };
         prop_assert_eq!(r.method.as_str(), method.as_str(), "at {} {}", r.server, r.path);
         prop_assert_eq!(&r.body, &body, "at {} {}", r.server, r.path);
+    }
+
+    // Credentials, as reqwest's own following sends them: the request's, the
+    // default headers' and the inner middleware's reach a first hop, or a
+    // hop whose redirect came from the same server; never one that a
+    // redirect brought from the other. The store's cookie is kept by host,
+    // which both servers share.
+    for r in &log {
+        let kept = r.from.is_none_or(|from| from == r.server);
+        for (name, carried) in CREDENTIALS.iter().zip(r.credentials).take(3) {
+            prop_assert_eq!(
+                carried,
+                kept,
+                "{} at {} {} (redirected from {:?}); the servers saw:\n{}",
+                name,
+                r.server,
+                r.path,
+                r.from,
+                Log(&log)
+            );
+        }
+        prop_assert!(r.credentials[3], "the cookie store's cookie at {} {}", r.server, r.path);
     }
 
     // Every wait is within [0, max_backoff] or is an honoured Retry-After.
