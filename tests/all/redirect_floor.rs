@@ -614,3 +614,81 @@ async fn the_key_is_carried_on_a_303s_get_as_reqwest_carries_it() {
         );
     }
 }
+
+/// A clock whose sleeps all end when the test opens its gate: the hedge's
+/// timer fires exactly when the test says.
+#[derive(Debug, Clone, Default)]
+struct Gate(Arc<tokio::sync::Notify>);
+
+impl reqwest_safe_retry::Clock for Gate {
+    fn now(&self) -> std::time::Instant {
+        std::time::Instant::now()
+    }
+
+    fn sleep(&self, _: std::time::Duration) -> reqwest_safe_retry::Sleep {
+        let gate = self.0.clone();
+        Box::pin(async move { gate.notified().await })
+    }
+}
+
+/// The hedge inside the quick start's client: once a copy's 307 took a
+/// request safe only by its key to another origin, no further copy is sent
+/// (the key was set for the first); a GET, or a 307 within the origin, is
+/// hedged as before.
+#[tokio::test]
+async fn no_hedge_follows_a_key_taken_to_another_origin() {
+    use reqwest_safe_retry::hedge::{HedgeConfig, HedgeMiddleware, HedgeSlot};
+
+    let (a, b) = (MockServer::start().await, MockServer::start().await);
+    Mock::given(wiremock::matchers::path("/away"))
+        .respond_with(
+            ResponseTemplate::new(307).insert_header("Location", format!("{}/slow", b.uri())),
+        )
+        .mount(&a)
+        .await;
+    Mock::given(wiremock::matchers::path("/here"))
+        .respond_with(ResponseTemplate::new(307).insert_header("Location", "/slow"))
+        .mount(&a)
+        .await;
+    for server in [&a, &b] {
+        Mock::given(wiremock::matchers::path("/slow"))
+            .respond_with(ResponseTemplate::new(200).set_delay(BOUND))
+            .mount(server)
+            .await;
+    }
+    let cases = [
+        ("a keyed POST taken away", reqwest::Method::POST, "/away", &b, 1),
+        ("a GET taken away", reqwest::Method::GET, "/away", &b, 2),
+        ("a keyed POST kept on its origin", reqwest::Method::POST, "/here", &a, 2),
+    ];
+    for (name, method, at, slow, copies) in cases {
+        let gate = Gate::default();
+        let hedge = HedgeMiddleware::new(HedgeConfig::builder().without_budget().build().unwrap())
+            .with_clock(gate.clone());
+        let retry =
+            RetryMiddleware::new(RetryConfig::builder().with_max_retries(0).build().unwrap())
+                .with_clock(ManualClock::new());
+        let client = retry.client(reqwest::Client::builder()).unwrap().with(hedge).build();
+        let slow_before = slow.received_requests().await.unwrap().len();
+        let slot = HedgeSlot::new();
+        let call = client
+            .request(method, format!("{}{at}", a.uri()))
+            .header("Idempotency-Key", "k-1")
+            .body("item=1")
+            .timeout(SHORT)
+            .with_extension(slot.clone())
+            .send();
+        // Once the first copy has reached the slow hop, the hedge's delay
+        // runs out.
+        let open = async {
+            while slow.received_requests().await.unwrap().len() == slow_before {
+                tokio::task::yield_now().await;
+            }
+            gate.0.notify_waiters();
+        };
+        let (result, ()) =
+            tokio::time::timeout(BOUND, async { tokio::join!(call, open) }).await.unwrap();
+        assert!(result.unwrap_err().is_timeout(), "{name}: the slow hop never answers");
+        assert_eq!(slot.get().map(|report| report.copies), Some(copies), "{name}");
+    }
+}
