@@ -134,7 +134,11 @@ impl Source {
 
     /// The builder both clients are built from.
     fn builder(self, a: &str) -> reqwest::ClientBuilder {
-        let builder = reqwest::Client::builder().no_proxy();
+        self.on(reqwest::Client::builder().no_proxy(), a)
+    }
+
+    /// `builder` with what this source sets on the client.
+    fn on(self, builder: reqwest::ClientBuilder, a: &str) -> reqwest::ClientBuilder {
         match self {
             Source::Default => {
                 let mut headers = HeaderMap::new();
@@ -229,6 +233,55 @@ async fn credentials_reach_only_the_hops_reqwest_sends_them_to() {
                         seen[0], seen[1]
                     ));
                 }
+            }
+        }
+    }
+    assert!(differences.is_empty(), "{}", differences.join("\n"));
+}
+
+/// From HTTPS to HTTP (another scheme, so another origin), with every
+/// redirect status and from every source: the HTTP hop receives what it
+/// receives from reqwest alone.
+#[tokio::test]
+async fn credentials_stay_behind_on_the_way_from_https_to_http() {
+    use support::tls_server::{tls_redirecting, trusting_builder};
+
+    let b = MockServer::start().await;
+    Mock::given(any()).respond_with(ResponseTemplate::new(200)).mount(&b).await;
+    let mut differences = Vec::new();
+    for status in [301, 302, 303, 307, 308] {
+        let a = tls_redirecting(status, format!("{}/{status}", b.uri())).await;
+        for source in Source::ALL {
+            let mut seen = Vec::new();
+            let plain = {
+                let client = source.on(trusting_builder().no_proxy(), &a).build().unwrap();
+                let builder = reqwest_middleware::ClientBuilder::new(client);
+                if source == Source::Inner { builder.with(Token).build() } else { builder.build() }
+            };
+            let ours = {
+                let retry = RetryMiddleware::default().with_clock(ManualClock::new());
+                let builder = retry.client(source.on(trusting_builder().no_proxy(), &a)).unwrap();
+                if source == Source::Inner { builder.with(Token).build() } else { builder.build() }
+            };
+            for client in [plain, ours] {
+                let before = b.received_requests().await.unwrap().len();
+                let call = source.request(&client, &format!("{a}/start")).send();
+                let response = tokio::time::timeout(BOUND, call).await.unwrap().unwrap();
+                assert_eq!(response.status(), 200, "{status} {source:?}");
+                let received = b.received_requests().await.unwrap();
+                let hop = &received[before..];
+                assert_eq!(hop.len(), 1, "{status} {source:?}");
+                assert!(!hop[0].headers.contains_key("referer"), "no Referer from HTTPS to HTTP");
+                seen.push(sensitive(&hop[0].headers));
+            }
+            // Only a cookie the store keeps for the host may go on.
+            let headers_only = source != Source::Jar;
+            assert!(!headers_only || seen[1].is_empty(), "{status} {source:?}: {:?}", seen[1]);
+            if seen[0] != seen[1] {
+                differences.push(format!(
+                    "{status} {source:?}: reqwest {:?}, ours {:?}",
+                    seen[0], seen[1]
+                ));
             }
         }
     }

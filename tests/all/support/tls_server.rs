@@ -108,6 +108,33 @@ async fn serve(
     }
 }
 
+/// A TLS server that answers every request with `status` and a `Location`
+/// of `location`, closing each connection after it. Returns its base URL.
+pub async fn tls_redirecting(status: u16, location: String) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("https://{}", listener.local_addr().unwrap());
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server_config()));
+    let answer = format!(
+        "HTTP/1.1 {status} X\r\nLocation: {location}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    );
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            let (acceptor, answer) = (acceptor.clone(), answer.clone());
+            tokio::spawn(async move {
+                let serve = async {
+                    let Ok(mut tls) = acceptor.accept(socket).await else { return };
+                    if read_http_request(&mut tls).await {
+                        let _ = tls.write_all(answer.as_bytes()).await;
+                        let _ = tls.shutdown().await;
+                    }
+                };
+                let _ = tokio::time::timeout(PATIENCE, serve).await;
+            });
+        }
+    });
+    url
+}
+
 fn server_config() -> rustls::ServerConfig {
     let certs = CertificateDer::pem_slice_iter(CERT_PEM)
         .collect::<Result<Vec<_>, _>>()
