@@ -34,8 +34,9 @@ pub(crate) struct Policy<'a> {
     /// [`SafeToRetry`](crate::SafeToRetry), or only its idempotency key,
     /// which a redirect to another origin takes away.
     safety: Safety,
-    /// The request's method, which decides what a redirect carries on.
-    method: Method,
+    /// The request is a POST, which a 301 or 302 turns into a GET: what a
+    /// redirect carries on depends on it.
+    post: bool,
     /// The retry count: the configured one, or the request's [`MaxRetries`].
     max_retries: u32,
     /// When the call started and how long it may take, if it has a deadline.
@@ -68,7 +69,7 @@ impl<'a> Policy<'a> {
         Self {
             shared,
             safety: safety(request, extensions, &config.idempotency_header),
-            method: request.method().clone(),
+            post: request.method() == Method::POST,
             max_retries: extensions.get::<MaxRetries>().map_or(config.max_retries, MaxRetries::get),
             deadline: limit.map(|limit| Deadline { start: shared.clock.now(), limit }),
             account: None,
@@ -290,9 +291,12 @@ impl<'a> Policy<'a> {
     /// report, prove the request processed, and take away the safety of a
     /// key that went on to another origin, for the rest of the call.
     fn note(&mut self, seen: Seen, outcome: &Result<Response>) {
+        if seen == Seen::NONE {
+            return;
+        }
         self.redirects = self.redirects.saturating_add(seen.followed(outcome));
         self.redirected |= seen.asked > 0;
-        if self.safety == Safety::ByKey && seen.took_away(&self.method) {
+        if self.safety == Safety::ByKey && seen.took_away(self.post) {
             self.safety = Safety::Unsafe;
         }
     }

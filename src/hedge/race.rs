@@ -84,9 +84,9 @@ impl HedgeMiddleware {
         // The redirects the copies meet (see `crate::redirect`): once one
         // took a request safe only by its key to another origin, method and
         // body, no further copy is sent.
-        let before = redirect::so_far();
         let key_taken_away = || {
-            safety == Safety::ByKey && redirect::so_far().since(before).took_away(request.method())
+            safety == Safety::ByKey
+                && redirect::so_far().took_away(request.method() == http::Method::POST)
         };
         let race = poll_fn(|cx| {
             loop {
@@ -164,7 +164,8 @@ impl HedgeMiddleware {
                 }
             }
         });
-        let ((number, (outcome, copy_extensions)), _) = redirect::recorded(race).await;
+        let mut seen = redirect::Seen::NONE;
+        let (number, (outcome, copy_extensions)) = redirect::recorded(race, &mut seen).await;
         drop(running);
         self.settle(account.as_deref(), start, &outcome);
         *extensions = copy_extensions;
