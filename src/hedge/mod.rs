@@ -70,12 +70,20 @@ pub use report::{HedgeReport, HedgeSlot};
 /// use reqwest_safe_retry::RetryMiddleware;
 /// use reqwest_safe_retry::hedge::HedgeMiddleware;
 ///
-/// let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
-///     .with(RetryMiddleware::default())
+/// let client = RetryMiddleware::default()
+///     .client(reqwest::Client::builder())?
 ///     .with(HedgeMiddleware::default())
 ///     .build();
 /// # let _ = client;
+/// # Ok::<(), reqwest_safe_retry::ClientError>(())
 /// ```
+///
+/// Through that client the hedge also sees the redirects its copies meet:
+/// once a 307 or 308 took a request that is safe only by its
+/// `Idempotency-Key` to another origin, method and body, no further copy is
+/// sent, since the key was set for the first origin. (A copy already out
+/// goes on; through a client the retry middleware did not build, the hedge
+/// cannot see redirects at all.)
 #[derive(Clone)]
 pub struct HedgeMiddleware {
     pub(super) inner: Arc<Inner>,
