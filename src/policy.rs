@@ -21,7 +21,7 @@ use crate::error::DeadlineExceeded;
 use crate::extensions::{MaxRetries, RetryDeadline};
 use crate::predicate::{Attempt, Outcome};
 use crate::reason::{Decision, RetryReason, StopReason};
-use crate::redirect::{Seen, same_resource};
+use crate::redirect::Seen;
 use crate::report::RetryReport;
 use crate::retry_after::asked;
 use crate::safety::{Safety, safety};
@@ -213,7 +213,7 @@ impl<'a> Policy<'a> {
             // that proves the attempt unprocessed only if no redirect
             // answered it first. A predicate's `AnyMethod` is held to the
             // same proof.
-            Scope::AnyMethod => safe || self.own_outcome(seen, outcome, request),
+            Scope::AnyMethod => safe || self.own_outcome(seen),
         };
         if !safe_to_repeat {
             return Decision::Stop(StopReason::NotSafe);
@@ -307,23 +307,12 @@ impl<'a> Policy<'a> {
         self.redirected |= seen.asked > 0;
     }
 
-    /// Whether `outcome` is provably the answer to the request the attempt
-    /// sent, and not to a later hop: only through the client the middleware
-    /// built, whose redirect policy records every redirect, when it
-    /// recorded none (and the response comes from the URL asked).
-    fn own_outcome(
-        &self,
-        seen: Seen,
-        outcome: &Result<Response>,
-        request: Option<&Request>,
-    ) -> bool {
-        if !self.shared.bound || seen.asked > 0 {
-            return false;
-        }
-        match (outcome, request) {
-            (Ok(response), Some(request)) => same_resource(response.url(), request.url()),
-            _ => true,
-        }
+    /// Whether the attempt's outcome is provably the answer to the request
+    /// it sent, and not to a later hop: only through the client the
+    /// middleware built, whose redirect policy records every redirect, when
+    /// it recorded none.
+    fn own_outcome(&self, seen: Seen) -> bool {
+        self.shared.bound && seen.asked == 0
     }
 
     /// The predicate's verdict if it gives one, else the built-in rules'.

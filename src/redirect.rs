@@ -213,14 +213,6 @@ pub(crate) fn so_far() -> Seen {
     SEEN.get()
 }
 
-/// The same resource: scheme, host, port, path and query. reqwest drops the
-/// fragment from a response's URL, and user information says nothing about
-/// which server answered. A response whose URL is not the request's is the
-/// answer of a later hop.
-pub(crate) fn same_resource(a: &Url, b: &Url) -> bool {
-    same_origin(a, b) && (a.path(), a.query()) == (b.path(), b.query())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -300,15 +292,6 @@ mod tests {
         let other = reqwest_middleware::Error::middleware(std::fmt::Error);
         assert_eq!(two.followed(&Err(other)), 2);
         assert_eq!(Seen::default().followed(&redirect(302, Some("/z"))), 0);
-    }
-
-    #[test]
-    fn the_resource_is_scheme_host_port_path_and_query() {
-        let a = url("https://user@a.test/p?q=1#top");
-        assert!(same_resource(&a, &url("https://a.test:443/p?q=1")));
-        for other in ["http://a.test/p?q=1", "https://a.test:1/p?q=1", "https://a.test/p?q=2"] {
-            assert!(!same_resource(&a, &url(other)), "{other}");
-        }
     }
 
     #[test]

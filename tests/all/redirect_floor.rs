@@ -610,6 +610,56 @@ async fn a_deadline_after_a_redirect_says_the_request_was_processed() {
     assert_eq!(hits(&a).await, 1);
 }
 
+/// A redirect in an earlier attempt counts too: a GET whose first attempt
+/// was redirected to a 503, and whose second hangs at the first hop until
+/// the deadline, ends with an error that says the request was processed.
+#[tokio::test]
+async fn a_redirect_in_an_earlier_attempt_marks_the_deadline_too() {
+    let server = MockServer::start().await;
+    Mock::given(wiremock::matchers::path("/a"))
+        .respond_with(ResponseTemplate::new(302).insert_header("Location", "/b"))
+        .up_to_n_times(1)
+        .with_priority(1)
+        .mount(&server)
+        .await;
+    Mock::given(wiremock::matchers::path("/a"))
+        .respond_with(ResponseTemplate::new(200).set_delay(BOUND))
+        .mount(&server)
+        .await;
+    Mock::given(wiremock::matchers::path("/b"))
+        .respond_with(ResponseTemplate::new(503))
+        .mount(&server)
+        .await;
+    let clock = ManualClock::new();
+    let config = policy().with_deadline(std::time::Duration::from_secs(10));
+    let client = RetryMiddleware::new(config.build().unwrap())
+        .with_clock(clock.clone())
+        .with_jitter_source(FixedJitter::TOP)
+        .client(reqwest::Client::builder())
+        .unwrap()
+        .build();
+    let slot = ReportSlot::new();
+    let call = client.get(format!("{}/a", server.uri())).with_extension(slot.clone()).send();
+    // Once the second attempt hangs at the first hop, time runs out.
+    let advance = async {
+        while hits(&server).await < 3 {
+            tokio::task::yield_now().await;
+        }
+        clock.advance(std::time::Duration::from_secs(20));
+    };
+    let (result, ()) =
+        tokio::time::timeout(BOUND, async { tokio::join!(call, advance) }).await.unwrap();
+    let reqwest_middleware::Error::Middleware(error) = result.unwrap_err() else {
+        panic!("not the deadline's error")
+    };
+    assert!(error.downcast_ref::<DeadlineExceeded>().unwrap().redirected());
+    let report = slot.get().unwrap();
+    assert_eq!(
+        (report.attempts, report.redirects, report.stop),
+        (2, 1, StopReason::DeadlineExceeded)
+    );
+}
+
 /// `RetryReport`, `AttemptNumber` and the events count resends alike, the
 /// redirects included: a GET answered 302 then 503, then 302 then 200 is
 /// four requests.
