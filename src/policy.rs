@@ -291,11 +291,12 @@ impl<'a> Policy<'a> {
     /// report, prove the request processed, and take away the safety of a
     /// key that went on to another origin, for the rest of the call.
     fn note(&mut self, seen: Seen, outcome: &Result<Response>) {
-        if seen == Seen::NONE {
+        // Nearly every attempt met none.
+        if seen.asked == 0 {
             return;
         }
         self.redirects = self.redirects.saturating_add(seen.followed(outcome));
-        self.redirected |= seen.asked > 0;
+        self.redirected = true;
         if self.safety == Safety::ByKey && seen.took_away(self.post) {
             self.safety = Safety::Unsafe;
         }
