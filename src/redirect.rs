@@ -194,7 +194,9 @@ pub(crate) async fn recorded<F: Future>(attempt: F, seen: &mut Seen) -> F::Outpu
 }
 
 /// Polls `attempt` with `seen` swapped in as the record of the attempt
-/// being polled, and what it noted added to the record outside.
+/// being polled, and what it noted added to the record outside. (A panic
+/// in the attempt leaves the cell holding its count; the cell is read only
+/// inside an attempt, which swaps its own in first.)
 fn poll_recorded<F: Future>(
     attempt: Pin<&mut F>,
     cx: &mut Context<'_>,
