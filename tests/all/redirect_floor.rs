@@ -742,8 +742,8 @@ impl reqwest_safe_retry::Clock for Gate {
 
 /// The hedge inside the quick start's client: once a copy's 307 took a
 /// request safe only by its key to another origin, no further copy is sent
-/// (the key was set for the first); a GET, or a 307 within the origin, is
-/// hedged as before.
+/// (the key was set for the first); a GET, a 307 within the origin, or a
+/// POST that a 302 turned into a GET, is hedged as before.
 #[tokio::test]
 async fn no_hedge_follows_a_key_taken_to_another_origin() {
     use reqwest_safe_retry::hedge::{HedgeConfig, HedgeMiddleware, HedgeSlot};
@@ -759,6 +759,12 @@ async fn no_hedge_follows_a_key_taken_to_another_origin() {
         .respond_with(ResponseTemplate::new(307).insert_header("Location", "/slow"))
         .mount(&a)
         .await;
+    Mock::given(wiremock::matchers::path("/moved"))
+        .respond_with(
+            ResponseTemplate::new(302).insert_header("Location", format!("{}/slow", b.uri())),
+        )
+        .mount(&a)
+        .await;
     for server in [&a, &b] {
         Mock::given(wiremock::matchers::path("/slow"))
             .respond_with(ResponseTemplate::new(200).set_delay(BOUND))
@@ -769,6 +775,9 @@ async fn no_hedge_follows_a_key_taken_to_another_origin() {
         ("a keyed POST taken away", reqwest::Method::POST, "/away", &b, 1),
         ("a GET taken away", reqwest::Method::GET, "/away", &b, 2),
         ("a keyed POST kept on its origin", reqwest::Method::POST, "/here", &a, 2),
+        // A 302 turns a POST into a GET, and keeps a PATCH a PATCH.
+        ("a keyed POST moved away", reqwest::Method::POST, "/moved", &b, 2),
+        ("a keyed PATCH moved away", reqwest::Method::PATCH, "/moved", &b, 1),
     ];
     for (name, method, at, slow, copies) in cases {
         let gate = Gate::default();
