@@ -334,8 +334,12 @@ impl RetryConfigBuilder {
     /// # let _ = config;
     /// ```
     ///
-    /// It may also choose the wait before the retry it asks for, with a
-    /// [`Verdict`](crate::Verdict) instead of a bare `Retryability`.
+    /// It may also set the wait before the retry it asks for, with a
+    /// [`Verdict`](crate::Verdict) instead of a bare `Retryability`: a wait
+    /// of its own ([`Verdict::after`](crate::Verdict::after)), or one the
+    /// server asked for in a header the crate does not read
+    /// ([`Verdict::server_asked`](crate::Verdict::server_asked)), which is
+    /// capped, spread and priced like `Retry-After`.
     pub fn with_predicate<F, V>(mut self, predicate: F) -> Self
     where
         F: Fn(&Attempt<'_>) -> Option<V> + Send + Sync + 'static,

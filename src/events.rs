@@ -87,7 +87,7 @@ fn emit(
         // A first answer that is final is the common case, not news.
         Decision::Stop(crate::StopReason::NothingToRetry) if attempt == 1 => {}
         Decision::Stop(stop) => event_at!(
-            level,
+            stop_level(level, stop),
             attempt,
             http.request.method = %method,
             http.request.resend_count = resends,
@@ -95,5 +95,19 @@ fn emit(
             retry.stop = stop.as_str(),
             "not retrying request: {stop}"
         ),
+    }
+}
+
+/// The level of the event for a stop. A final answer after retries (a
+/// recovery, most often) is no warning, whatever the configured level: it
+/// is logged at debug, or at trace if that is the level. Every other stop
+/// gives up on a failure, at `level`.
+#[cfg(feature = "tracing")]
+fn stop_level(level: tracing::Level, stop: crate::StopReason) -> tracing::Level {
+    match stop {
+        crate::StopReason::NothingToRetry if level != tracing::Level::TRACE => {
+            tracing::Level::DEBUG
+        }
+        _ => level,
     }
 }

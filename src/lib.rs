@@ -26,7 +26,9 @@
 //! idempotent method (GET, HEAD, OPTIONS, TRACE, PUT, DELETE, as
 //! [`http::Method::is_idempotent`] says), or a request with a non-blank
 //! `Idempotency-Key` header, which tells the server to answer a repeat with the
-//! first result. Outcomes where the server provably did nothing — a refused
+//! first result. A key makes a repeat safe only where the server deduplicates
+//! by it; the middleware cannot tell whether it does, and a server that
+//! ignores keys (GitHub's API does) does the work again. Outcomes where the server provably did nothing — a refused
 //! connection, a TLS handshake the peer cut off, an HTTP/2 stream the server
 //! refused, a 429 — are retried for any method, but only where the middleware
 //! can know the outcome belongs to the request it sent. See [`Retryability`]
@@ -207,9 +209,11 @@
 //! # Observability
 //!
 //! With the `tracing` feature (on by default), every retry decision is one
-//! event under targets starting `reqwest_safe_retry`, at debug level
-//! ([`RetryMiddleware::with_log_level`] changes it), with OpenTelemetry's
-//! HTTP field names where one exists:
+//! event with the target `reqwest_safe_retry::events`, at debug level, with
+//! OpenTelemetry's HTTP field names where one exists.
+//! [`RetryMiddleware::with_log_level`] changes the level of retries and of
+//! stops that give up on a failure; a call that ends on a final answer
+//! after retries (a recovery) stays at debug, so that it raises no warning.
 //!
 //! | field | in | value |
 //! |---|---|---|
@@ -221,6 +225,10 @@
 //! | `retry.reason` | retries | [`RetryReason::as_str`]: `status`, `timeout`, ... |
 //! | `wait_ms` | retries | the wait before the next attempt |
 //! | `retry.stop` | stops | [`StopReason::as_str`]: `retries_exhausted`, `budget_exhausted`, ... |
+//!
+//! Retries, as reqwest-retry counts them, are `attempt - 1`;
+//! `http.request.resend_count` adds the redirects followed, so a GET answered
+//! 302 and then 200 is attempt 1 with a resend count of 1.
 //!
 //! A first answer that is final — nearly every call — emits nothing, and
 //! headers, bodies, paths and queries are never logged. The labels of

@@ -19,11 +19,11 @@ use crate::config::RetryAfterOverCap;
 use crate::deadline::{Deadline, MIN_ATTEMPT, attempt_bounds, visible_timeout};
 use crate::error::DeadlineExceeded;
 use crate::extensions::{MaxRetries, RetryDeadline};
-use crate::predicate::{Attempt, Outcome};
+use crate::predicate::{Attempt, Outcome, Wait};
 use crate::reason::{Decision, RetryReason, StopReason};
 use crate::redirect::Seen;
 use crate::report::RetryReport;
-use crate::retry_after::asked;
+use crate::retry_after::{asked, until};
 use crate::safety::{Safety, safety};
 use crate::shared::Shared;
 
@@ -224,49 +224,9 @@ impl<'a> Policy<'a> {
         if request.is_none() {
             return Decision::Stop(StopReason::NotReplayable);
         }
-        let config = &self.shared.config;
-        let (initial, max) = (config.initial_backoff, config.max_backoff);
-        let retry = self.attempts - 1;
-        let wall_time = || self.shared.clock.wall_time();
-        let asked = outcome.as_ref().ok().and_then(|response| asked(response.headers(), wall_time));
-        let asked = match asked {
-            // A predicate's chosen wait replaces the server's and ours.
-            _ if chosen.is_some() => None,
-            Some(asked) if asked > config.max_retry_after => match config.retry_after_over_cap {
-                RetryAfterOverCap::ReturnResponse => {
-                    return Decision::Stop(StopReason::RetryAfterTooLong(asked));
-                }
-                RetryAfterOverCap::WaitTheCap => Some(config.max_retry_after),
-            },
-            asked => asked,
-        };
-        let spread = config.retry_after_spread && config.jitter != Jitter::None;
-        // A first attempt refused with 429 and a wait the server chose,
-        // within the cap, and spread: the server asked for this retry and
-        // set its time, so the budget does not pay for it. Only the first:
-        // a server that refuses the same call again is shedding load, and
-        // further retries are paid for like any other.
-        let paced = spread
-            && retry == 0
-            && asked.is_some_and(|asked| asked <= config.max_retry_after)
-            && matches!(outcome, Ok(response) if response.status() == StatusCode::TOO_MANY_REQUESTS);
-        let after = match (chosen, asked) {
-            (Some(chosen), _) => chosen,
-            (None, asked) => match asked {
-                // The server's word is a floor, not an appointment: clients told
-                // the same thing come back spread over this retry's ceiling.
-                Some(asked) if spread => {
-                    let spread = scale(ceiling(initial, max, retry), self.shared.jitter.unit());
-                    asked.saturating_add(spread)
-                }
-                Some(asked) => asked,
-                None => {
-                    let unit = self.shared.jitter.unit();
-                    self.previous_wait =
-                        backoff(config.jitter, initial, max, retry, self.previous_wait, unit);
-                    self.previous_wait
-                }
-            },
+        let (after, paced) = match self.wait(chosen, scope, outcome) {
+            Ok(wait) => wait,
+            Err(stop) => return Decision::Stop(stop),
         };
         if let Some((elapsed, limit)) = spent {
             // A wait must leave time to send: one that ends within
@@ -285,6 +245,68 @@ impl<'a> Policy<'a> {
         }
         self.total_wait = self.total_wait.saturating_add(after);
         Decision::Retry { after, reason }
+    }
+
+    /// The wait before the retry that follows `outcome`, and whether the
+    /// server asked for the retry and set its time, so the budget does not
+    /// pay for it; or why there is no retry: the server asked for more than
+    /// the cap.
+    ///
+    /// A wait the predicate chose is taken as it is. A wait the server asked
+    /// for (its `Retry-After`, or the one a predicate read from another
+    /// header) is capped, then spread upwards: clients told the same thing
+    /// come back spread over this retry's backoff ceiling. Otherwise, the
+    /// backoff.
+    fn wait(
+        &mut self,
+        chosen: Wait,
+        scope: Scope,
+        outcome: &Result<Response>,
+    ) -> std::result::Result<(Duration, bool), StopReason> {
+        let config = &self.shared.config;
+        let (initial, max) = (config.initial_backoff, config.max_backoff);
+        let retry = self.attempts - 1;
+        let headers = outcome.as_ref().ok().map(Response::headers);
+        let wall_time = || self.shared.clock.wall_time();
+        let asked = match chosen {
+            Wait::Exactly(wait) => return Ok((wait, false)),
+            Wait::Policy => headers.and_then(|headers| asked(headers, wall_time)),
+            Wait::Asked(wait) => Some(wait),
+            Wait::AskedUntil(at) => Some(until(at, headers, wall_time)),
+        };
+        let Some(asked) = asked else {
+            let unit = self.shared.jitter.unit();
+            self.previous_wait =
+                backoff(config.jitter, initial, max, retry, self.previous_wait, unit);
+            return Ok((self.previous_wait, false));
+        };
+        let within_cap = asked <= config.max_retry_after;
+        let asked = match config.retry_after_over_cap {
+            _ if within_cap => asked,
+            RetryAfterOverCap::ReturnResponse => return Err(StopReason::RetryAfterTooLong(asked)),
+            RetryAfterOverCap::WaitTheCap => config.max_retry_after,
+        };
+        let spread = config.retry_after_spread && config.jitter != Jitter::None;
+        // A first attempt refused before the server acted (a 429, or what a
+        // predicate says is one), with a wait the server chose within the
+        // cap, and spread: the server asked for this retry and set its time,
+        // so the budget does not pay for it. Not over the cap, where the
+        // server asked for more than it gets. Only the first: a server that
+        // refuses the same call again is shedding load, and further retries
+        // are paid for like any other.
+        let refused = match chosen {
+            Wait::Policy => {
+                matches!(outcome, Ok(response) if response.status() == StatusCode::TOO_MANY_REQUESTS)
+            }
+            _ => scope == Scope::AnyMethod,
+        };
+        let paced = spread && retry == 0 && within_cap && refused;
+        if !spread {
+            return Ok((asked, paced));
+        }
+        // The server's word is a floor, not an appointment.
+        let spread = scale(ceiling(initial, max, retry), self.shared.jitter.unit());
+        Ok((asked.saturating_add(spread), paced))
     }
 
     /// Takes in the redirects an attempt met: they count towards the
@@ -322,13 +344,13 @@ impl<'a> Policy<'a> {
         request: Option<&Request>,
         outcome: &Result<Response>,
         body_failed: bool,
-    ) -> (Class, Option<Duration>) {
+    ) -> (Class, Wait) {
         if let (Some(predicate), Some(request)) = (self.shared.config.predicate(), request) {
             let attempt = Attempt { request, number: self.attempts, outcome: Outcome::of(outcome) };
             if let Some(verdict) = predicate(&attempt) {
                 return match Scope::of(verdict.retryability()) {
-                    None => (None, None),
-                    Some(scope) => (Some((scope, RetryReason::Custom)), verdict.wait()),
+                    None => (None, Wait::Policy),
+                    Some(scope) => (Some((scope, RetryReason::Custom)), verdict.source()),
                 };
             }
         }
@@ -342,7 +364,7 @@ impl<'a> Policy<'a> {
             Err(error) if body_failed => classify::classify_body_error(error),
             Err(error) => classify::classify_error(error, request.map(Request::url)),
         };
-        (class, None)
+        (class, Wait::Policy)
     }
 
     /// Whether a retry may follow the first attempt: retries are allowed.

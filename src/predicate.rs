@@ -1,7 +1,7 @@
 //! What a custom predicate sees of one finished attempt.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use reqwest::{Request, Response};
 
@@ -15,7 +15,25 @@ pub(crate) type Predicate = Arc<dyn Fn(&Attempt<'_>) -> Option<Verdict> + Send +
 /// retried and, if the predicate chooses, how long to wait first.
 ///
 /// A predicate may return a bare [`Retryability`] (it converts into a verdict
-/// that leaves the wait to the policy) or a verdict with a wait:
+/// that leaves the wait to the policy) or a verdict with a wait, of one of two
+/// kinds:
+///
+/// - [`server_asked`](Self::server_asked) (or
+///   [`server_asked_until`](Self::server_asked_until)): a wait the *server*
+///   named in a header the crate does not read itself, such as a rate
+///   limit's reset time. It is treated exactly like `Retry-After`: capped by
+///   [`with_max_retry_after`](crate::RetryConfigBuilder::with_max_retry_after)
+///   (over the cap, the response is returned with
+///   [`StopReason::RetryAfterTooLong`](crate::StopReason::RetryAfterTooLong),
+///   or the cap is waited, as
+///   [`with_retry_after_over_cap`](crate::RetryConfigBuilder::with_retry_after_over_cap)
+///   says), spread upwards like `Retry-After`, and priced like it by the
+///   budget.
+/// - [`after`](Self::after): a wait the *predicate* chose. It is waited
+///   exactly: no cap, no spread, and the budget pays for the retry.
+///
+/// Both still end where the deadline would be passed, and neither makes a
+/// request repeatable that is not.
 ///
 /// ```
 /// use std::time::Duration;
@@ -35,20 +53,61 @@ pub(crate) type Predicate = Arc<dyn Fn(&Attempt<'_>) -> Option<Verdict> + Send +
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Verdict {
     retryability: Retryability,
-    wait: Option<Duration>,
+    wait: Wait,
+}
+
+/// Where the wait before a predicate's retry comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wait {
+    /// The policy's own: the backoff, or the server's `Retry-After`.
+    Policy,
+    /// The predicate's, waited as it is.
+    Exactly(Duration),
+    /// The server's, as a `Retry-After` of seconds would give it.
+    Asked(Duration),
+    /// The server's, as a `Retry-After` date would give it.
+    AskedUntil(SystemTime),
 }
 
 impl Verdict {
     /// Retry as far as `retryability` allows, after the policy's own wait.
     pub fn new(retryability: Retryability) -> Self {
-        Self { retryability, wait: None }
+        Self { retryability, wait: Wait::Policy }
     }
 
     /// Wait exactly `wait` before the retry, instead of the backoff or the
-    /// server's `Retry-After`. The deadline and the budget still apply, and
-    /// so do the rules of safety: a wait does not make a request repeatable.
+    /// server's `Retry-After`. The wait is the predicate's choice, so no rule
+    /// about the server's waits applies: it is not capped by
+    /// `max_retry_after`, not spread, and the budget pays for the retry. The
+    /// deadline still applies, and so do the rules of safety: a wait does not
+    /// make a request repeatable.
+    ///
+    /// For a wait the server named, use [`server_asked`](Self::server_asked).
     pub fn after(mut self, wait: Duration) -> Self {
-        self.wait = Some(wait);
+        self.wait = Wait::Exactly(wait);
+        self
+    }
+
+    /// The server asked for `wait` before the retry, in a form the crate does
+    /// not read itself (a rate limit's reset header, say). It is treated as a
+    /// `Retry-After` of that length, replacing the response's own: capped,
+    /// spread, and priced as the [type's documentation](Self) says. A retry
+    /// answered [`Retryability::AnyMethod`] (the server refused before
+    /// acting, and named a time) has its first wait within the cap free of
+    /// the budget, as a 429's is.
+    pub fn server_asked(mut self, wait: Duration) -> Self {
+        self.wait = Wait::Asked(wait);
+        self
+    }
+
+    /// The server asked for no retry before `at` (a reset time given as a
+    /// Unix timestamp, say). It is treated as a `Retry-After` date:
+    /// measured against the response's `Date` when it has a valid one, else
+    /// against the [`Clock`](crate::Clock)'s wall time, and then as
+    /// [`server_asked`](Self::server_asked). An instant in the past asks for
+    /// no wait.
+    pub fn server_asked_until(mut self, at: SystemTime) -> Self {
+        self.wait = Wait::AskedUntil(at);
         self
     }
 
@@ -57,8 +116,18 @@ impl Verdict {
         self.retryability
     }
 
-    /// The wait the predicate chose, if any.
+    /// The wait the predicate chose with [`after`](Self::after), if any.
+    /// (A wait the server asked for is not the predicate's choice: compare
+    /// verdicts to check one.)
     pub fn wait(&self) -> Option<Duration> {
+        match self.wait {
+            Wait::Exactly(wait) => Some(wait),
+            _ => None,
+        }
+    }
+
+    /// Where the wait comes from.
+    pub(crate) fn source(&self) -> Wait {
         self.wait
     }
 }

@@ -43,18 +43,37 @@ pub fn parse_retry_after(value: &HeaderValue, now: SystemTime) -> Option<Duratio
     Some(at.duration_since(now).unwrap_or(Duration::ZERO))
 }
 
-/// The wait a response's `Retry-After` asks for. A date is measured against
-/// the response's own `Date` when it has a valid one, so a client whose clock
-/// is off waits what the server meant; otherwise against `wall_time`, read
-/// only then.
+/// The wait a response's `Retry-After` asks for. A date is measured from
+/// [`server_now`].
 pub(crate) fn asked(
     headers: &HeaderMap,
     wall_time: impl FnOnce() -> SystemTime,
 ) -> Option<Duration> {
     let value = headers.get(RETRY_AFTER)?;
-    let server_now =
+    parse_retry_after(value, server_now(headers, wall_time))
+}
+
+/// The wait until `at`, a time the server named, measured from
+/// [`server_now`]; none once it has passed.
+pub(crate) fn until(
+    at: SystemTime,
+    headers: Option<&HeaderMap>,
+    wall_time: impl FnOnce() -> SystemTime,
+) -> Duration {
+    let now = match headers {
+        Some(headers) => server_now(headers, wall_time),
+        None => wall_time(),
+    };
+    at.duration_since(now).unwrap_or(Duration::ZERO)
+}
+
+/// "Now" as the server's times mean it: the response's own `Date` when it
+/// has a valid one, so a client whose clock is off waits what the server
+/// meant; otherwise `wall_time`, read only then.
+fn server_now(headers: &HeaderMap, wall_time: impl FnOnce() -> SystemTime) -> SystemTime {
+    let date =
         headers.get(DATE).and_then(|date| httpdate::parse_http_date(date.to_str().ok()?).ok());
-    parse_retry_after(value, server_now.unwrap_or_else(wall_time))
+    date.unwrap_or_else(wall_time)
 }
 
 #[cfg(test)]
@@ -122,5 +141,23 @@ mod tests {
         }
         let opaque = HeaderValue::from_bytes(b"\xff\xfe").unwrap();
         assert_eq!(parse_retry_after(&opaque, rfc_example()), None);
+    }
+
+    #[test]
+    fn a_time_the_server_named_is_measured_like_a_date() {
+        let headers = |date: &'static str| {
+            std::iter::once((DATE, HeaderValue::from_static(date))).collect::<HeaderMap>()
+        };
+        let reset = rfc_example();
+        let never = || -> SystemTime { unreachable!("the response's Date is used") };
+        let seven_before = headers("Sun, 06 Nov 1994 08:49:30 GMT");
+        assert_eq!(until(reset, Some(&seven_before), never), Duration::from_secs(7));
+        // A bad Date, or no response: the wall time.
+        let ten_before = || rfc_example() - Duration::from_secs(10);
+        assert_eq!(until(reset, Some(&headers("soon")), ten_before), Duration::from_secs(10));
+        assert_eq!(until(reset, None, ten_before), Duration::from_secs(10));
+        // Past: no wait.
+        let later = || rfc_example() + Duration::from_secs(1);
+        assert_eq!(until(reset, None, later), Duration::ZERO);
     }
 }

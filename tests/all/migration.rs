@@ -11,7 +11,7 @@
 use crate::support;
 
 use std::future::Future;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::Extensions;
 use reqwest::{Method, Request, Response, StatusCode};
@@ -21,7 +21,7 @@ use reqwest_retry::policies::ExponentialBackoff;
 use reqwest_safe_retry::{
     Decision, FixedJitter, Jitter, ManualClock, Outcome, ReportSlot, RetryAfterOverCap,
     RetryConfig, RetryConfigBuilder, RetryMiddleware, RetryReport, Retryability, SafeToRetry,
-    StopReason,
+    StopReason, Verdict,
 };
 use support::tls_server::{Handshake, rustls_client, tls_server, untrusting_client};
 use support::*;
@@ -167,6 +167,48 @@ fn retry_201() -> RetryConfigBuilder {
         // Not `None`: that would hand a 503 to the built-in rules, which retry it.
         Outcome::Response(_) => Some(Retryability::Never),
         _ => None,
+    })
+}
+// guide: end
+
+// guide: port_409_and_501_final
+/// A `RetryableStrategy` that makes 409 and 501 final and hands every other
+/// outcome to reqwest-retry's defaults, ported. `None` hands an outcome to
+/// *this* crate's rules, so the statuses reqwest-retry's defaults retry are
+/// configured first; the rules of safety still apply to them.
+fn port_409_and_501_final() -> RetryConfigBuilder {
+    statuses_like_reqwest_retry().with_predicate(|attempt| match attempt.outcome {
+        Outcome::Response(response) if matches!(response.status().as_u16(), 409 | 501) => {
+            Some(Retryability::Never)
+        }
+        _ => None, // the built-in rules, with reqwest-retry's statuses
+    })
+}
+// guide: end
+
+// guide: github_rate_limits
+/// GitHub's rate limits, as its REST API documents them: a 403 or 429 with
+/// `retry-after` is a secondary limit; one with `x-ratelimit-remaining: 0`
+/// is the primary limit, lifted at `x-ratelimit-reset` (Unix seconds). Both
+/// refuse before any work is done, so any method may wait them out. They
+/// are waits the server asked for, so the cap applies: a reset further away
+/// than `max_retry_after` is returned to the caller.
+fn github_rate_limits() -> RetryConfigBuilder {
+    RetryConfig::builder().with_predicate(|attempt| {
+        let Outcome::Response(response) = attempt.outcome else { return None };
+        if !matches!(response.status().as_u16(), 403 | 429) {
+            return None;
+        }
+        let number = |name: &str| response.headers().get(name)?.to_str().ok()?.parse::<u64>().ok();
+        let limited = Verdict::new(Retryability::AnyMethod);
+        if let Some(seconds) = number("retry-after") {
+            Some(limited.server_asked(Duration::from_secs(seconds)))
+        } else if number("x-ratelimit-remaining") == Some(0) {
+            let reset = UNIX_EPOCH + Duration::from_secs(number("x-ratelimit-reset")?);
+            Some(limited.server_asked_until(reset))
+        } else {
+            None // another 403 is final, another 429 the built-in rules'
+        }
     })
 }
 // guide: end
@@ -345,6 +387,67 @@ fn the_guide_shows_the_code_tested_here() {
         recipes += 1;
     }
     assert!(recipes >= 9, "{recipes} recipes found");
+}
+
+/// Every test a table of the guide names in its "tests" column, or the
+/// guide names in its prose, is a test of the suite: a claim cannot lose its
+/// test by a rename.
+#[test]
+fn every_test_the_guide_names_exists() {
+    let guide = include_str!("../../MIGRATING.md");
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/all");
+    let mut tests = String::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "rs") {
+            tests.push_str(&std::fs::read_to_string(path).unwrap());
+        }
+    }
+    // A test name: a backticked identifier of at least four words.
+    let names: Vec<&str> = guide
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .map(|quoted| quoted.rsplit("::").next().unwrap())
+        .filter(|name| name.split('_').count() >= 4)
+        .filter(|name| {
+            name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+        })
+        .collect();
+    // The crate's own methods are named too: they are not tests.
+    let mut api = String::new();
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut dirs = vec![src];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                api.push_str(&std::fs::read_to_string(path).unwrap());
+            }
+        }
+    }
+    // And so are the APIs the guide maps from.
+    let theirs = [
+        "default_on_request_success",
+        "default_on_request_failure",
+        "max_retries_per_request",
+        "new_with_policy_and_strategy",
+        "with_retry_log_level",
+    ];
+    let names: Vec<&str> = names
+        .into_iter()
+        .filter(|name| !api.contains(&format!("pub fn {name}(")) && !theirs.contains(name))
+        .collect();
+    assert!(names.len() >= 40, "{} test names found", names.len());
+    for name in names {
+        let defined = [format!("fn {name}("), format!("fn {name}<")];
+        assert!(
+            defined.iter().any(|d| tests.contains(d.as_str())),
+            "MIGRATING.md names `{name}`, which is no function under tests/all"
+        );
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -773,6 +876,38 @@ async fn a_streaming_body_is_sent_once_here_and_refused_by_reqwest_retry() {
 }
 
 #[tokio::test]
+async fn an_upload_is_retried_only_when_buffered_and_safe_to_repeat() {
+    use StopReason::{NotReplayable, NotSafe, NothingToRetry};
+    // (method, key, buffering): what reaches the server, and why it stopped.
+    let cases = [
+        (Method::POST, false, false, 1, NotSafe),
+        (Method::POST, false, true, 1, NotSafe),
+        (Method::POST, true, false, 1, NotReplayable),
+        (Method::POST, true, true, 2, NothingToRetry),
+        (Method::PUT, false, false, 1, NotReplayable),
+        (Method::PUT, false, true, 2, NothingToRetry),
+    ];
+    for (method, key, buffering, reached, stop) in cases {
+        let (server, url) = scripted(&[503, 201]).await;
+        let mut config = RetryConfig::builder();
+        if buffering {
+            config = config.with_request_body_buffering(64 * 1024);
+        }
+        let (client, _) = ours(reqwest::Client::builder(), config.build().unwrap());
+        let slot = ReportSlot::new();
+        let mut request = client.request(method.clone(), &url).body(streaming_body());
+        if key {
+            request = request.header("Idempotency-Key", "upload-1");
+        }
+        let result = bounded("upload", request.with_extension(slot.clone()).send()).await;
+        let case = format!("{method}, key {key}, buffering {buffering}");
+        assert_eq!(hits(&server).await, reached, "{case}");
+        assert_eq!(slot.get().unwrap().stop, stop, "{case}");
+        assert_eq!(summary(&result), if reached == 2 { "201" } else { "503" }, "{case}");
+    }
+}
+
+#[tokio::test]
 async fn an_error_another_middleware_wrapped_is_still_read_here() {
     // A GET whose connection closes before the answer, then a 200.
     let (url, connections) = raw_server(vec![Raw::Close, Raw::Reply(OK_CLOSE)]).await;
@@ -818,6 +953,352 @@ async fn retry_201_retries_a_201_and_no_other_response() {
     assert_eq!(report.stop, StopReason::NothingToRetry);
 }
 
+/// The reqwest-retry strategy [`port_409_and_501_final`] ports: 409 and 501
+/// final, everything else as reqwest-retry's defaults say.
+struct Not409Or501;
+
+impl reqwest_retry::RetryableStrategy for Not409Or501 {
+    fn handle(
+        &self,
+        result: &reqwest_middleware::Result<Response>,
+    ) -> Option<reqwest_retry::Retryable> {
+        match result {
+            Ok(response) if matches!(response.status().as_u16(), 409 | 501) => {
+                Some(reqwest_retry::Retryable::Fatal)
+            }
+            Ok(response) => reqwest_retry::default_on_request_success(response),
+            Err(error) => reqwest_retry::default_on_request_failure(error),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_ported_strategy_that_delegates_needs_reqwest_retrys_statuses() {
+    // reqwest-retry: the defaults it delegates to retry a 500.
+    let (server, url) = scripted(&[500]).await;
+    let policy = ExponentialBackoff::builder()
+        .retry_bounds(Duration::ZERO, Duration::ZERO)
+        .build_with_max_retries(3);
+    let peer = RetryTransientMiddleware::new_with_policy_and_strategy(policy, Not409Or501);
+    let client = ClientBuilder::new(bare_reqwest()).with(peer).build();
+    let response = bounded("GET", client.get(&url).send()).await.unwrap();
+    assert_eq!((response.status().as_u16(), hits(&server).await), (500, 4));
+
+    // Ported word for word, `None` hands the 500 to this crate's rules,
+    // where it is final.
+    let word_for_word = RetryConfig::builder().with_predicate(|attempt| match attempt.outcome {
+        Outcome::Response(r) if matches!(r.status().as_u16(), 409 | 501) => {
+            Some(Retryability::Never)
+        }
+        _ => None,
+    });
+    let (server, url) = scripted(&[500]).await;
+    let (client, _) = ours(reqwest::Client::builder(), word_for_word.build().unwrap());
+    let (result, report) = send(&client, Method::GET, &url).await;
+    assert_eq!((summary(&result), hits(&server).await), ("500".to_owned(), 1));
+    assert_eq!(report.stop, StopReason::NothingToRetry);
+
+    // With reqwest-retry's statuses configured: 4 attempts again, and 409
+    // and 501 still final.
+    for (status, attempts) in [(500, 4), (503, 4), (408, 4), (409, 1), (501, 1)] {
+        let (server, url) = scripted(&[status]).await;
+        let (client, _) =
+            ours(reqwest::Client::builder(), port_409_and_501_final().build().unwrap());
+        let (result, _) = send(&client, Method::GET, &url).await;
+        assert_eq!(summary(&result), status.to_string());
+        assert_eq!(hits(&server).await, attempts, "{status}");
+    }
+}
+
+#[tokio::test]
+async fn when_safe_keeps_a_posts_500_final_and_any_method_repeats_it() {
+    // The rule of thumb: `AnyMethod` only for an answer given before the
+    // server acted. A 500 may come after the work was done.
+    for (scope, hits_wanted, stop) in [
+        (Retryability::WhenSafe, 1, StopReason::NotSafe),
+        (Retryability::AnyMethod, 2, StopReason::NothingToRetry),
+    ] {
+        let config = RetryConfig::builder().with_predicate(move |attempt| match attempt.outcome {
+            Outcome::Response(r) if r.status() == 500 => Some(scope),
+            _ => None,
+        });
+        let (server, url) = scripted(&[500, 201]).await;
+        let (client, _) = ours(reqwest::Client::builder(), config.build().unwrap());
+        let (_, report) = send(&client, Method::POST, &url).await;
+        assert_eq!((hits(&server).await, report.stop), (hits_wanted, stop), "{scope:?}");
+    }
+}
+
+// ---------------------------------------------------------------------------
+// A predicate's waits, and an API's rate limits (GitHub's).
+// ---------------------------------------------------------------------------
+
+/// A wall time for the manual clock, and the same as a `Date` header.
+fn wall() -> (SystemTime, String) {
+    let at = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+    (at, httpdate::fmt_http_date(at))
+}
+
+/// GitHub's answer when the primary limit is spent and lifts `in_secs`
+/// after [`wall`].
+fn primary_limit(in_secs: u64) -> ResponseTemplate {
+    let (at, date) = wall();
+    let reset = at.duration_since(UNIX_EPOCH).unwrap().as_secs() + in_secs;
+    ResponseTemplate::new(403)
+        .insert_header("date", date.as_str())
+        .insert_header("x-ratelimit-remaining", "0")
+        .insert_header("x-ratelimit-reset", reset.to_string().as_str())
+}
+
+/// GitHub's answer at a secondary limit.
+fn secondary_limit(status: u16, retry_after: &str) -> ResponseTemplate {
+    ResponseTemplate::new(status).insert_header("retry-after", retry_after)
+}
+
+/// The quick start's client with `config`, on a manual clock at [`wall`].
+fn github(config: RetryConfigBuilder) -> (ClientWithMiddleware, ManualClock) {
+    let clock = ManualClock::new().with_wall_time(wall().0);
+    let middleware = RetryMiddleware::new(config.build().unwrap())
+        .with_clock(clock.clone())
+        .with_jitter_source(FixedJitter::TOP);
+    (middleware.client(reqwest::Client::builder()).unwrap().build(), clock)
+}
+
+#[tokio::test]
+async fn github_rate_limits_wait_for_the_reset_within_the_cap() {
+    let server = MockServer::start().await;
+    script(&server, "/r", vec![primary_limit(10), ResponseTemplate::new(201)]).await;
+    let (client, clock) = github(github_rate_limits());
+    let (result, report) = send(&client, Method::POST, &format!("{}/r", server.uri())).await;
+    assert_eq!((summary(&result), hits(&server).await), ("201".to_owned(), 2));
+    // The reset, measured against the response's `Date`, spread like a
+    // `Retry-After` by up to the first retry's ceiling (the top here).
+    assert_eq!(clock.sleeps(), [Duration::from_millis(10_500)]);
+    assert_eq!(report.stop, StopReason::NothingToRetry);
+}
+
+#[tokio::test]
+async fn github_rate_limits_return_a_reset_beyond_the_cap() {
+    for (cap, reset) in [(None, 40), (Some(5), 8)] {
+        let server = MockServer::start().await;
+        script(&server, "/r", vec![primary_limit(reset), ResponseTemplate::new(201)]).await;
+        let mut config = github_rate_limits();
+        if let Some(cap) = cap {
+            config = config.with_max_retry_after(Duration::from_secs(cap));
+        }
+        let (client, clock) = github(config);
+        let (result, report) = send(&client, Method::POST, &format!("{}/r", server.uri())).await;
+        assert_eq!((summary(&result), hits(&server).await), ("403".to_owned(), 1));
+        let asked = Duration::from_secs(reset);
+        assert_eq!(report.stop, StopReason::RetryAfterTooLong(asked), "cap {cap:?}");
+        assert!(clock.sleeps().is_empty());
+    }
+}
+
+#[tokio::test]
+async fn github_rate_limits_wait_a_secondary_limits_retry_after() {
+    for status in [403, 429] {
+        let server = MockServer::start().await;
+        script(&server, "/r", vec![secondary_limit(status, "3"), ResponseTemplate::new(201)]).await;
+        let (client, clock) = github(github_rate_limits());
+        let (result, _) = send(&client, Method::POST, &format!("{}/r", server.uri())).await;
+        assert_eq!((summary(&result), hits(&server).await), ("201".to_owned(), 2), "{status}");
+        assert_eq!(clock.sleeps(), [Duration::from_millis(3_500)], "{status}");
+    }
+    // Any other 403 is final.
+    let (server, url) = scripted(&[403, 201]).await;
+    let (client, _) = github(github_rate_limits());
+    let (result, _) = send(&client, Method::POST, &url).await;
+    assert_eq!((summary(&result), hits(&server).await), ("403".to_owned(), 1));
+}
+
+#[tokio::test]
+async fn a_wait_the_server_asked_for_is_capped_as_retry_after_is() {
+    let asked_for = |seconds| {
+        RetryConfig::builder().with_predicate(move |attempt| match attempt.outcome {
+            Outcome::Response(r) if r.status() == 403 => Some(
+                Verdict::new(Retryability::AnyMethod).server_asked(Duration::from_secs(seconds)),
+            ),
+            _ => None,
+        })
+    };
+    // Over the cap, waiting the cap when told to: 30 s, spread.
+    let (server, url) = scripted(&[403, 200]).await;
+    let config = asked_for(3600).with_retry_after_over_cap(RetryAfterOverCap::WaitTheCap);
+    let (client, clock) = github(config);
+    let (result, _) = send(&client, Method::GET, &url).await;
+    assert_eq!((summary(&result), hits(&server).await), ("200".to_owned(), 2));
+    assert_eq!(clock.sleeps(), [Duration::from_millis(30_500)]);
+
+    // Not spread when spreading is off.
+    let (server, url) = scripted(&[403, 200]).await;
+    let (client, clock) = github(asked_for(2).with_retry_after_spread(false));
+    let (result, _) = send(&client, Method::GET, &url).await;
+    assert_eq!((summary(&result), hits(&server).await), ("200".to_owned(), 2));
+    assert_eq!(clock.sleeps(), [Duration::from_secs(2)]);
+}
+
+#[tokio::test]
+async fn a_wait_the_predicate_chose_is_exact_uncapped_and_paid_for() {
+    let chosen = |seconds| {
+        RetryConfig::builder().with_predicate(move |attempt| match attempt.outcome {
+            Outcome::Response(r) if r.status() == 403 => {
+                Some(Verdict::new(Retryability::AnyMethod).after(Duration::from_secs(seconds)))
+            }
+            _ => None,
+        })
+    };
+    // Longer than the 30 s cap, not spread.
+    let (server, url) = scripted(&[403, 200]).await;
+    let (client, clock) = github(chosen(40));
+    let (result, _) = send(&client, Method::GET, &url).await;
+    assert_eq!((summary(&result), hits(&server).await), ("200".to_owned(), 2));
+    assert_eq!(clock.sleeps(), [Duration::from_secs(40)]);
+
+    // Paid for: with an empty reserve, not retried at all.
+    let empty = reqwest_safe_retry::RetryBudget::default().with_reserve(0);
+    let (server, url) = scripted(&[403, 200]).await;
+    let (client, _) = github(chosen(1).with_budget(empty));
+    let (_, report) = send(&client, Method::GET, &url).await;
+    assert_eq!((hits(&server).await, report.stop), (1, StopReason::BudgetExhausted));
+}
+
+/// A clock whose waits are recorded and all end when it is opened, so that
+/// every caller has decided before any retry is sent.
+#[derive(Debug, Clone)]
+struct Gate {
+    clock: ManualClock,
+    open: tokio::sync::watch::Sender<bool>,
+    waits: std::sync::Arc<std::sync::Mutex<Vec<Duration>>>,
+}
+
+impl Gate {
+    fn new() -> Self {
+        let waits = std::sync::Arc::default();
+        Self { clock: ManualClock::new(), open: tokio::sync::watch::Sender::new(false), waits }
+    }
+
+    fn waits(&self) -> Vec<Duration> {
+        self.waits.lock().unwrap().clone()
+    }
+}
+
+impl reqwest_safe_retry::Clock for Gate {
+    fn now(&self) -> std::time::Instant {
+        self.clock.now()
+    }
+
+    fn sleep(&self, wait: Duration) -> reqwest_safe_retry::Sleep {
+        self.waits.lock().unwrap().push(wait);
+        let mut open = self.open.subscribe();
+        Box::pin(async move {
+            let _ = open.wait_for(|open| *open).await;
+        })
+    }
+}
+
+#[tokio::test]
+async fn fifty_callers_at_a_rate_limit_all_wait_it_out_spread() {
+    // 50 concurrent POSTs each meet one secondary limit asking for 2 s. The
+    // first retry after a refusal whose time the server set is free of the
+    // budget, as after a 429; a wait the predicate chose is paid for, and a
+    // fresh reserve covers 5 retries.
+    for (server_asked, retried) in [(true, 50), (false, 5)] {
+        let server = MockServer::start().await;
+        wiremock::Mock::given(wiremock::matchers::path("/r"))
+            .respond_with(secondary_limit(403, "2"))
+            .up_to_n_times(50)
+            .mount(&server)
+            .await;
+        script_statuses(&server, "/r", &[201]).await;
+        let config = if server_asked {
+            github_rate_limits()
+        } else {
+            RetryConfig::builder().with_predicate(|attempt| match attempt.outcome {
+                Outcome::Response(r) if r.status() == 403 => {
+                    Some(Verdict::new(Retryability::AnyMethod).after(Duration::from_secs(2)))
+                }
+                _ => None,
+            })
+        };
+        let gate = Gate::new();
+        let middleware = RetryMiddleware::new(config.build().unwrap())
+            .with_clock(gate.clone())
+            .with_jitter_source(reqwest_safe_retry::SeededJitter::new(7));
+        let client = middleware.client(reqwest::Client::builder()).unwrap().build();
+        let (url, done) = (format!("{}/r", server.uri()), Counter::default());
+        let calls = (0..50).map(|_| async {
+            let outcome = send(&client, Method::POST, &url).await;
+            done.bump();
+            outcome
+        });
+        let open = async {
+            while gate.waits().len() + done.get() < 50 {
+                tokio::task::yield_now().await;
+            }
+            gate.open.send_replace(true);
+        };
+        let both = async { tokio::join!(futures_util::future::join_all(calls), open) };
+        let (outcomes, ()) = bounded("50 POSTs", both).await;
+        let created = outcomes.iter().filter(|(result, _)| summary(result) == "201").count();
+        assert_eq!(created, retried, "server asked: {server_asked}");
+        let mut waits = gate.waits();
+        assert_eq!(waits.len(), retried);
+        if server_asked {
+            // Spread over 2 s to 2.5 s, not all in one instant.
+            assert!(waits.iter().all(|w| (2000 * MS..=2500 * MS).contains(w)), "{waits:?}");
+            waits.sort();
+            waits.dedup();
+            assert!(waits.len() > 40, "{} distinct waits of 50", waits.len());
+        } else {
+            let refused = outcomes.iter().filter(|(_, r)| r.stop == StopReason::BudgetExhausted);
+            assert_eq!(refused.count(), 45);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Counting, and what a key promises.
+// ---------------------------------------------------------------------------
+
+#[tokio::test]
+async fn a_followed_redirect_is_a_resend_but_not_a_retry() {
+    let server = MockServer::start().await;
+    let found = ResponseTemplate::new(302).insert_header("Location", "/to");
+    script(&server, "/from", vec![found]).await;
+    script_statuses(&server, "/to", &[200]).await;
+    let url = format!("{}/from", server.uri());
+
+    // Here: one attempt, no retry, one resend; a middleware inside the
+    // retry layer sees the attempt once, and the last hop's answer.
+    let calls = Calls::default();
+    let middleware = RetryMiddleware::default().with_clock(ManualClock::new());
+    let client = middleware.client(reqwest::Client::builder()).unwrap().with(calls.clone()).build();
+    let (result, report) = send(&client, Method::GET, &url).await;
+    assert_eq!(summary(&result), "200");
+    assert_eq!((report.attempts, report.redirects, report.resend_count()), (1, 1, 1));
+    assert_eq!((calls.0.get(), hits(&server).await), (1, 2));
+
+    // reqwest-retry: the same requests, and the same single call inside.
+    let calls = Calls::default();
+    let client = ClientBuilder::new(reqwest::Client::new()).with(peer(3)).with(calls.clone());
+    let response = bounded("GET", client.build().get(&url).send()).await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!((calls.0.get(), hits(&server).await), (1, 4));
+}
+
+#[tokio::test]
+async fn a_key_is_retried_on_whether_or_not_the_server_deduplicates() {
+    // A server that ignores the key: the POST's 503 is retried on the
+    // strength of the key, and the server does the work twice. Only the
+    // server can make a key mean something.
+    let (server, url) = scripted(&[503, 201]).await;
+    let (client, _) = ours(reqwest::Client::builder(), RetryConfig::default());
+    let request = client.post(&url).header("Idempotency-Key", "issue-1").body("title=bug");
+    let response = bounded("POST", request.send()).await.unwrap();
+    assert_eq!((response.status().as_u16(), hits(&server).await), (201, 2));
+}
+
 // ---------------------------------------------------------------------------
 // Logging.
 // ---------------------------------------------------------------------------
@@ -858,13 +1339,48 @@ mod logging {
     }
 
     #[tokio::test]
-    async fn with_log_level_raises_every_event_to_warn() {
+    async fn with_log_level_raises_retries_and_give_ups_to_warn_not_a_recovery() {
         // guide: with_log_level
         let middleware = RetryMiddleware::default().with_log_level(tracing::Level::WARN);
         // guide: end
-        let log = logged(tracing::Level::WARN, wrap_ours(middleware)).await;
+        let log = logged(tracing::Level::WARN, wrap_ours(middleware.clone())).await;
         let line = log.lines().find(|l| l.contains("retrying request")).expect(&log);
         assert!(line.contains("WARN"), "{line}");
+        assert!(!log.contains("not retrying"), "a recovered call warns of nothing: {log}");
+        // The recovery is logged at debug.
+        let log = logged(tracing::Level::DEBUG, wrap_ours(middleware.clone())).await;
+        let line = log.lines().find(|l| l.contains("nothing to retry")).expect(&log);
+        assert!(line.contains("DEBUG"), "{line}");
+
+        // Giving up is a warning.
+        let (_server, url) = scripted(&[503]).await;
+        let captured = capture_logs(tracing::Level::WARN);
+        let response = bounded("GET", wrap_ours(middleware).get(&url).send()).await.unwrap();
+        assert_eq!(response.status(), 503);
+        let log = captured.text();
+        let line = log.lines().find(|l| l.contains("not retrying request")).expect(&log);
+        assert!(line.contains("WARN") && line.contains("retries exhausted"), "{line}");
+    }
+
+    #[tokio::test]
+    async fn events_are_under_this_crates_target_not_reqwest_retrys() {
+        use tracing_subscriber::filter::Targets;
+
+        /// The target of the first line of `log` that contains `text`.
+        fn target<'a>(log: &'a str, text: &str) -> &'a str {
+            let line = log.lines().find(|l| l.contains(text)).expect(log);
+            line.split_whitespace().find_map(|word| word.strip_suffix(':')).expect(line)
+        }
+        let theirs = reqwest_middleware::ClientBuilder::new(bare_reqwest()).with(peer(3)).build();
+        let log = logged(tracing::Level::WARN, theirs).await;
+        assert_eq!(target(&log, "Retry attempt #0"), "reqwest_retry::middleware");
+        let ours = wrap_ours(RetryMiddleware::default().with_log_level(tracing::Level::WARN));
+        let log = logged(tracing::Level::WARN, ours).await;
+        let target = target(&log, "retrying request");
+        assert_eq!(target, "reqwest_safe_retry::events");
+        let filter = |directives: &str| directives.parse::<Targets>().unwrap();
+        assert!(!filter("reqwest_retry=warn").would_enable(target, &tracing::Level::WARN));
+        assert!(filter("reqwest_safe_retry=warn").would_enable(target, &tracing::Level::WARN));
     }
 
     #[tokio::test]
