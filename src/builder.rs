@@ -225,13 +225,13 @@ impl RetryConfigBuilder {
     /// # Ok::<(), reqwest_safe_retry::ConfigError>(())
     /// ```
     pub fn with_request_body_buffering(mut self, max_bytes: usize) -> Self {
-        self.config.stream_buffering = Some(max_bytes);
+        self.config.request_body_buffering = Some(max_bytes);
         self
     }
 
     /// Turns stream buffering off: a streamed body is sent once.
     pub fn without_request_body_buffering(mut self) -> Self {
-        self.config.stream_buffering = None;
+        self.config.request_body_buffering = None;
         self
     }
 
@@ -296,14 +296,14 @@ impl RetryConfigBuilder {
     /// # Ok::<(), reqwest_safe_retry::ConfigError>(())
     /// ```
     pub fn with_response_body_buffering(mut self, max_bytes: usize) -> Self {
-        self.config.response_buffering = Some(max_bytes);
+        self.config.response_body_buffering = Some(max_bytes);
         self
     }
 
     /// Turns response buffering off: a response is returned once its
     /// headers arrive.
     pub fn without_response_body_buffering(mut self) -> Self {
-        self.config.response_buffering = None;
+        self.config.response_body_buffering = None;
         self
     }
 
@@ -353,12 +353,15 @@ impl RetryConfigBuilder {
     ///
     /// # Errors
     ///
-    /// A [`ConfigError`] naming the first invalid field: `initial_backoff`
-    /// greater than `max_backoff`, a retryable status outside 400–599, an
-    /// idempotency header that is not a valid header name, a zero `deadline`
-    /// or `attempt_timeout`, a zero `stream_buffering` or
-    /// `response_buffering` limit, or a budget
-    /// ratio outside 0–1 or window outside 100 ms–1 h.
+    /// A [`ConfigError`] naming the first invalid setting (its
+    /// [`field`](ConfigError::field) is the setter's name without `with_`):
+    /// `initial_backoff` greater than `max_backoff`, a retryable status
+    /// outside 400–599, an idempotency header that is not a valid header
+    /// name, a zero `deadline` or `attempt_timeout`, a zero
+    /// `request_body_buffering` or `response_body_buffering` limit, or a
+    /// budget whose ratio is outside 0–1 (`budget.ratio`), whose reserve is
+    /// more than 1000 retries (`budget.reserve`), or whose window is outside
+    /// 100 ms–1 h (`budget.window`).
     pub fn build(self) -> Result<RetryConfig, ConfigError> {
         let mut config = self.config;
         if config.initial_backoff > config.max_backoff {
@@ -401,16 +404,16 @@ impl RetryConfigBuilder {
                 "must be greater than zero; use `without_attempt_timeout` for none".to_owned(),
             ));
         }
-        if config.stream_buffering == Some(0) {
+        if config.request_body_buffering == Some(0) {
             return Err(ConfigError::new(
-                "stream_buffering",
+                "request_body_buffering",
                 "must be greater than zero; use `without_request_body_buffering` for none"
                     .to_owned(),
             ));
         }
-        if config.response_buffering == Some(0) {
+        if config.response_body_buffering == Some(0) {
             return Err(ConfigError::new(
-                "response_buffering",
+                "response_body_buffering",
                 "must be greater than zero; use `without_response_body_buffering` for none"
                     .to_owned(),
             ));
@@ -445,8 +448,8 @@ mod tests {
             (RetryConfig::builder().with_idempotency_header(""), "idempotency_header"),
             (RetryConfig::builder().with_deadline(Duration::ZERO), "deadline"),
             (RetryConfig::builder().with_attempt_timeout(Duration::ZERO), "attempt_timeout"),
-            (RetryConfig::builder().with_request_body_buffering(0), "stream_buffering"),
-            (RetryConfig::builder().with_response_body_buffering(0), "response_buffering"),
+            (RetryConfig::builder().with_request_body_buffering(0), "request_body_buffering"),
+            (RetryConfig::builder().with_response_body_buffering(0), "response_body_buffering"),
             (
                 RetryConfig::builder().with_budget(RetryBudget::default().with_ratio(2.0)),
                 "budget.ratio",
@@ -456,11 +459,22 @@ mod tests {
                     .with_budget(RetryBudget::default().with_window(Duration::ZERO)),
                 "budget.window",
             ),
+            (
+                RetryConfig::builder().with_budget(RetryBudget::default().with_reserve(1001)),
+                "budget.reserve",
+            ),
         ];
         for (builder, field) in cases {
             let error = builder.build().expect_err(field);
             assert_eq!(error.field(), field);
             assert!(error.to_string().contains(field), "{error}");
+            // The name is one the user typed: a setter's, without `with_`.
+            let (source, setter) = match field.strip_prefix("budget.") {
+                Some(budget) => (include_str!("budget/mod.rs"), budget),
+                None => (include_str!("builder.rs"), field),
+            };
+            let declared = |after: char| source.contains(&format!("pub fn with_{setter}{after}"));
+            assert!(declared('(') || declared('<'), "`{field}`: no `with_{setter}` setter");
         }
     }
 

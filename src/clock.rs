@@ -31,13 +31,46 @@ pub trait Clock: Send + Sync + fmt::Debug {
     /// A future that completes after `duration`.
     fn sleep(&self, duration: Duration) -> Sleep;
 
-    /// A future that completes once [`now`](Self::now) reaches `deadline`.
-    /// The middleware races an attempt in flight against it when the call's
-    /// deadline can bound the attempt no other way. Defaults to
-    /// [`sleep`](Self::sleep) for the time left.
-    fn sleep_until(&self, deadline: Instant) -> Sleep {
-        self.sleep(deadline.saturating_duration_since(self.now()))
-    }
+    /// A future that completes once [`now`](Self::now) reaches `deadline`,
+    /// without moving the time itself. The middleware races an attempt in
+    /// flight against it when the call's deadline can bound the attempt no
+    /// other way, and drops it when the attempt ends first.
+    ///
+    /// It has no default because the right one depends on how the clock's
+    /// time moves:
+    ///
+    /// - A clock on a real timer sleeps for the time left:
+    ///   `self.sleep(deadline.saturating_duration_since(self.now()))`, as
+    ///   [`TokioClock`] does with tokio's own `sleep_until`.
+    /// - A clock whose time moves only when it is told to (a test clock
+    ///   whose `sleep` records the wait and moves its time on, as
+    ///   `ManualClock` does) must not call its `sleep`: that would move its
+    ///   time to the deadline, so every attempt would be cut at once and the
+    ///   whole deadline recorded as a wait. It completes once its time has
+    ///   been moved to `deadline`, and is woken when that happens
+    ///   (`ManualClock` keeps the wakers of its pending futures). One whose
+    ///   time never moves while an attempt is in flight may return a future
+    ///   that is ready if the deadline has passed and pending otherwise.
+    ///
+    /// ```compile_fail
+    /// use std::time::{Duration, Instant};
+    /// use reqwest_safe_retry::{Clock, Sleep};
+    ///
+    /// // `now` and `sleep` alone are not a clock: `sleep_until` is required.
+    /// #[derive(Debug)]
+    /// struct Incomplete;
+    ///
+    /// impl Clock for Incomplete {
+    ///     fn now(&self) -> Instant {
+    ///         Instant::now()
+    ///     }
+    ///
+    ///     fn sleep(&self, _: Duration) -> Sleep {
+    ///         Box::pin(std::future::ready(()))
+    ///     }
+    /// }
+    /// ```
+    fn sleep_until(&self, deadline: Instant) -> Sleep;
 }
 
 /// The default clock: `tokio::time`, so paused-time tests work.

@@ -35,8 +35,8 @@ use crate::predicate::Predicate;
 /// | `drain_limit` | 64 KiB | enough to finish a typical error body so the connection is reused, small enough to bound memory |
 /// | `budget` | [`RetryBudget::default`]: a tenth of a retry earned per final answer, a reserve of one call's retries and two more, per host | the extra load of an outage stays bounded for any number of processes, and a fresh client still gets every retry of an isolated failure |
 /// | `predicate` | none | the built-in rules above |
-/// | `stream_buffering` | off | a streamed request body is sent once, never held in memory; see [`with_request_body_buffering`](crate::RetryConfigBuilder::with_request_body_buffering) |
-/// | `response_buffering` | off | a response is returned once its headers arrive, its body the caller's to read; see [`with_response_body_buffering`](crate::RetryConfigBuilder::with_response_body_buffering) |
+/// | `request_body_buffering` | off | a streamed request body is sent once, never held in memory; see [`with_request_body_buffering`](crate::RetryConfigBuilder::with_request_body_buffering) |
+/// | `response_body_buffering` | off | a response is returned once its headers arrive, its body the caller's to read; see [`with_response_body_buffering`](crate::RetryConfigBuilder::with_response_body_buffering) |
 #[derive(Clone)]
 pub struct RetryConfig {
     pub(crate) max_retries: u32,
@@ -54,8 +54,8 @@ pub struct RetryConfig {
     pub(crate) drain_limit: usize,
     pub(crate) budget: Option<RetryBudget>,
     pub(crate) predicate: Option<Predicate>,
-    pub(crate) stream_buffering: Option<usize>,
-    pub(crate) response_buffering: Option<usize>,
+    pub(crate) request_body_buffering: Option<usize>,
+    pub(crate) response_body_buffering: Option<usize>,
 }
 
 /// The statuses that say "not now" rather than "no": retried by default,
@@ -104,8 +104,8 @@ impl Default for RetryConfig {
             drain_limit: 64 * 1024,
             budget: Some(RetryBudget::default()),
             predicate: None,
-            stream_buffering: None,
-            response_buffering: None,
+            request_body_buffering: None,
+            response_body_buffering: None,
         }
     }
 }
@@ -185,14 +185,14 @@ impl RetryConfig {
     /// How much of a streamed request body is read into memory so that it
     /// can be sent again, if that is on.
     pub fn request_body_buffering(&self) -> Option<usize> {
-        self.stream_buffering
+        self.request_body_buffering
     }
 
     /// How much of a final response's body the middleware reads into
     /// memory, inside the attempt, so that a body that breaks while it is
     /// read can be retried, if that is on.
     pub fn response_body_buffering(&self) -> Option<usize> {
-        self.response_buffering
+        self.response_body_buffering
     }
 
     pub(crate) fn predicate(&self) -> Option<&Predicate> {
@@ -218,8 +218,8 @@ impl fmt::Debug for RetryConfig {
             .field("drain_limit", &self.drain_limit)
             .field("budget", &self.budget)
             .field("predicate", &self.predicate.as_ref().map(|_| "<fn>"))
-            .field("stream_buffering", &self.stream_buffering)
-            .field("response_buffering", &self.response_buffering)
+            .field("request_body_buffering", &self.request_body_buffering)
+            .field("response_body_buffering", &self.response_body_buffering)
             .finish()
     }
 }

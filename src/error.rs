@@ -17,7 +17,11 @@ impl ConfigError {
         Self { field, message }
     }
 
-    /// The name of the offending setting.
+    /// The name of the offending setting: the name of its setter on
+    /// [`RetryConfigBuilder`](crate::RetryConfigBuilder) without `with_`
+    /// (`request_body_buffering` for `with_request_body_buffering`), or
+    /// `budget.` and the name of a [`RetryBudget`](crate::RetryBudget)
+    /// setter without `with_` (`budget.reserve`).
     pub fn field(&self) -> &'static str {
         self.field
     }

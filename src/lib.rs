@@ -285,7 +285,7 @@
 //! - `test-util`: `ManualClock` and `FixedJitter`.
 //! - `http2`: turn on reqwest's HTTP/2, and recognise REFUSED_STREAM and a
 //!   graceful GOAWAY (through the `h2` crate) as failures where the server
-//!   never processed the request.
+//!   did not process the request (RFC 9113 §8.7: it may have read part of it).
 //!
 //! # Beyond retries
 //!

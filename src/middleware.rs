@@ -250,7 +250,7 @@ impl Shared {
             let mut policy = Policy::new(self, request, extensions);
             if let Some(rewind) = Rewind::new(
                 &mut pending,
-                self.config.stream_buffering,
+                self.config.request_body_buffering,
                 policy.may_retry(),
                 policy.deadline_at(),
                 self.config.attempt_timeout,
@@ -329,7 +329,7 @@ impl Shared {
     /// any: only where its failure could be retried (the request is safe to
     /// repeat, retries are allowed, and its body can be sent again).
     fn reading(&self, policy: &Policy<'_>, request: Option<&Request>) -> Option<usize> {
-        self.config.response_buffering.filter(|_| {
+        self.config.response_body_buffering.filter(|_| {
             policy.may_retry_body_failures()
                 && request.is_some_and(|request| {
                     request.body().is_none_or(|body| body.as_bytes().is_some())

@@ -329,4 +329,8 @@ impl Clock for WaitGate {
         self.started.notify_one();
         Box::pin(std::future::pending())
     }
+
+    fn sleep_until(&self, deadline: std::time::Instant) -> reqwest_safe_retry::Sleep {
+        self.clock.sleep_until(deadline)
+    }
 }

@@ -124,7 +124,7 @@ pub(crate) struct Stack {
     pub(crate) name: &'static str,
     client: ClientWithMiddleware,
     pub(crate) deadline: Duration,
-    stream_buffering: bool,
+    request_body_buffering: bool,
     pub(crate) calls: AtomicU64,
 }
 
@@ -200,7 +200,7 @@ pub(crate) fn stacks(stats: &Arc<ClientStats>) -> Vec<Stack> {
                 name,
                 client: builder.build(),
                 deadline,
-                stream_buffering: buffering,
+                request_body_buffering: buffering,
                 calls: AtomicU64::new(0),
             }
         })
@@ -253,10 +253,10 @@ impl Shape {
     /// Whether the middleware may not repeat it once a server may have
     /// acted on it: a POST without a key, or a streamed body it cannot
     /// copy (stream buffering off).
-    fn not_safe(self, stream_buffering: bool) -> bool {
+    fn not_safe(self, request_body_buffering: bool) -> bool {
         match self {
             Shape::Post | Shape::StreamedPost { key: false } => true,
-            Shape::StreamedPut | Shape::StreamedPost { key: true } => !stream_buffering,
+            Shape::StreamedPut | Shape::StreamedPost { key: true } => !request_body_buffering,
             Shape::Get | Shape::Put | Shape::PostWithKey => false,
         }
     }
@@ -340,7 +340,7 @@ async fn call(stacks: Arc<Vec<Stack>>, plan: Plan, fleet: Arc<Fleet>, stats: Arc
         .request(method.clone(), &plan.url)
         .header("x-call-id", id.to_string())
         .header("x-method", method.as_str());
-    if plan.shape.not_safe(stack.stream_buffering) {
+    if plan.shape.not_safe(stack.request_body_buffering) {
         request = request.header("x-not-safe", "1");
     }
     if plan.shape != Shape::Get {

@@ -314,6 +314,61 @@ async fn a_first_429_whose_wait_the_server_chose_costs_the_budget_nothing() {
 }
 
 #[tokio::test]
+async fn a_429_asking_for_more_than_the_cap_is_paid_for_even_when_the_cap_is_waited() {
+    // A limiter that asks every caller for an hour: with `WaitTheCap` each
+    // caller may come back after the cap, but only as the budget allows,
+    // since the server did not ask for that time.
+    for (asked, reserve, attempts, stop) in [
+        ("3600", 0, 1, StopReason::BudgetExhausted),
+        ("3600", 1, 2, StopReason::NothingToRetry),
+        ("30", 0, 2, StopReason::NothingToRetry),
+    ] {
+        let server = MockServer::start().await;
+        script(
+            &server,
+            "/limited",
+            vec![
+                wiremock::ResponseTemplate::new(429).insert_header("Retry-After", asked),
+                wiremock::ResponseTemplate::new(200),
+            ],
+        )
+        .await;
+        let config = RetryConfig::builder()
+            .with_retry_after_over_cap(reqwest_safe_retry::RetryAfterOverCap::WaitTheCap)
+            .with_budget(RetryBudget::default().with_ratio(0.0).with_reserve(reserve))
+            .build()
+            .unwrap();
+        let (middleware, clock) = self::middleware(config);
+        let report = report(&wrap(middleware), &format!("{}/limited", server.uri())).await;
+        let case = format!("Retry-After {asked}, reserve {reserve}");
+        assert_eq!((report.attempts, report.stop), (attempts, stop), "{case}");
+        if attempts == 2 {
+            // The cap (30 s), spread by up to the first ceiling.
+            assert_eq!(clock.sleeps(), [Duration::from_millis(30_500)], "{case}");
+        }
+    }
+}
+
+/// The README's note on its demo: two refused calls to one host, through
+/// the quick start's client with the defaults, share the host's fresh
+/// reserve of 5 retries.
+#[tokio::test]
+async fn two_refused_calls_to_one_host_share_its_reserve() {
+    let (url, _port) = hops::refusing_port();
+    let (middleware, _) = self::middleware(RetryConfig::default());
+    let client = middleware.client(reqwest::Client::builder()).unwrap().build();
+    let mut reports = Vec::new();
+    for method in [reqwest::Method::GET, reqwest::Method::POST] {
+        let slot = reqwest_safe_retry::ReportSlot::new();
+        let result = client.request(method, &url).with_extension(slot.clone()).send().await;
+        assert!(result.unwrap_err().is_connect());
+        let report = slot.get().unwrap();
+        reports.push((report.attempts, report.stop));
+    }
+    assert_eq!(reports, [(4, StopReason::RetriesExhausted), (3, StopReason::BudgetExhausted)]);
+}
+
+#[tokio::test]
 async fn a_fleet_of_quiet_processes_adds_little_to_a_total_outage() {
     // A hundred processes, each with its own middleware and so its own
     // budget, each sending a request a second through a minute of outage:
@@ -475,5 +530,9 @@ impl reqwest_safe_retry::Clock for Gate {
         }
         self.started.notify_one();
         Box::pin(std::future::pending())
+    }
+
+    fn sleep_until(&self, deadline: std::time::Instant) -> reqwest_safe_retry::Sleep {
+        self.clock.sleep_until(deadline)
     }
 }

@@ -1,8 +1,9 @@
-//! A `Clock` that implements only what it must, `now` and `sleep`: the
-//! provided `wall_time` and `sleep_until` still give the middleware what it
-//! needs. (`ManualClock` and `TokioClock` override both, so the other test
-//! files never reach the provided ones.) Both tests run in tokio's paused
-//! time, so the clock's `tokio::time::sleep` advances virtual time only.
+//! Clocks of the user's own, written as the `Clock` docs say, with only the
+//! required methods: one on a real timer (tokio's, paused here, so its
+//! sleeps advance virtual time only), and one whose time moves only when it
+//! is told to, as a test clock's does. (`ManualClock` and `TokioClock`
+//! override the provided `wall_time`, so the other test files never reach
+//! it.)
 
 use crate::support;
 
@@ -10,11 +11,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use reqwest_safe_retry::{
-    Clock, DeadlineExceeded, ReportSlot, RetryMiddleware, RetryReport, Sleep, StopReason,
+    Clock, DeadlineExceeded, FixedJitter, ReportSlot, RetryMiddleware, RetryReport, Sleep,
+    StopReason,
 };
 use support::*;
 
-/// Tokio's paused time, through `now` and `sleep` alone; records each sleep.
+/// Tokio's paused time, through the required methods alone; records each
+/// sleep.
 #[derive(Debug, Clone, Default)]
 struct Minimal {
     sleeps: Arc<Mutex<Vec<Duration>>>,
@@ -34,6 +37,51 @@ impl Clock for Minimal {
     fn sleep(&self, duration: Duration) -> Sleep {
         self.sleeps.lock().unwrap().push(duration);
         Box::pin(tokio::time::sleep(duration))
+    }
+
+    // A real timer: sleep for the time left.
+    fn sleep_until(&self, deadline: Instant) -> Sleep {
+        self.sleep(deadline.saturating_duration_since(self.now()))
+    }
+}
+
+/// A test clock as a user writes one: each sleep is recorded and moves the
+/// time on at once; nothing else moves it.
+#[derive(Debug, Clone)]
+struct Stepping {
+    start: Instant,
+    state: Arc<Mutex<(Duration, Vec<Duration>)>>,
+}
+
+impl Stepping {
+    fn new() -> Self {
+        Self { start: Instant::now(), state: Arc::default() }
+    }
+
+    fn sleeps(&self) -> Vec<Duration> {
+        self.state.lock().unwrap().1.clone()
+    }
+}
+
+impl Clock for Stepping {
+    fn now(&self) -> Instant {
+        self.start + self.state.lock().unwrap().0
+    }
+
+    fn sleep(&self, duration: Duration) -> Sleep {
+        let mut state = self.state.lock().unwrap();
+        state.0 += duration;
+        state.1.push(duration);
+        Box::pin(std::future::ready(()))
+    }
+
+    // Time never moves while an attempt is in flight: the deadline cuts an
+    // attempt only if it has already passed.
+    fn sleep_until(&self, deadline: Instant) -> Sleep {
+        if self.now() >= deadline {
+            return Box::pin(std::future::ready(()));
+        }
+        Box::pin(std::future::pending())
     }
 }
 
@@ -80,7 +128,7 @@ impl reqwest_middleware::Middleware for RetryAfterDate {
 /// attempt in flight by the deadline when the attempt has no timeout of its
 /// own.
 #[tokio::test(start_paused = true)]
-async fn a_deadline_cuts_an_attempt_in_flight_through_the_provided_sleep_until() {
+async fn a_deadline_cuts_an_attempt_in_flight_through_a_real_timers_sleep_until() {
     let clock = Minimal::default();
     let config = policy().with_deadline(Duration::from_secs(2)).build().unwrap();
     let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
@@ -124,4 +172,34 @@ async fn a_retry_after_date_is_measured_against_the_provided_wall_time() {
     // The date has whole seconds: the wait is what is left of 10 s after
     // rounding down, and the moments between making the date and reading it.
     assert!((Duration::from_secs(8)..=Duration::from_secs(10)).contains(&sleeps[0]), "{sleeps:?}");
+}
+
+/// A test clock whose `sleep` moves its time keeps every deadline: its waits
+/// are the backoff's alone, and a call well within its deadline succeeds.
+#[tokio::test]
+async fn a_stepping_test_clock_waits_the_backoff_and_keeps_the_deadline() {
+    let server = wiremock::MockServer::start().await;
+    script_statuses(&server, "/r", &[503, 503, 200]).await;
+    let clock = Stepping::new();
+    let config = policy().with_deadline(Duration::from_secs(10)).build().unwrap();
+    let middleware =
+        RetryMiddleware::new(config).with_clock(clock.clone()).with_jitter_source(FixedJitter::TOP);
+    let client = wrap(middleware);
+    let response = client.get(format!("{}/r", server.uri())).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    let report = RetryReport::from_response(&response);
+    assert_eq!((report.attempts, report.stop), (3, StopReason::NothingToRetry));
+    assert_eq!(clock.sleeps(), [100 * MS, 200 * MS], "the backoff, and no deadline wait");
+
+    // And the deadline still ends the call: the next wait would pass it.
+    let server = wiremock::MockServer::start().await;
+    script_statuses(&server, "/r", &[503]).await;
+    let clock = Stepping::new();
+    let config = policy().with_deadline(250 * MS).build().unwrap();
+    let middleware =
+        RetryMiddleware::new(config).with_clock(clock.clone()).with_jitter_source(FixedJitter::TOP);
+    let response = wrap(middleware).get(format!("{}/r", server.uri())).send().await.unwrap();
+    let report = RetryReport::from_response(&response);
+    assert_eq!((report.attempts, report.stop), (2, StopReason::DeadlineExceeded));
+    assert_eq!(clock.sleeps(), [100 * MS]);
 }

@@ -1195,6 +1195,10 @@ impl reqwest_safe_retry::Clock for Gate {
             let _ = open.wait_for(|open| *open).await;
         })
     }
+
+    fn sleep_until(&self, deadline: std::time::Instant) -> reqwest_safe_retry::Sleep {
+        self.clock.sleep_until(deadline)
+    }
 }
 
 #[tokio::test]

@@ -738,6 +738,10 @@ impl reqwest_safe_retry::Clock for Gate {
         let gate = self.0.clone();
         Box::pin(async move { gate.notified().await })
     }
+
+    fn sleep_until(&self, deadline: std::time::Instant) -> reqwest_safe_retry::Sleep {
+        Box::pin(tokio::time::sleep_until(deadline.into()))
+    }
 }
 
 /// The hedge inside the quick start's client: once a copy's 307 took a

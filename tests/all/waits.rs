@@ -260,6 +260,10 @@ impl Clock for StuckClock {
         self.sleeping.notify_one();
         Box::pin(std::future::pending())
     }
+
+    fn sleep_until(&self, _: std::time::Instant) -> Sleep {
+        Box::pin(std::future::pending())
+    }
 }
 
 #[tokio::test]
