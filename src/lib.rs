@@ -156,8 +156,11 @@
 //! Requests one call can send: at most `max_retries + 1` attempts, and
 //! within each the redirects the client's policy follows — with the
 //! defaults, 4 attempts of up to 11 requests (a first one and 10
-//! redirects), 44 in all. (Below the middleware, reqwest's own retry of
-//! HTTP/2 protocol refusals may resend a request of an attempt.)
+//! redirects), 44 in all. reqwest's own retry of HTTP/2 refused streams is
+//! turned off in the client [`RetryMiddleware::client`] builds when the
+//! `http2` feature lets the middleware retry them itself; without the
+//! feature, or in a client put under the middleware by hand, it may resend
+//! the request of an attempt up to twice more.
 //!
 //! ## Be honest with the caller
 //!

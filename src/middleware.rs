@@ -133,6 +133,19 @@ impl RetryMiddleware {
     /// what its client follows, and stays on the safe side: a request that
     /// is not safe to repeat is then never retried.
     ///
+    /// With the `http2` feature, the client also has reqwest's own retry
+    /// turned off (`reqwest::retry::never()`, replacing any retry policy
+    /// the builder has: reqwest has no way to read one back). That retry
+    /// resends a stream the server refused at once, up to twice, below the
+    /// middleware, so each attempt the middleware counts could be three
+    /// streams, and the stated bound of `max_retries + 1` requests a call
+    /// (and the budget's) would not hold. With the feature the middleware
+    /// recognises a refused stream and a graceful GOAWAY and retries them
+    /// itself, with backoff and budget, for any method. Without it, reqwest's
+    /// retry is left as it is: the middleware cannot tell a refused stream
+    /// from other errors and returns it, so reqwest's resends stay the only
+    /// ones, and a call is still at most three streams.
+    ///
     /// Middlewares added to the returned builder run inside this one, once
     /// per attempt.
     ///
@@ -159,6 +172,11 @@ impl RetryMiddleware {
             return Err(ClientError::RedirectPolicySet);
         }
         let policy = redirect::policy(self.shared.redirect.clone());
+        // reqwest's own retry would resend a refused stream below the
+        // middleware, unseen by its backoff, budget and count; with the
+        // `http2` feature the middleware retries those itself.
+        #[cfg(feature = "http2")]
+        let builder = builder.retry(reqwest::retry::never());
         let client = builder.redirect(policy).build().map_err(ClientError::Build)?;
         Arc::make_mut(&mut self.shared).bound = true;
         Ok(reqwest_middleware::ClientBuilder::new(client).with(self))

@@ -1457,11 +1457,37 @@ mod http2 {
     const REFUSE: Answer = Answer::Reset(h2::Reason::REFUSED_STREAM);
 
     #[tokio::test]
-    async fn reqwest_resends_refused_streams_below_the_middleware() {
-        // Two refusals and an answer: one attempt as the middleware counts,
-        // three streams on the wire, no wait.
+    async fn the_quick_start_turns_reqwests_retry_off_so_each_stream_is_an_attempt() {
+        // Two refusals and an answer: three attempts, three streams, each
+        // retry after its backoff.
         let (url, streams, _) = h2_server(vec![REFUSE, REFUSE, Answer::Ok]).await;
         let (client, clock) = ours(h2_client(), RetryConfig::default());
+        let (result, report) = send(&client, Method::POST, &url).await;
+        assert_eq!(result.unwrap().status(), 200);
+        assert_eq!((report.attempts, streams.get()), (3, 3));
+        assert_eq!(clock.sleeps(), [500 * MS, 1000 * MS]);
+    }
+
+    #[tokio::test]
+    async fn a_refusal_storm_costs_the_quick_start_four_streams_a_call() {
+        // Every stream refused: `max_retries + 1` streams, not three times
+        // as many (reqwest's own retry would resend each attempt twice).
+        let (url, streams, _) = h2_server(vec![REFUSE]).await;
+        let (client, _) = ours(h2_client(), RetryConfig::default());
+        let (result, report) = send(&client, Method::GET, &url).await;
+        assert!(result.is_err());
+        assert_eq!((report.attempts, report.stop), (4, StopReason::RetriesExhausted));
+        assert_eq!(streams.get(), 4);
+    }
+
+    #[tokio::test]
+    async fn by_hand_reqwest_resends_refused_streams_below_the_middleware() {
+        // A client put under the middleware by hand keeps reqwest's retry:
+        // one attempt as the middleware counts, three streams, no wait.
+        let (url, streams, _) = h2_server(vec![REFUSE, REFUSE, Answer::Ok]).await;
+        let clock = ManualClock::new();
+        let middleware = RetryMiddleware::default().with_clock(clock.clone());
+        let client = ClientBuilder::new(h2_client().build().unwrap()).with(middleware).build();
         let (result, report) = send(&client, Method::POST, &url).await;
         assert_eq!(result.unwrap().status(), 200);
         assert_eq!((report.attempts, streams.get()), (1, 3));

@@ -227,30 +227,17 @@ async fn five_refusals(inner: reqwest::ClientBuilder) -> (u16, RetryReport, usiz
 
 #[cfg(feature = "http2")]
 #[tokio::test]
-async fn reqwest_default_retry_multiplies_the_streams_behind_each_attempt() {
-    let inner = support::h2_server::h2_client();
-    let (status, report, streams, sleeps) = five_refusals(inner).await;
-    // reqwest's default client resends a refused stream itself, at once, up
-    // to twice: the middleware's first attempt is streams 1-3, all refused;
-    // its second is streams 4 and 5, refused, and 6, answered. The report
-    // says 2 attempts while the server saw 6 streams; with more refusals, up
-    // to 3 × (max_retries + 1) streams reach it, and the budget sees a third.
-    assert_eq!(status, 200);
-    assert_eq!((report.attempts, report.stop), (2, StopReason::NothingToRetry));
-    assert_eq!(streams, 6);
-    assert_eq!(sleeps, [100 * MS]);
-}
-
-#[cfg(feature = "http2")]
-#[tokio::test]
-async fn with_reqwest_retry_off_every_refused_stream_is_an_attempt() {
-    let (status, report, streams, sleeps) = five_refusals(h2_client_without_reqwest_retry()).await;
-    // Each stream is one attempt: three attempts (the first and two
-    // retries), three refused streams, and the error of the last.
-    assert_eq!(status, 0, "the last refusal is returned as an error");
-    assert_eq!((report.attempts, report.stop), (3, StopReason::RetriesExhausted));
-    assert_eq!(streams, 3);
-    assert_eq!(sleeps, [100 * MS, 200 * MS]);
+async fn through_the_built_client_every_refused_stream_is_an_attempt() {
+    // The client `client()` builds has reqwest's own retry off, whether or
+    // not the builder turned it off: each stream is one attempt (the first
+    // and two retries), three refused streams, and the error of the last.
+    for inner in [support::h2_server::h2_client(), h2_client_without_reqwest_retry()] {
+        let (status, report, streams, sleeps) = five_refusals(inner).await;
+        assert_eq!(status, 0, "the last refusal is returned as an error");
+        assert_eq!((report.attempts, report.stop), (3, StopReason::RetriesExhausted));
+        assert_eq!(streams, 3);
+        assert_eq!(sleeps, [100 * MS, 200 * MS]);
+    }
 }
 
 #[cfg(feature = "http2")]
