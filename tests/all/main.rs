@@ -33,3 +33,4 @@ mod scenarios;
 mod soak_findings;
 mod tracing_events;
 mod waits;
+mod what_is_retried;

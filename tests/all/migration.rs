@@ -332,35 +332,6 @@ fn summary(result: &reqwest_middleware::Result<Response>) -> String {
     }
 }
 
-/// A resolver under which no name exists; counts the look-ups.
-#[derive(Clone, Default)]
-struct NoSuchHost(Counter);
-
-impl reqwest::dns::Resolve for NoSuchHost {
-    fn resolve(&self, _: reqwest::dns::Name) -> reqwest::dns::Resolving {
-        self.0.bump();
-        Box::pin(async { Err("no such host".into()) })
-    }
-}
-
-/// A resolver whose every look-up times out at once, as a DNS server that is
-/// briefly unreachable; counts the look-ups.
-#[derive(Clone, Default)]
-struct DnsTimeout(Counter);
-
-impl reqwest::dns::Resolve for DnsTimeout {
-    fn resolve(&self, _: reqwest::dns::Name) -> reqwest::dns::Resolving {
-        self.0.bump();
-        Box::pin(async { Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into()) })
-    }
-}
-
-fn unresolving_client(
-    resolver: &(impl reqwest::dns::Resolve + Clone + 'static),
-) -> reqwest::ClientBuilder {
-    reqwest::Client::builder().dns_resolver(std::sync::Arc::new(resolver.clone()))
-}
-
 // ---------------------------------------------------------------------------
 // The guide and this file agree.
 // ---------------------------------------------------------------------------

@@ -294,19 +294,9 @@ async fn redirect_errors_are_not_retried() {
     assert_eq!(hits(&server).await, 3);
 }
 
-/// A resolver that fails every lookup at once, like a name that does not exist.
-struct NoSuchHost;
-
-impl reqwest::dns::Resolve for NoSuchHost {
-    fn resolve(&self, _: reqwest::dns::Name) -> reqwest::dns::Resolving {
-        Box::pin(async { Err("no such host".into()) })
-    }
-}
-
 #[tokio::test]
 async fn connect_failures_that_will_repeat_are_not_retried() {
-    let inner =
-        reqwest::Client::builder().dns_resolver(std::sync::Arc::new(NoSuchHost)).build().unwrap();
+    let inner = unresolving_client(&NoSuchHost::default()).build().unwrap();
     let clock = reqwest_safe_retry::ManualClock::new();
     let middleware = reqwest_safe_retry::RetryMiddleware::default().with_clock(clock.clone());
     let client = reqwest_middleware::ClientBuilder::new(inner).with(middleware).build();

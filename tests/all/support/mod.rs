@@ -412,3 +412,33 @@ pub fn capture_logs(level: tracing::Level) -> LogCapture {
     let guard = tracing::subscriber::set_default(subscriber);
     LogCapture { buffer, _guard: guard, _anchor: anchor }
 }
+
+/// A resolver under which no name exists; counts the look-ups.
+#[derive(Clone, Default)]
+pub struct NoSuchHost(pub Counter);
+
+impl reqwest::dns::Resolve for NoSuchHost {
+    fn resolve(&self, _: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        self.0.bump();
+        Box::pin(async { Err("no such host".into()) })
+    }
+}
+
+/// A resolver whose every look-up times out at once, as a DNS server that is
+/// briefly unreachable; counts the look-ups.
+#[derive(Clone, Default)]
+pub struct DnsTimeout(pub Counter);
+
+impl reqwest::dns::Resolve for DnsTimeout {
+    fn resolve(&self, _: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        self.0.bump();
+        Box::pin(async { Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into()) })
+    }
+}
+
+/// A client builder that resolves every name with `resolver`.
+pub fn unresolving_client(
+    resolver: &(impl reqwest::dns::Resolve + Clone + 'static),
+) -> reqwest::ClientBuilder {
+    reqwest::Client::builder().dns_resolver(std::sync::Arc::new(resolver.clone()))
+}
