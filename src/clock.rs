@@ -100,8 +100,10 @@ pub use manual::ManualClock;
 
 #[cfg(feature = "test-util")]
 mod manual {
+    use std::future::Future;
+    use std::pin::Pin;
     use std::sync::{Arc, Mutex, MutexGuard};
-    use std::task::{Poll, Waker};
+    use std::task::{Context, Poll, Waker};
     use std::time::{Duration, Instant, SystemTime};
 
     use super::{Clock, Sleep};
@@ -147,8 +149,12 @@ mod manual {
         wall_start: SystemTime,
         elapsed: Duration,
         sleeps: Vec<Duration>,
-        /// Tasks waiting in `sleep_until`, woken whenever time moves.
-        waiting: Vec<Waker>,
+        /// The futures of `sleep_until` that are waiting, by number, with
+        /// their tasks' wakers: woken (and forgotten) whenever time moves. A
+        /// future dropped first takes its entry out.
+        waiting: Vec<(u64, Waker)>,
+        /// The number of the next future to wait.
+        next_waiter: u64,
     }
 
     /// 2026-01-01T00:00:00Z.
@@ -169,6 +175,7 @@ mod manual {
                 elapsed: Duration::ZERO,
                 sleeps: Vec::new(),
                 waiting: Vec::new(),
+                next_waiter: 0,
             };
             Self { state: Arc::new(Mutex::new(state)) }
         }
@@ -183,7 +190,7 @@ mod manual {
         pub fn advance(&self, by: Duration) {
             let mut state = self.lock();
             state.elapsed = state.elapsed.saturating_add(by);
-            state.waiting.drain(..).for_each(Waker::wake);
+            state.wake_all();
         }
 
         /// Virtual time since the clock was made.
@@ -204,6 +211,12 @@ mod manual {
         /// The sum of every recorded sleep (saturating).
         pub fn total_slept(&self) -> Duration {
             self.lock().sleeps.iter().fold(Duration::ZERO, |sum, d| sum.saturating_add(*d))
+        }
+
+        /// How many futures of `sleep_until` are waiting.
+        #[cfg(test)]
+        pub(super) fn waiting(&self) -> usize {
+            self.lock().waiting.len()
         }
 
         fn lock(&self) -> MutexGuard<'_, State> {
@@ -236,22 +249,69 @@ mod manual {
             let mut state = self.lock();
             state.sleeps.push(duration);
             state.elapsed = state.elapsed.saturating_add(duration);
-            state.waiting.drain(..).for_each(Waker::wake);
+            state.wake_all();
             Box::pin(std::future::ready(()))
         }
 
         fn sleep_until(&self, deadline: Instant) -> Sleep {
-            let clock = self.clone();
-            Box::pin(std::future::poll_fn(move |cx| {
-                if clock.now() >= deadline {
-                    return Poll::Ready(());
+            Box::pin(Until { clock: self.clone(), deadline, waiter: None })
+        }
+    }
+
+    impl State {
+        /// Time moved: every waiting future is polled again, and waits anew
+        /// if its deadline is still ahead.
+        fn wake_all(&mut self) {
+            self.waiting.drain(..).for_each(|(_, waker)| waker.wake());
+        }
+    }
+
+    /// The future of [`ManualClock::sleep_until`].
+    struct Until {
+        clock: ManualClock,
+        deadline: Instant,
+        /// Its number among the clock's waiting futures, once it has waited.
+        waiter: Option<u64>,
+    }
+
+    impl Future for Until {
+        type Output = ();
+
+        fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+            if self.clock.now() >= self.deadline {
+                self.forget();
+                return Poll::Ready(());
+            }
+            let clock = self.clock.clone();
+            let mut state = clock.lock();
+            let entry = self.waiter.and_then(|n| state.waiting.iter_mut().find(|(m, _)| *m == n));
+            match entry {
+                Some((_, waker)) => waker.clone_from(cx.waker()),
+                None => {
+                    let n = state.next_waiter;
+                    state.next_waiter = n.wrapping_add(1);
+                    state.waiting.push((n, cx.waker().clone()));
+                    self.waiter = Some(n);
                 }
-                let mut state = clock.lock();
-                if !state.waiting.iter().any(|w| w.will_wake(cx.waker())) {
-                    state.waiting.push(cx.waker().clone());
-                }
-                Poll::Pending
-            }))
+            }
+            Poll::Pending
+        }
+    }
+
+    impl Until {
+        /// Takes this future's entry out of the clock, if it has one.
+        fn forget(&mut self) {
+            if let Some(n) = self.waiter.take() {
+                self.clock.lock().waiting.retain(|(m, _)| *m != n);
+            }
+        }
+    }
+
+    impl Drop for Until {
+        /// A future dropped before its time (the attempt it raced ended
+        /// first) leaves nothing behind in the clock.
+        fn drop(&mut self) {
+            self.forget();
         }
     }
 }
@@ -301,6 +361,31 @@ mod tests {
         clock.sleep(Duration::from_secs(1)).await;
         assert!(poll(&mut until), "the deadline is reached");
         assert_eq!(clock.sleeps(), [Duration::from_secs(1)], "waiting is not a sleep");
+    }
+
+    #[test]
+    fn a_waiting_future_dropped_before_its_time_leaves_nothing_in_the_clock() {
+        let clock = ManualClock::new();
+        let deadline = clock.now() + Duration::from_secs(5);
+        let waker = std::task::Waker::noop();
+        let mut cx = std::task::Context::from_waker(waker);
+        let mut kept = clock.sleep_until(deadline);
+        assert!(kept.as_mut().poll(&mut cx).is_pending());
+        for _ in 0..3000 {
+            let mut raced = clock.sleep_until(deadline);
+            assert!(raced.as_mut().poll(&mut cx).is_pending());
+            assert!(raced.as_mut().poll(&mut cx).is_pending(), "polled again: one entry");
+        }
+        assert_eq!(clock.waiting(), 1, "only the future still alive waits");
+        // Woken and forgotten when time moves; it waits again when polled.
+        clock.advance(Duration::from_secs(1));
+        assert!(clock.waiting() == 0);
+        assert!(kept.as_mut().poll(&mut cx).is_pending());
+        assert_eq!(clock.waiting(), 1);
+        clock.advance(Duration::from_secs(4));
+        assert!(kept.as_mut().poll(&mut cx).is_ready());
+        drop(kept);
+        assert!(clock.waiting() == 0);
     }
 
     #[tokio::test(start_paused = true)]

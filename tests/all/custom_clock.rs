@@ -203,3 +203,45 @@ async fn a_stepping_test_clock_waits_the_backoff_and_keeps_the_deadline() {
     assert_eq!((report.attempts, report.stop), (2, StopReason::DeadlineExceeded));
     assert_eq!(clock.sleeps(), [100 * MS]);
 }
+
+/// Forwards wakes to a task's own waker, and says by its reference count
+/// whether anything still holds it.
+struct Tracked(std::task::Waker);
+
+impl std::task::Wake for Tracked {
+    fn wake(self: Arc<Self>) {
+        self.0.wake_by_ref();
+    }
+}
+
+/// `call` polled with a [`Tracked`] waker of its own; returns its output and
+/// the tracker, to be read once the call is over.
+async fn tracked<F: std::future::Future>(call: F) -> (F::Output, Arc<Tracked>) {
+    let mut call = std::pin::pin!(call);
+    let mut tracker = None;
+    let output = std::future::poll_fn(|cx| {
+        let tracker = tracker.get_or_insert_with(|| Arc::new(Tracked(cx.waker().clone())));
+        let waker = std::task::Waker::from(tracker.clone());
+        call.as_mut().poll(&mut std::task::Context::from_waker(&waker))
+    })
+    .await;
+    (output, tracker.expect("polled at least once"))
+}
+
+/// Calls with a deadline race a `ManualClock`'s `sleep_until`; once each is
+/// over, nothing of it is left in the clock, whose time never moved.
+#[tokio::test]
+async fn a_manual_clock_keeps_nothing_of_finished_calls() {
+    let server = wiremock::MockServer::start().await;
+    script_statuses(&server, "/r", &[200]).await;
+    let clock = reqwest_safe_retry::ManualClock::new();
+    let config = policy().with_deadline(Duration::from_secs(10)).build().unwrap();
+    let client = wrap(RetryMiddleware::new(config).with_clock(clock.clone()));
+    let url = format!("{}/r", server.uri());
+    for n in 0..300 {
+        let (result, tracker) = tracked(client.get(&url).send()).await;
+        assert_eq!(result.unwrap().status(), 200);
+        assert_eq!(Arc::strong_count(&tracker), 1, "call {n}: its waker is still held");
+    }
+    assert_eq!(clock.elapsed(), Duration::ZERO);
+}
