@@ -215,8 +215,9 @@
 //! event with the target `reqwest_safe_retry::events`, at debug level, with
 //! OpenTelemetry's HTTP field names where one exists.
 //! [`RetryMiddleware::with_log_level`] changes the level of retries and of
-//! stops that give up on a failure; a call that ends on a final answer
-//! after retries (a recovery) stays at debug, so that it raises no warning.
+//! the stops where the crate gave up on a failure it could have retried; a
+//! call that ends on a final answer after retries (most often a recovery)
+//! stays at debug, so that it raises no warning.
 //!
 //! | field | in | value |
 //! |---|---|---|

@@ -94,12 +94,15 @@ impl RetryMiddleware {
     /// The level of the `tracing` events for retry decisions: debug by
     /// default. (reqwest-retry users know this as `with_retry_log_level`.)
     ///
-    /// It applies to each retry and to each stop that gives up on a failure
-    /// (retries or budget exhausted, a request not safe to repeat, ...). A
-    /// call that ends on a final answer after retries, most often a success,
-    /// is logged at debug whatever the level (at trace, if that is the
-    /// level), so that a recovered call raises no warning; reqwest-retry logs
-    /// nothing then. A first answer that is final logs nothing. The events'
+    /// It applies to each retry and to each stop where the crate gave up on
+    /// a failure it could have retried (retries or budget exhausted, the
+    /// deadline, a request not safe to repeat, a `Retry-After` over the cap,
+    /// ...). A call that ends on a final answer after retries is logged at
+    /// debug whatever the level (at trace, if that is the level): most often
+    /// it recovered, and raises no warning; reqwest-retry logs nothing then.
+    /// (A final answer that is a failure, a 500 after a 503, is the caller's
+    /// to log, as after a first attempt.) A first answer that is final logs
+    /// nothing. The events'
     /// target is `reqwest_safe_retry::events` (reqwest-retry's is
     /// `reqwest_retry::middleware`): a filter such as `reqwest_retry=warn`
     /// does not match it, `reqwest_safe_retry=warn` does.

@@ -287,20 +287,22 @@ impl<'a> Policy<'a> {
             RetryAfterOverCap::WaitTheCap => config.max_retry_after,
         };
         let spread = config.retry_after_spread && config.jitter != Jitter::None;
-        // A first attempt refused before the server acted (a 429, or what a
-        // predicate says is one), with a wait the server chose within the
-        // cap, and spread: the server asked for this retry and set its time,
-        // so the budget does not pay for it. Not over the cap, where the
-        // server asked for more than it gets. Only the first: a server that
-        // refuses the same call again is shedding load, and further retries
-        // are paid for like any other.
-        let refused = match chosen {
-            Wait::Policy => {
-                matches!(outcome, Ok(response) if response.status() == StatusCode::TOO_MANY_REQUESTS)
-            }
-            _ => scope == Scope::AnyMethod,
-        };
-        let paced = spread && retry == 0 && within_cap && refused;
+        // The first attempt of a call, answered before the server acted (a
+        // 429, or what a predicate says is one) with a wait the server set,
+        // within the cap, and spread: the server asked for this retry and
+        // set its time, so the budget does not pay for it.
+        // - Only with an answer: a predicate cannot exempt a refused
+        //   connection or an error.
+        // - Not over the cap, where the server asked for more than it gets;
+        //   not for an ask of zero, which sets no time (a limiter answering
+        //   every request so would get twice its load).
+        // - Only the first: a server that refuses the same call again is
+        //   shedding load, and further retries are paid for like any other.
+        let refused = outcome.as_ref().is_ok_and(|response| {
+            response.status() == StatusCode::TOO_MANY_REQUESTS
+                || (chosen != Wait::Policy && scope == Scope::AnyMethod)
+        });
+        let paced = spread && retry == 0 && within_cap && !asked.is_zero() && refused;
         if !spread {
             return Ok((asked, paced));
         }

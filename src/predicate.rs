@@ -91,10 +91,13 @@ impl Verdict {
     /// The server asked for `wait` before the retry, in a form the crate does
     /// not read itself (a rate limit's reset header, say). It is treated as a
     /// `Retry-After` of that length, replacing the response's own: capped,
-    /// spread, and priced as the [type's documentation](Self) says. A retry
-    /// answered [`Retryability::AnyMethod`] (the server refused before
-    /// acting, and named a time) has its first wait within the cap free of
-    /// the budget, as a 429's is.
+    /// spread, and priced as the [type's documentation](Self) says. The first
+    /// retry of a call is free of the budget, as after a 429's
+    /// `Retry-After`, when the outcome is a response that is a 429 or that
+    /// the predicate answers [`Retryability::AnyMethod`] (the server refused
+    /// before acting, and named a time), the wait is within the cap and not
+    /// zero, and it is spread. After an error, or a response answered
+    /// `WhenSafe`, the budget pays.
     pub fn server_asked(mut self, wait: Duration) -> Self {
         self.wait = Wait::Asked(wait);
         self

@@ -64,10 +64,16 @@ pub enum BudgetScope {
 ///   AWS SDKs' quota does the same). So are retries paid for and never sent,
 ///   when the caller gives up during the wait or the deadline comes first.
 /// - The first retry of a call refused with 429 and a `Retry-After` within
-///   the cap, spread (the default), is not paid for: the server asked for it
-///   and chose its time, so a burst that a rate limiter turns away comes
-///   back, spread, without the budget refusing it. A call refused again is
-///   paid for like any other retry: the server is shedding load.
+///   the cap and above zero, spread (the default), is not paid for: the
+///   server asked for it and chose its time, so a burst that a rate limiter
+///   turns away comes back, spread, without the budget refusing it. So is a
+///   wait a predicate hands on as the server's
+///   ([`Verdict::server_asked`](crate::Verdict::server_asked)) on a 429, or
+///   on another answer it calls [`AnyMethod`](crate::Retryability::AnyMethod)
+///   (a refusal before any work): never for an error. A call refused again is
+///   paid for like any other retry: the server is shedding load. These
+///   retries are outside the bound below; each is a call's first, at a
+///   time the server chose.
 ///
 /// A retry is allowed while the window's earnings not yet spent, plus the
 /// reserve, cover one retry. So in any total outage of length `T` that follows

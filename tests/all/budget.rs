@@ -349,6 +349,34 @@ async fn a_429_asking_for_more_than_the_cap_is_paid_for_even_when_the_cap_is_wai
     }
 }
 
+/// A `Retry-After: 0` sets no time to come back: a limiter answering every
+/// request so would get a free retry of each, twice its load, so the budget
+/// pays for it.
+#[tokio::test]
+async fn a_429_asking_for_no_wait_is_paid_for() {
+    for (asked, attempts, stop) in
+        [("0", 1, StopReason::BudgetExhausted), ("1", 2, StopReason::NothingToRetry)]
+    {
+        let server = MockServer::start().await;
+        script(
+            &server,
+            "/limited",
+            vec![
+                wiremock::ResponseTemplate::new(429).insert_header("Retry-After", asked),
+                wiremock::ResponseTemplate::new(200),
+            ],
+        )
+        .await;
+        let config = RetryConfig::builder()
+            .with_budget(RetryBudget::default().with_ratio(0.0).with_reserve(0))
+            .build()
+            .unwrap();
+        let (middleware, _) = self::middleware(config);
+        let report = report(&wrap(middleware), &format!("{}/limited", server.uri())).await;
+        assert_eq!((report.attempts, report.stop), (attempts, stop), "Retry-After: {asked}");
+    }
+}
+
 /// The README's note on its demo: two refused calls to one host, through
 /// the quick start's client with the defaults, share the host's fresh
 /// reserve of 5 retries.

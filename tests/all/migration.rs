@@ -189,10 +189,11 @@ fn port_409_and_501_final() -> RetryConfigBuilder {
 // guide: github_rate_limits
 /// GitHub's rate limits, as its REST API documents them: a 403 or 429 with
 /// `retry-after` is a secondary limit; one with `x-ratelimit-remaining: 0`
-/// is the primary limit, lifted at `x-ratelimit-reset` (Unix seconds). Both
-/// refuse before any work is done, so any method may wait them out. They
-/// are waits the server asked for, so the cap applies: a reset further away
-/// than `max_retry_after` is returned to the caller.
+/// is the primary limit, lifted at `x-ratelimit-reset` (Unix seconds); a
+/// 429 with neither asks for at least a minute. All refuse before any work
+/// is done, so any method may wait them out. They are waits the server
+/// asked for, so the cap applies: a wait longer than `max_retry_after` is
+/// returned to the caller.
 fn github_rate_limits() -> RetryConfigBuilder {
     RetryConfig::builder().with_predicate(|attempt| {
         let Outcome::Response(response) = attempt.outcome else { return None };
@@ -204,10 +205,12 @@ fn github_rate_limits() -> RetryConfigBuilder {
         if let Some(seconds) = number("retry-after") {
             Some(limited.server_asked(Duration::from_secs(seconds)))
         } else if number("x-ratelimit-remaining") == Some(0) {
-            let reset = UNIX_EPOCH + Duration::from_secs(number("x-ratelimit-reset")?);
-            Some(limited.server_asked_until(reset))
+            let reset = Duration::from_secs(number("x-ratelimit-reset")?);
+            Some(limited.server_asked_until(UNIX_EPOCH.checked_add(reset)?))
+        } else if response.status() == 429 {
+            Some(limited.server_asked(Duration::from_secs(60))) // "at least a minute"
         } else {
-            None // another 403 is final, another 429 the built-in rules'
+            None // another 403 is final
         }
     })
 }
@@ -418,6 +421,33 @@ fn every_test_the_guide_names_exists() {
             defined.iter().any(|d| tests.contains(d.as_str())),
             "MIGRATING.md names `{name}`, which is no function under tests/all"
         );
+    }
+    // And what a "tests" column names is a test, not a helper.
+    let lines: Vec<&str> = tests.lines().collect();
+    let is_test = |name: &str| {
+        let at = lines.iter().position(|l| l.contains(&format!("fn {name}("))).unwrap();
+        lines[at.saturating_sub(3)..at].iter().any(|l| l.trim().ends_with("test]"))
+    };
+    let mut in_tests_column = false;
+    for row in guide.lines() {
+        if !row.starts_with('|') {
+            in_tests_column = false;
+            continue;
+        }
+        let last = row.trim_end_matches('|').rsplit('|').next().unwrap().trim();
+        if last == "tests" {
+            in_tests_column = true;
+            continue;
+        }
+        if !in_tests_column {
+            continue;
+        }
+        for quoted in last.split('`').skip(1).step_by(2) {
+            let name = quoted.rsplit("::").next().unwrap();
+            if name.split('_').count() >= 4 && !name.contains(['(', ' ']) {
+                assert!(is_test(name), "the guide's tests column names `{name}`, not a test");
+            }
+        }
     }
 }
 
@@ -849,17 +879,20 @@ async fn a_streaming_body_is_sent_once_here_and_refused_by_reqwest_retry() {
 #[tokio::test]
 async fn an_upload_is_retried_only_when_buffered_and_safe_to_repeat() {
     use StopReason::{NotReplayable, NotSafe, NothingToRetry};
-    // (method, key, buffering): what reaches the server, and why it stopped.
+    // (method, key, buffering, status): what reaches the server, and why it
+    // stopped. A 503 needs a request safe to repeat; a 429 does not.
     let cases = [
-        (Method::POST, false, false, 1, NotSafe),
-        (Method::POST, false, true, 1, NotSafe),
-        (Method::POST, true, false, 1, NotReplayable),
-        (Method::POST, true, true, 2, NothingToRetry),
-        (Method::PUT, false, false, 1, NotReplayable),
-        (Method::PUT, false, true, 2, NothingToRetry),
+        (Method::POST, false, false, 503, 1, NotSafe),
+        (Method::POST, false, true, 503, 1, NotSafe),
+        (Method::POST, true, false, 503, 1, NotReplayable),
+        (Method::POST, true, true, 503, 2, NothingToRetry),
+        (Method::PUT, false, false, 503, 1, NotReplayable),
+        (Method::PUT, false, true, 503, 2, NothingToRetry),
+        (Method::POST, false, false, 429, 1, NotReplayable),
+        (Method::POST, false, true, 429, 2, NothingToRetry),
     ];
-    for (method, key, buffering, reached, stop) in cases {
-        let (server, url) = scripted(&[503, 201]).await;
+    for (method, key, buffering, status, reached, stop) in cases {
+        let (server, url) = scripted(&[status, 201]).await;
         let mut config = RetryConfig::builder();
         if buffering {
             config = config.with_request_body_buffering(64 * 1024);
@@ -871,10 +904,11 @@ async fn an_upload_is_retried_only_when_buffered_and_safe_to_repeat() {
             request = request.header("Idempotency-Key", "upload-1");
         }
         let result = bounded("upload", request.with_extension(slot.clone()).send()).await;
-        let case = format!("{method}, key {key}, buffering {buffering}");
+        let case = format!("{method} {status}, key {key}, buffering {buffering}");
         assert_eq!(hits(&server).await, reached, "{case}");
         assert_eq!(slot.get().unwrap().stop, stop, "{case}");
-        assert_eq!(summary(&result), if reached == 2 { "201" } else { "503" }, "{case}");
+        let last = if reached == 2 { "201".to_owned() } else { status.to_string() };
+        assert_eq!(summary(&result), last, "{case}");
     }
 }
 
@@ -1081,6 +1115,93 @@ async fn github_rate_limits_wait_a_secondary_limits_retry_after() {
     let (client, _) = github(github_rate_limits());
     let (result, _) = send(&client, Method::POST, &url).await;
     assert_eq!((summary(&result), hits(&server).await), ("403".to_owned(), 1));
+}
+
+#[tokio::test]
+async fn github_rate_limits_return_a_bare_429_and_ignore_a_reset_no_clock_holds() {
+    // A 429 with neither header asks for at least a minute: over the cap.
+    let (server, url) = scripted(&[429, 201]).await;
+    let (client, _) = github(github_rate_limits());
+    let (result, report) = send(&client, Method::POST, &url).await;
+    assert_eq!((summary(&result), hits(&server).await), ("429".to_owned(), 1));
+    assert_eq!(report.stop, StopReason::RetryAfterTooLong(Duration::from_secs(60)));
+
+    // A reset past what a `SystemTime` can hold is no reset: the 403 is final.
+    let server = MockServer::start().await;
+    let absurd = ResponseTemplate::new(403)
+        .insert_header("x-ratelimit-remaining", "0")
+        .insert_header("x-ratelimit-reset", u64::MAX.to_string().as_str());
+    script(&server, "/r", vec![absurd, ResponseTemplate::new(201)]).await;
+    let (client, _) = github(github_rate_limits());
+    let (result, report) = send(&client, Method::POST, &format!("{}/r", server.uri())).await;
+    assert_eq!((summary(&result), hits(&server).await), ("403".to_owned(), 1));
+    assert_eq!(report.stop, StopReason::NothingToRetry);
+}
+
+#[tokio::test]
+async fn a_wait_the_server_asked_for_replaces_retry_after_and_is_measured_against_date() {
+    let asked = |wait: Option<Duration>| {
+        RetryConfig::builder().with_predicate(move |attempt| match attempt.outcome {
+            Outcome::Response(r) if r.status() == 429 => {
+                let verdict = Verdict::new(Retryability::AnyMethod);
+                Some(match wait {
+                    Some(wait) => verdict.server_asked(wait),
+                    // 5 s after the wall time: 105 s after the response's Date.
+                    None => verdict.server_asked_until(wall().0 + Duration::from_secs(5)),
+                })
+            }
+            _ => None,
+        })
+    };
+    let server = MockServer::start().await;
+    let five = ResponseTemplate::new(429).insert_header("retry-after", "5");
+    script(&server, "/r", vec![five, ResponseTemplate::new(200)]).await;
+    let (client, clock) = github(asked(Some(Duration::from_secs(2))));
+    let (result, _) = send(&client, Method::GET, &format!("{}/r", server.uri())).await;
+    assert_eq!(summary(&result), "200");
+    assert_eq!(clock.sleeps(), [Duration::from_millis(2_500)], "2 s, not the header's 5");
+
+    let server = MockServer::start().await;
+    let behind = httpdate::fmt_http_date(wall().0 - Duration::from_secs(100));
+    let dated = ResponseTemplate::new(429).insert_header("date", behind.as_str());
+    script(&server, "/r", vec![dated, ResponseTemplate::new(200)]).await;
+    let (client, _) = github(asked(None));
+    let (_, report) = send(&client, Method::GET, &format!("{}/r", server.uri())).await;
+    assert_eq!(report.stop, StopReason::RetryAfterTooLong(Duration::from_secs(105)));
+}
+
+#[tokio::test]
+async fn a_wait_the_server_asked_for_is_priced_as_retry_after_is() {
+    // An empty reserve: only a retry free of the budget happens.
+    let empty = || reqwest_safe_retry::RetryBudget::default().with_ratio(0.0).with_reserve(0);
+    let predicate = |scope: Retryability| {
+        RetryConfig::builder().with_budget(empty()).with_predicate(move |attempt| {
+            Some(Verdict::new(scope).server_asked(Duration::from_secs(2)))
+                .filter(|_| !matches!(attempt.outcome, Outcome::Response(r) if r.status() == 200))
+        })
+    };
+    // (status, scope, retried): a 429 is a refusal whatever the scope; so is
+    // what the predicate answers `AnyMethod`; a `WhenSafe` 503 is paid for.
+    for (status, scope, retried) in [
+        (429, Retryability::WhenSafe, true),
+        (429, Retryability::AnyMethod, true),
+        (503, Retryability::AnyMethod, true),
+        (503, Retryability::WhenSafe, false),
+    ] {
+        let (_server, url) = scripted(&[status, 200]).await;
+        let (client, _) = github(predicate(scope));
+        let (result, report) = send(&client, Method::GET, &url).await;
+        let case = format!("{status}, {scope:?}");
+        assert_eq!(summary(&result) == "200", retried, "{case}: {:?}", report.stop);
+        if !retried {
+            assert_eq!(report.stop, StopReason::BudgetExhausted, "{case}");
+        }
+    }
+    // After an error there is no server's word: paid for.
+    let (url, _port) = hops::refusing_port();
+    let (client, _) = github(predicate(Retryability::AnyMethod));
+    let (_, report) = send(&client, Method::POST, &url).await;
+    assert_eq!((report.attempts, report.stop), (1, StopReason::BudgetExhausted));
 }
 
 #[tokio::test]
@@ -1335,6 +1456,12 @@ mod logging {
         let log = captured.text();
         let line = log.lines().find(|l| l.contains("not retrying request")).expect(&log);
         assert!(line.contains("WARN") && line.contains("retries exhausted"), "{line}");
+
+        // At trace, a recovery is logged at trace too.
+        let traced = RetryMiddleware::default().with_log_level(tracing::Level::TRACE);
+        let log = logged(tracing::Level::TRACE, wrap_ours(traced)).await;
+        let line = log.lines().find(|l| l.contains("nothing to retry")).expect(&log);
+        assert!(line.contains("TRACE"), "{line}");
     }
 
     #[tokio::test]
