@@ -50,14 +50,16 @@ pub(crate) fn scale(d: Duration, unit: f64) -> Duration {
     let unit = if unit.is_nan() { 0.0 } else { unit.clamp(0.0, 1.0) };
     // 2^32 steps of resolution is far finer than a nanosecond matters here.
     let steps = (unit * 4_294_967_296.0) as u128;
-    let nanos = (d.as_nanos() * steps) >> 32;
+    // At most 2^64 s in nanoseconds (below 2^95) times 2^32: within a u128.
+    let nanos = d.as_nanos().saturating_mul(steps) >> 32;
     nanos_to_duration(nanos)
 }
 
 fn nanos_to_duration(nanos: u128) -> Duration {
     const NANOS_PER_SEC: u128 = 1_000_000_000;
-    let secs = u64::try_from(nanos / NANOS_PER_SEC).unwrap_or(u64::MAX);
-    Duration::new(secs, (nanos % NANOS_PER_SEC) as u32)
+    let secs = u64::try_from(nanos.checked_div(NANOS_PER_SEC).unwrap_or(0)).unwrap_or(u64::MAX);
+    let subsec = nanos.checked_rem(NANOS_PER_SEC).unwrap_or(0) as u32;
+    Duration::new(secs, subsec)
 }
 
 /// The wait before retry `retry` (0 for the first retry).
@@ -77,15 +79,15 @@ pub(crate) fn backoff(
         Jitter::Full => scale(ceiling(initial, max, retry), unit),
         Jitter::Equal => {
             let ceiling = ceiling(initial, max, retry);
-            let half = ceiling / 2;
+            let half = ceiling.checked_div(2).unwrap_or(ceiling);
             // `ceiling - half` keeps the odd nanosecond, so the top is the ceiling.
-            half + scale(ceiling - half, unit)
+            half.saturating_add(scale(ceiling.saturating_sub(half), unit))
         }
         Jitter::None => ceiling(initial, max, retry),
         Jitter::Decorrelated => {
             let low = initial.min(max);
             let high = previous.saturating_mul(3).min(max).max(low);
-            low + scale(high - low, unit)
+            low.saturating_add(scale(high.saturating_sub(low), unit))
         }
     }
 }

@@ -171,7 +171,9 @@ mod manual {
         pub fn new() -> Self {
             let state = State {
                 start: Instant::now(),
-                wall_start: SystemTime::UNIX_EPOCH + DEFAULT_WALL_START,
+                wall_start: SystemTime::UNIX_EPOCH
+                    .checked_add(DEFAULT_WALL_START)
+                    .unwrap_or(SystemTime::UNIX_EPOCH),
                 elapsed: Duration::ZERO,
                 sleeps: Vec::new(),
                 waiting: Vec::new(),
@@ -236,7 +238,7 @@ mod manual {
                 if let Some(now) = state.start.checked_add(elapsed) {
                     return now;
                 }
-                elapsed /= 2;
+                elapsed = elapsed.checked_div(2).unwrap_or_default();
             }
         }
 

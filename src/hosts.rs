@@ -212,14 +212,16 @@ impl<V: HostState, S: BuildHasher> Hosts<V, S> {
             .filter(|host| may_forget(host, now))
             .map(|host| host.value.last_used())
             .collect();
-        let excess = (table.len() + 1 + self.limit / 8).saturating_sub(self.limit).min(used.len());
+        let slack = self.limit / 8;
+        let wanted = table.len().saturating_add(1).saturating_add(slack);
+        let excess = wanted.saturating_sub(self.limit).min(used.len());
         if excess == 0 {
             return;
         }
         // The `excess` least recently used: all used before `cut`, and as
         // many used at `cut` as make up the number.
-        let (before, &mut cut, _) = used.select_nth_unstable(excess - 1);
-        let mut at_cut = 1 + before.iter().filter(|&&used| used == cut).count();
+        let (before, &mut cut, _) = used.select_nth_unstable(excess.saturating_sub(1));
+        let mut at_cut = before.iter().filter(|&&used| used == cut).count().saturating_add(1);
         table.retain(|host| {
             if !may_forget(host, now) {
                 return true;
@@ -229,7 +231,7 @@ impl<V: HostState, S: BuildHasher> Hosts<V, S> {
                 return false;
             }
             if used == cut && at_cut > 0 {
-                at_cut -= 1;
+                at_cut = at_cut.saturating_sub(1);
                 return false;
             }
             true

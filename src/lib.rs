@@ -297,6 +297,10 @@
 //! repeat and returns the first final answer; [`RetryConfigBuilder::with_response_body_buffering`]
 //! retries a response whose body breaks mid-read; [`RetryConfigBuilder::with_request_body_buffering`]
 //! lets a streamed request body be retried.
+// Times, durations, counts and budgets saturate or are checked: no
+// arithmetic in the crate can overflow, wrap or divide by zero, whatever
+// clock, server or setting it meets. (Tests are free to add.)
+#![cfg_attr(not(test), deny(clippy::arithmetic_side_effects))]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backoff;

@@ -340,8 +340,9 @@ impl Shared {
                 if let Some(caller) = &caller {
                     extensions.clone_from(caller);
                 }
-                extensions
-                    .insert(AttemptNumber::new(policy.attempts() + 1, policy.resend_count() + 1));
+                let next =
+                    (policy.attempts().saturating_add(1), policy.resend_count().saturating_add(1));
+                extensions.insert(AttemptNumber::new(next.0, next.1));
             }
         }
     }

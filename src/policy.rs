@@ -115,7 +115,7 @@ impl<'a> Policy<'a> {
             }
             None => None,
         };
-        self.attempts += 1;
+        self.attempts = self.attempts.saturating_add(1);
         if let Some((_, sent)) = &mut self.paid {
             *sent = true;
         }
@@ -265,7 +265,7 @@ impl<'a> Policy<'a> {
     ) -> std::result::Result<(Duration, bool), StopReason> {
         let config = &self.shared.config;
         let (initial, max) = (config.initial_backoff, config.max_backoff);
-        let retry = self.attempts - 1;
+        let retry = self.attempts.saturating_sub(1);
         let headers = outcome.as_ref().ok().map(Response::headers);
         let wall_time = || self.shared.clock.wall_time();
         let asked = match chosen {

@@ -13,10 +13,10 @@ use reqwest::Body;
 /// Appends `data`, which fits within `limit`, growing the buffer by doubling
 /// but never past the limit.
 pub(super) fn append(prefix: &mut Vec<u8>, data: &[u8], limit: usize) {
-    let needed = prefix.len() + data.len();
+    let needed = prefix.len().saturating_add(data.len());
     if needed > prefix.capacity() {
         let grown = prefix.capacity().saturating_mul(2).min(limit).max(needed);
-        prefix.reserve_exact(grown - prefix.len());
+        prefix.reserve_exact(grown.saturating_sub(prefix.len()));
     }
     prefix.extend_from_slice(data);
 }
@@ -69,7 +69,7 @@ impl HttpBody for Replay {
 
     fn size_hint(&self) -> SizeHint {
         let held = self.held.as_ref().and_then(Frame::data_ref).map_or(0, Bytes::len);
-        let front = (self.prefix.as_ref().map_or(0, Bytes::len) + held) as u64;
+        let front = self.prefix.as_ref().map_or(0, Bytes::len).saturating_add(held) as u64;
         match &self.tail {
             Tail::Rest(body) => {
                 let rest = body.size_hint();

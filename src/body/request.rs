@@ -102,7 +102,7 @@ impl Reader {
                     Err(trailers) => return End::Stopped(Some(trailers)),
                 },
             };
-            if data.len() > self.limit - self.prefix.len() {
+            if data.len() > self.limit.saturating_sub(self.prefix.len()) {
                 return End::Stopped(Some(Frame::data(data)));
             }
             self.append(&data);

@@ -60,7 +60,9 @@ async fn read(
     let held = loop {
         match response.chunk().await {
             Ok(None) => break None,
-            Ok(Some(chunk)) if chunk.len() > limit - prefix.len() => break Some(chunk),
+            Ok(Some(chunk)) if chunk.len() > limit.saturating_sub(prefix.len()) => {
+                break Some(chunk);
+            }
             Ok(Some(chunk)) => append(&mut prefix, &chunk, limit),
             Err(error) => return Err(error.with_url(response.url().clone())),
         }

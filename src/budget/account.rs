@@ -83,7 +83,7 @@ impl Account {
                 .reserve
                 .fetch_update(Ordering::Relaxed, Ordering::Relaxed, refill)
                 .unwrap_or_else(|never| never);
-            rest -= cap.saturating_sub(before).min(amount);
+            rest = rest.saturating_sub(cap.saturating_sub(before).min(amount));
         }
         self.current(self.now(seen)).earned.fetch_add(rest, Ordering::Relaxed);
     }
@@ -103,14 +103,16 @@ impl Account {
         }
         let from_window = unspent.min(RETRY_COST);
         self.current_locked(now).spent.fetch_add(from_window, Ordering::Relaxed);
-        self.reserve.fetch_sub(RETRY_COST - from_window, Ordering::Relaxed);
-        Some(Paid { from_reserve: RETRY_COST - from_window })
+        // The check above, under the turn, leaves the reserve enough.
+        let from_reserve = RETRY_COST.saturating_sub(from_window);
+        self.reserve.fetch_sub(from_reserve, Ordering::Relaxed);
+        Some(Paid { from_reserve })
     }
 
     /// Gives a retry's cost back: what the reserve paid to the reserve (up
     /// to `cap`), what the window paid as earnings of the current slot.
     pub(super) fn refund(&self, seen: u64, paid: Paid, cap: u64) {
-        let from_window = RETRY_COST - paid.from_reserve;
+        let from_window = RETRY_COST.saturating_sub(paid.from_reserve);
         self.current(self.now(seen)).earned.fetch_add(from_window, Ordering::Relaxed);
         let refill = |r: u64| Some(r.saturating_add(paid.from_reserve).min(cap));
         let _ = self.reserve.fetch_update(Ordering::Relaxed, Ordering::Relaxed, refill);
@@ -122,7 +124,7 @@ impl Account {
     }
 
     fn note_trouble(&self, now: u64) {
-        self.troubled.fetch_max(now + 1, Ordering::Relaxed);
+        self.troubled.fetch_max(now.saturating_add(1), Ordering::Relaxed);
     }
 
     /// Records a request, for forgetting the least recently used host.
@@ -143,7 +145,7 @@ impl Account {
     pub(super) fn is_calm(&self, now: u64) -> bool {
         match self.troubled.load(Ordering::Relaxed) {
             0 => true,
-            after => now.saturating_sub(after - 1) >= SLOTS,
+            after => now.saturating_sub(after.saturating_sub(1)) >= SLOTS,
         }
     }
 
@@ -184,7 +186,7 @@ impl Account {
             .iter()
             .filter(|slot| {
                 let number = slot.number.load(Ordering::Acquire);
-                number <= now && now - number < SLOTS
+                now.checked_sub(number).is_some_and(|age| age < SLOTS)
             })
             .fold((0, 0), |(e, s), slot| {
                 (

@@ -153,8 +153,10 @@ impl Budget {
     fn slot_number(&self, now: Instant) -> u64 {
         let origin = *self.origin.get_or_init(|| now);
         let elapsed = now.saturating_duration_since(origin);
-        let ms = elapsed.as_secs().saturating_mul(1000) + u64::from(elapsed.subsec_millis());
-        ms / self.slot_ms
+        let ms =
+            elapsed.as_secs().saturating_mul(1000).saturating_add(elapsed.subsec_millis().into());
+        // `slot_ms` is at least 1 (a window is at least 100 ms).
+        ms.checked_div(self.slot_ms).unwrap_or(u64::MAX)
     }
 }
 

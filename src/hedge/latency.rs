@@ -48,7 +48,7 @@ impl Ring {
         } else {
             self.samples[self.next] = latency;
         }
-        self.next = (self.next + 1) % SAMPLES;
+        self.next = self.next.saturating_add(1).checked_rem(SAMPLES).unwrap_or(0);
         self.used = self.used.max(now);
     }
 }
@@ -94,7 +94,7 @@ impl Latencies {
         }
         let sorted = &mut copy[..len];
         let rank = ((q * len as f64).ceil() as usize).clamp(1, len);
-        let (_, nth, _) = sorted.select_nth_unstable(rank - 1);
+        let (_, nth, _) = sorted.select_nth_unstable(rank.saturating_sub(1));
         Some(*nth)
     }
 }

@@ -77,7 +77,7 @@ impl HedgeMiddleware {
         };
 
         let mut running = vec![launch(1, first)];
-        let mut sent = 1;
+        let mut sent: u32 = 1;
         let mut timer: Option<Sleep> = Some(inner.clock.sleep(delay));
         // The first answer that stopped hedging, else the last failure.
         let mut held: Option<(u32, Sent, bool)> = None;
@@ -94,7 +94,7 @@ impl HedgeMiddleware {
                 let mut i = 0;
                 while i < running.len() {
                     let Poll::Ready(done) = running[i].1.as_mut().poll(cx) else {
-                        i += 1;
+                        i = i.saturating_add(1);
                         continue;
                     };
                     moved = true;
@@ -146,7 +146,7 @@ impl HedgeMiddleware {
                             }
                             _ => true,
                         };
-                        let number = sent + 1;
+                        let number = sent.saturating_add(1);
                         let copy = paid.then(|| request.try_clone()).flatten();
                         #[cfg(feature = "tracing")]
                         trace_hedge(&url, number, delay, copy.is_some());
