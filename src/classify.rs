@@ -9,10 +9,11 @@
 //!
 //! Errors are read by walking their `source()` chain for the types the HTTP
 //! stack really produces (`std::io::Error` kinds, `hyper::Error`, and with the
-//! `http2` feature `h2::Error`), not by matching message text — with one
-//! documented exception: a temporary DNS failure from the system resolver,
-//! which gives no type or code for it, is recognised by glibc's and musl's
-//! wording as a last resort.
+//! `http2` feature `h2::Error`), not by matching message text — with two
+//! documented exceptions, each a last resort where the stack gives no type
+//! or code: hyper's "dispatch task is gone" (see `classify_dispatch`), and a
+//! temporary DNS failure from the system resolver, recognised by glibc's
+//! and musl's wording.
 
 use std::error::Error as StdError;
 use std::io;
@@ -88,6 +89,11 @@ pub(crate) fn classify_error(
         // before the request was written (on a reused one it retries itself).
         return Some((Scope::AnyMethod, RetryReason::NotSent));
     }
+    if error.is_request() {
+        if let Some(class) = classify_dispatch(error) {
+            return Some(class);
+        }
+    }
     if error.is_timeout() {
         return Some((Scope::WhenSafe, RetryReason::Timeout));
     }
@@ -96,6 +102,35 @@ pub(crate) fn classify_error(
     if error.is_request() && !any_hyper(error, |e| e.is_parse() || e.is_user()) {
         // Reset, closed before the response, incomplete message: the
         // request may have been processed.
+        return Some((Scope::WhenSafe, RetryReason::ConnectionLost));
+    }
+    None
+}
+
+/// What hyper's dispatcher says about a request it never answered, read from
+/// the outermost `hyper::Error` in the chain (the one hyper-util wrapped for
+/// this request; one deeper down came from elsewhere, a request body that is
+/// another connection's `Incoming`, say).
+///
+/// - `ChannelClosed` (`is_closed()`): in a request's error its only source
+///   is hyper-util's `connect_to`, whose `SendRequest::ready()` found a
+///   *fresh* connection's dispatcher already gone (a GOAWAY or close at the
+///   handshake) before the request was handed to it: not sent, any method.
+/// - `DispatchGone` ("dispatch task is gone"): the dispatcher ended with the
+///   request's callback still held: queued (HTTP/2: pending open behind
+///   MAX_CONCURRENT_STREAMS) or in flight. Written or not is not told (a
+///   draining server's GOAWAY lets the HEADERS out and answers them), so it
+///   is a lost connection: only when safe. hyper gives no predicate for it;
+///   recognised as a user error that is no body abort, by hyper's wording.
+fn classify_dispatch(error: &(dyn StdError + 'static)) -> Class {
+    let hyper = sources(error).find_map(|e| e.downcast_ref::<hyper::Error>())?;
+    if hyper.is_closed() {
+        return Some((Scope::AnyMethod, RetryReason::NotSent));
+    }
+    if hyper.is_user()
+        && !hyper.is_body_write_aborted()
+        && hyper.to_string() == "dispatch task is gone"
+    {
         return Some((Scope::WhenSafe, RetryReason::ConnectionLost));
     }
     None
@@ -322,6 +357,23 @@ mod tests {
         let chain = Wrapper(Box::new(error));
         assert!(any_hyper(&chain, hyper::Error::is_canceled));
         assert!(!any_hyper(&chain, |e| e.is_parse() || e.is_user()));
+    }
+
+    #[cfg(feature = "http2")]
+    #[tokio::test]
+    async fn a_connection_gone_at_setup_is_recognised_as_not_sent() {
+        // What hyper-util's connect_to gets from `SendRequest::ready()` when
+        // the fresh connection's dispatcher is already gone.
+        let (io, _peer) = tokio::io::duplex(64 * 1024);
+        let io = hyper_util::rt::TokioIo::new(io);
+        let executor = hyper_util::rt::TokioExecutor::new();
+        let (mut sender, connection) =
+            hyper::client::conn::http2::handshake::<_, _, String>(executor, io).await.unwrap();
+        drop(connection);
+        let error = sender.ready().await.unwrap_err();
+        assert!(error.is_closed());
+        let chain = Wrapper(Box::new(error));
+        assert_eq!(classify_dispatch(&chain), Some((Scope::AnyMethod, RetryReason::NotSent)));
     }
 
     #[cfg(feature = "http2")]

@@ -205,6 +205,50 @@ async fn goaway_after_the_stream_was_taken_is_not_retried_for_post() {
     assert!(clock.sleeps().is_empty());
 }
 
+/// One stream at a time over HTTP/2: a request queued behind an open stream
+/// when the connection closes is never written. hyper says only that its
+/// dispatch task is gone, which proves nothing (a draining server may take
+/// the queued stream first), so it is retried when safe to repeat and
+/// returned otherwise.
+#[cfg(feature = "http2")]
+#[tokio::test]
+async fn a_request_queued_on_a_closing_connection_is_retried_when_safe() {
+    use std::sync::Arc;
+
+    use support::h2_server::{h2_client, h2_one_stream_server};
+
+    for (method, retried) in [(Method::GET, true), (Method::POST, false)] {
+        let gate = Arc::new(tokio::sync::Notify::new());
+        let (url, streams) = h2_one_stream_server(gate.clone()).await;
+        let (client, clock) = with_retry(h2_client(), config(3));
+        // The first request takes the only stream, and keeps it open.
+        let first = bounded("the first GET", client.get(format!("{url}/a")).send()).await;
+        let queued_url = format!("{url}/b");
+        let queued = send(&client, method.clone(), &queued_url);
+        let close = async {
+            // Current-thread runtime: the client's tasks queue the request
+            // within a few turns, with no I/O to wait for.
+            for _ in 0..50 {
+                tokio::task::yield_now().await;
+            }
+            assert_eq!(streams.get(), 1, "{method}: queued, not sent");
+            gate.notify_one();
+        };
+        let ((result, report), ()) = tokio::join!(queued, close);
+        drop(first);
+        if retried {
+            assert_eq!(result.unwrap().status(), 200);
+            assert_eq!((report.attempts, streams.get()), (2, 2));
+            assert_eq!(clock.sleeps(), [100 * MS]);
+        } else {
+            let error = result.expect_err("the POST is returned");
+            assert!(chain(&error).contains("DispatchGone"), "{}", chain(&error));
+            assert_eq!((report.attempts, report.stop), (1, StopReason::NotSafe));
+            assert_eq!(streams.get(), 1);
+        }
+    }
+}
+
 /// Five refused streams, then 200; the middleware allows two retries.
 #[cfg(feature = "http2")]
 async fn five_refusals(inner: reqwest::ClientBuilder) -> (u16, RetryReport, usize, Vec<Duration>) {

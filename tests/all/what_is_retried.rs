@@ -67,7 +67,8 @@ fn returned(outcome: &str, stop: StopReason) -> Got {
 /// A head that ends before its blank line.
 const CUT_HEAD: &str = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConn";
 
-/// README row: 502, 503, 504; a timeout after the request went out; a reset; a response cut short before its headers ended³
+/// README row: 502, 503, 504; a timeout after the request went out; a reset; a response cut short before its headers ended³; an HTTP/2 request queued on a connection that closed⁴
+/// (the last is `real_servers::a_request_queued_on_a_closing_connection_is_retried_when_safe`)
 #[tokio::test]
 async fn failures_after_sending_are_retried_only_when_safe_to_repeat() {
     for status in [502, 503, 504] {
@@ -107,7 +108,7 @@ async fn a_429_is_retried_for_any_method() {
     }
 }
 
-/// README row: connection refused or unreachable, connect timeout, TLS handshake cut off, temporary DNS failure; a request hyper handed back unsent
+/// README row: connection refused or unreachable, connect timeout, TLS handshake cut off, temporary DNS failure; a request hyper handed back unsent, or that a new connection closed before taking
 #[tokio::test]
 async fn failures_before_sending_are_retried_for_any_method() {
     // Each fails every time: all four attempts are made.

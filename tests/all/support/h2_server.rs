@@ -202,3 +202,49 @@ async fn read_to_first_headers(socket: &mut TcpStream) -> Option<Vec<u8>> {
         }
     }
 }
+
+/// A server that allows one stream at a time. On its first connection it
+/// answers the first stream's headers, keeps that stream open, and once
+/// `gate` opens closes the connection: a request the client queued behind
+/// that stream is never written. Every later connection answers each stream
+/// `200 ok`. Returns its base URL and the count of streams received.
+pub async fn h2_one_stream_server(gate: Arc<Notify>) -> (String, Counter) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let streams = Counter::default();
+    let count = streams.clone();
+    tokio::spawn(async move {
+        let mut first = true;
+        while let Ok((socket, _)) = listener.accept().await {
+            let (streams, gate, closing) = (count.clone(), gate.clone(), first);
+            first = false;
+            tokio::spawn(tokio::time::timeout(PATIENCE, async move {
+                let mut builder = h2::server::Builder::new();
+                let Ok(mut connection) = builder.max_concurrent_streams(1).handshake(socket).await
+                else {
+                    return;
+                };
+                while let Some(Ok((request, mut respond))) = connection.accept().await {
+                    streams.bump();
+                    if !closing {
+                        drop(tokio::spawn(answer_ok(request, respond)));
+                        continue;
+                    }
+                    let head = http::Response::builder().status(200).body(()).unwrap();
+                    let _open = respond.send_response(head, false);
+                    // The connection is polled while the gate is shut, so
+                    // the client gets the headers; then it is dropped.
+                    let shut = gate.notified();
+                    tokio::pin!(shut);
+                    shut.as_mut().enable();
+                    tokio::select! {
+                        _ = shut => {}
+                        _ = connection.accept() => {}
+                    }
+                    return;
+                }
+            }));
+        }
+    });
+    (url, streams)
+}
