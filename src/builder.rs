@@ -127,6 +127,17 @@ impl RetryConfigBuilder {
     /// attempt is not started, and the last outcome is returned instead; an
     /// attempt still in flight when it passes is cut short with a timeout
     /// error (see [`DeadlineExceeded`](crate::DeadlineExceeded)).
+    ///
+    /// It bounds the body of the response returned too: a read still going
+    /// when it passes fails with a `reqwest::Error` whose `is_timeout()` is
+    /// true. Where the attempt has a timeout the middleware can see (the
+    /// request's, or [`with_attempt_timeout`](Self::with_attempt_timeout)),
+    /// the deadline goes on the request as a shorter timeout, and the error
+    /// is reqwest's own. Otherwise the middleware bounds the body itself,
+    /// and the error's source is an `io::Error` of kind `TimedOut` holding
+    /// the `DeadlineExceeded` (`io::Error::get_ref`). A client's own timeout
+    /// (`ClientBuilder::timeout`) is never replaced: the earlier of the two
+    /// ends the read.
     pub fn with_deadline(mut self, deadline: Duration) -> Self {
         self.config.deadline = Some(deadline);
         self

@@ -330,6 +330,16 @@ impl Shared {
                 let after = match decision {
                     Decision::Retry { after, .. } => after,
                     Decision::Stop(stop) => {
+                        // No timeout of reqwest's carries the deadline: the
+                        // body the caller reads is bounded by it here.
+                        let outcome = match (outcome, cut_at) {
+                            (Ok(response), Some(at)) => Ok(body::bounded(
+                                response,
+                                self.clock.sleep_until(at),
+                                policy.deadline_exceeded(),
+                            )),
+                            (outcome, _) => outcome,
+                        };
                         return finish(extensions, caller.as_ref(), outcome, policy.report(stop));
                     }
                 };

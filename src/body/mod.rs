@@ -2,16 +2,20 @@
 //! request body, so that the request can be sent again ([`Rewind`]); a final
 //! response's body, so that a failure while reading it can be retried
 //! ([`settle`]); and a retried response's body, drained during the wait so
-//! that its connection can be reused ([`discard`]).
+//! that its connection can be reused ([`discard`]). And one it does not
+//! read: the body of a response returned under a deadline that no timeout
+//! of reqwest's carries, bounded by it ([`bounded`]).
 //!
 //! This code takes plain values (limits, instants, "may a retry follow")
 //! and knows nothing of the policy, which decides what is read and when.
 
+mod bounded;
 mod drain;
 mod replay;
 mod request;
 mod response;
 
+pub(crate) use bounded::bounded;
 pub(crate) use drain::discard;
 pub(crate) use request::Rewind;
 pub(crate) use response::settle;

@@ -67,19 +67,27 @@ async fn read(
             Err(error) => return Err(error.with_url(response.url().clone())),
         }
     };
+    Ok(map_body(response, |rest| match held {
+        None => reqwest::Body::from(prefix),
+        Some(chunk) => replay(prefix, Some(Frame::data(chunk)), Tail::Rest(rest)),
+    }))
+}
+
+/// `response` with its body replaced by what `body` makes of the body not
+/// yet read; its status, version, headers, extensions and URL kept.
+pub(super) fn map_body(
+    response: Response,
+    body: impl FnOnce(reqwest::Body) -> reqwest::Body,
+) -> Response {
     let url = response.url().clone();
     // Status, version, headers and extensions stay in `parts`, and what was
     // not read in `rest`. reqwest keeps the URL beside them: it goes back as
     // the extension its `From<http::Response<_>>` takes it from.
     let (mut parts, rest) = http::Response::<reqwest::Body>::from(response).into_parts();
-    let body = match held {
-        None => reqwest::Body::from(prefix),
-        Some(chunk) => replay(prefix, Some(Frame::data(chunk)), Tail::Rest(rest)),
-    };
     // Building a response without a status or header to check cannot fail.
     let (marker, ()) = http::Response::builder().url(url).body(()).unwrap_or_default().into_parts();
     parts.extensions.extend(marker.extensions);
-    Ok(Response::from(http::Response::from_parts(parts, body)))
+    Response::from(http::Response::from_parts(parts, body(rest)))
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ mod body_read;
 mod budget;
 mod caller;
 mod custom_clock;
+mod deadline_body;
 mod hedge;
 mod hedge_idempotency_header;
 mod interop;

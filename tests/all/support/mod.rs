@@ -192,6 +192,9 @@ pub enum Raw {
     StalledBody,
     /// Read the request and never answer, holding the connection open.
     Stall,
+    /// Answer 200 with a declared body of 30 bytes, send 3, and hold the
+    /// connection open.
+    StalledOk,
 }
 
 /// A server for what wiremock cannot play: each request gets the next
@@ -240,6 +243,12 @@ pub async fn raw_server(script: Vec<Raw>) -> (String, Counter) {
                             break;
                         }
                         Raw::Stall => {
+                            hold(&mut socket).await;
+                            break;
+                        }
+                        Raw::StalledOk => {
+                            let head = "HTTP/1.1 200 OK\r\nContent-Length: 30\r\n\r\nabc";
+                            let _ = socket.write_all(head.as_bytes()).await;
                             hold(&mut socket).await;
                             break;
                         }

@@ -1,0 +1,72 @@
+//! The body of a response returned under a deadline that no timeout of
+//! reqwest's carries: it cannot be read past the deadline.
+//!
+//! When the attempt has a timeout the middleware can see, the deadline goes
+//! on the request as a shorter timeout, and reqwest bounds the body with it.
+//! When it has none, the middleware cannot set one without replacing the
+//! client's own (which it cannot see, and which may be shorter): the attempt
+//! is raced against the deadline instead, and its body is bounded here.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::{Mutex, PoisonError};
+use std::task::{Context, Poll};
+
+use hyper::body::{Body as HttpBody, Bytes, Frame, SizeHint};
+use reqwest::Response;
+
+use super::response::map_body;
+use crate::clock::Sleep;
+use crate::error::DeadlineExceeded;
+
+/// `response`, whose body ends with an error once `expiry` completes: an
+/// [`io::Error`] of kind `TimedOut` (so reqwest's `is_timeout()` is true on
+/// the error the caller reads), holding `error`.
+pub(crate) fn bounded(response: Response, expiry: Sleep, error: DeadlineExceeded) -> Response {
+    map_body(response, |body| {
+        reqwest::Body::wrap(Bounded { body, expiry: Some(Mutex::new(expiry)), error })
+    })
+}
+
+struct Bounded {
+    body: reqwest::Body,
+    /// The deadline, until it has passed. In a mutex only so that the body
+    /// is `Sync`, as reqwest asks; polling reaches it through `&mut` alone.
+    expiry: Option<Mutex<Sleep>>,
+    error: DeadlineExceeded,
+}
+
+impl HttpBody for Bounded {
+    type Data = Bytes;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let this = self.get_mut();
+        let Some(expiry) = this.expiry.as_mut() else {
+            // The deadline passed: the error was the body's last frame.
+            return Poll::Ready(None);
+        };
+        // What has arrived is handed over, even at the deadline.
+        if let Poll::Ready(frame) = Pin::new(&mut this.body).poll_frame(cx) {
+            return Poll::Ready(frame.map(|frame| frame.map_err(Into::into)));
+        }
+        let expiry = expiry.get_mut().unwrap_or_else(PoisonError::into_inner);
+        if expiry.as_mut().poll(cx).is_pending() {
+            return Poll::Pending;
+        }
+        this.expiry = None;
+        let error = io::Error::new(io::ErrorKind::TimedOut, this.error);
+        Poll::Ready(Some(Err(Box::new(error))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.expiry.is_none() || self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}

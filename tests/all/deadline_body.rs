@@ -1,0 +1,136 @@
+//! The deadline bounds the body of the response the middleware returns, in
+//! every configuration, and replaces no timeout of the user's. A server
+//! answers 200, sends 3 of 30 bytes, and holds the connection: the read
+//! fails at the deadline. Where no timeout of reqwest's can carry the
+//! deadline, the deadline is the manual clock's and the test moves it; where
+//! one can, the deadline goes on the request as a shorter timeout and
+//! reqwest's own timer ends the read (100 ms, real).
+
+use crate::support;
+
+use std::time::Duration;
+
+use reqwest_safe_retry::{
+    DeadlineExceeded, ManualClock, RetryConfig, RetryConfigBuilder, RetryMiddleware, RetryReport,
+};
+use support::*;
+
+/// The quick start's client on `builder` with `config`, on `clock`.
+fn client(
+    builder: reqwest::ClientBuilder,
+    config: RetryConfigBuilder,
+    clock: &ManualClock,
+) -> reqwest_middleware::ClientWithMiddleware {
+    let middleware = RetryMiddleware::new(config.build().unwrap()).with_clock(clock.clone());
+    middleware.client(builder).unwrap().build()
+}
+
+/// Reads the stalled body; moves `clock` past a deadline of 1 s once the
+/// read is under way. Returns the read's error.
+async fn read_until_the_deadline(
+    client: &reqwest_middleware::ClientWithMiddleware,
+    clock: &ManualClock,
+    timeout: Option<Duration>,
+) -> reqwest::Error {
+    let (url, _) = raw_server(vec![Raw::StalledOk]).await;
+    let mut request = client.get(&url);
+    if let Some(timeout) = timeout {
+        request = request.timeout(timeout);
+    }
+    let response = request.send().await.expect("the headers arrive");
+    assert_eq!(RetryReport::from_response(&response).attempts, 1);
+    let read = response.bytes();
+    let deadline = async {
+        for _ in 0..20 {
+            tokio::task::yield_now().await;
+        }
+        clock.advance(Duration::from_secs(1));
+    };
+    let both = async { tokio::join!(read, deadline) };
+    let (read, ()) = tokio::time::timeout(Duration::from_secs(10), both).await.expect("bounded");
+    read.expect_err("the body stalls")
+}
+
+/// The crate's deadline error inside a body error.
+fn deadline_inside(error: &reqwest::Error) -> Option<DeadlineExceeded> {
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(level) = next {
+        if let Some(io) = level.downcast_ref::<std::io::Error>() {
+            return io.get_ref().and_then(|inner| inner.downcast_ref()).copied();
+        }
+        next = level.source();
+    }
+    None
+}
+
+#[tokio::test]
+async fn with_no_timeout_anywhere_the_body_ends_at_the_deadline() {
+    let clock = ManualClock::new();
+    let config = RetryConfig::builder().with_deadline(Duration::from_secs(1));
+    let client = client(reqwest::Client::builder(), config, &clock);
+    let error = read_until_the_deadline(&client, &clock, None).await;
+    assert!(error.is_timeout(), "{error:?}");
+    let deadline = deadline_inside(&error).expect("the deadline error is inside");
+    assert_eq!(deadline.deadline(), Duration::from_secs(1));
+}
+
+#[tokio::test]
+async fn with_a_client_timeout_the_body_ends_at_the_earlier_deadline() {
+    // The client's 60 s are not replaced; the deadline comes first.
+    let clock = ManualClock::new();
+    let builder = reqwest::Client::builder().timeout(Duration::from_secs(60));
+    let config = RetryConfig::builder().with_deadline(Duration::from_secs(1));
+    let client = client(builder, config, &clock);
+    let error = read_until_the_deadline(&client, &clock, None).await;
+    assert!(error.is_timeout() && deadline_inside(&error).is_some(), "{error:?}");
+}
+
+#[tokio::test]
+async fn with_response_buffering_the_read_inside_the_attempt_ends_at_the_deadline() {
+    let clock = ManualClock::new();
+    let config = RetryConfig::builder()
+        .with_deadline(Duration::from_secs(1))
+        .with_response_body_buffering(1024);
+    let client = client(reqwest::Client::builder(), config, &clock);
+    let (url, _) = raw_server(vec![Raw::StalledOk]).await;
+    let send = client.get(&url).send();
+    let deadline = async {
+        for _ in 0..20 {
+            tokio::task::yield_now().await;
+        }
+        clock.advance(Duration::from_secs(1));
+    };
+    let both = async { tokio::join!(send, deadline) };
+    let (sent, ()) = tokio::time::timeout(Duration::from_secs(10), both).await.expect("bounded");
+    match sent.expect_err("the deadline passed while the body was read") {
+        reqwest_middleware::Error::Middleware(error) => {
+            assert!(error.is::<DeadlineExceeded>(), "{error}")
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A timeout the middleware can see carries the deadline, shorter, to
+/// reqwest: its timer ends the read, with its own timeout error.
+#[tokio::test]
+async fn with_a_request_or_attempt_timeout_the_deadline_goes_on_the_request() {
+    let long = Duration::from_secs(60);
+    let deadline = Duration::from_millis(100);
+    for attempt_timeout in [false, true] {
+        let clock = ManualClock::new();
+        let mut config = RetryConfig::builder().with_deadline(deadline);
+        if attempt_timeout {
+            config = config.with_attempt_timeout(long);
+        }
+        let client = client(reqwest::Client::builder(), config, &clock);
+        let (url, _) = raw_server(vec![Raw::StalledOk]).await;
+        let mut request = client.get(&url);
+        if !attempt_timeout {
+            request = request.timeout(long);
+        }
+        let response = request.send().await.expect("the headers arrive");
+        let read = tokio::time::timeout(Duration::from_secs(10), response.bytes()).await;
+        let error = read.expect("reqwest's timer ends the read").unwrap_err();
+        assert!(error.is_timeout(), "attempt timeout {attempt_timeout}: {error:?}");
+    }
+}
