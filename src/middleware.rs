@@ -332,13 +332,12 @@ impl Shared {
                     Decision::Stop(stop) => {
                         // No timeout of reqwest's carries the deadline: the
                         // body the caller reads is bounded by it here.
-                        let outcome = match (outcome, cut_at) {
-                            (Ok(response), Some(at)) => Ok(body::bounded(
-                                response,
-                                self.clock.sleep_until(at),
-                                policy.deadline_exceeded(),
-                            )),
-                            (outcome, _) => outcome,
+                        let outcome = match cut_at {
+                            None => outcome,
+                            Some(at) => outcome.map(|response| {
+                                let expiry = self.clock.sleep_until(at);
+                                body::bounded(response, expiry, policy.deadline_exceeded())
+                            }),
                         };
                         return finish(extensions, caller.as_ref(), outcome, policy.report(stop));
                     }
