@@ -1,6 +1,9 @@
-//! State per scheme, host and port, in a bounded table that forgets the
-//! least recently used hosts that are free to go, an eighth of its limit at
-//! a time, and never one that is not.
+//! State per scheme, host and port, in a table of at most `limit` hosts
+//! that forgets the least recently used hosts that are free to go, an
+//! eighth of its limit at a time, and never one that is not. A new host
+//! that finds no room shares one overflow entry with every other such
+//! host, so neither the table's memory nor the cost of a new host grows
+//! with the number of hosts that may not go (failing, or held by a call).
 //!
 //! Both the retry budget's accounts and the hedge's latency rings live in
 //! one of these; what "recently used" and "free to go" mean is the state's
@@ -144,25 +147,51 @@ fn same(a: &str, b: &str) -> bool {
 }
 
 /// State per scheme, host and port, bounded: past `limit` hosts, the least
-/// recently used that may be forgotten are.
+/// recently used that may be forgotten are; when none may, a new host gets
+/// the overflow entry.
 pub(crate) struct Hosts<V, S = FxBuildHasher> {
     limit: usize,
+    /// On the owner's clock: how long a scan that could not make room for
+    /// an eighth of the limit holds off the next one; a table that turned a
+    /// host away counts as crowded for twice as long.
+    pause: u64,
     hasher: S,
-    table: RwLock<HashTable<Arc<Host<V>>>>,
+    table: RwLock<Table<V>>,
+    /// The entry of every host that found no room. It has no key: no URL
+    /// names it.
+    overflow: Arc<Host<V>>,
+}
+
+struct Table<V> {
+    hosts: HashTable<Arc<Host<V>>>,
+    /// No scan before this time: the last one could not make room.
+    next_scan: u64,
+    /// Until this time, new hosts are told the table is crowded: one was
+    /// turned away to the overflow entry.
+    crowded_until: u64,
 }
 
 impl<V: HostState> Hosts<V> {
-    /// An empty table of at most `limit` hosts (more only while those past
-    /// it may not be forgotten).
-    pub(crate) fn new(limit: usize) -> Self {
-        Self::with_hasher(limit, FxBuildHasher)
+    /// An empty table of at most `limit` hosts, scanning for room at most
+    /// once every `pause` of the owner's clock while it finds none, with
+    /// `overflow` for the hosts that find none.
+    pub(crate) fn new(limit: usize, pause: u64, overflow: V) -> Self {
+        Self::with_hasher(limit, pause, overflow, FxBuildHasher)
     }
 }
 
 impl<V: HostState, S: BuildHasher> Hosts<V, S> {
     /// As [`new`](Hosts::new), hashing with `hasher`.
-    pub(crate) fn with_hasher(limit: usize, hasher: S) -> Self {
-        Self { limit, hasher, table: RwLock::new(HashTable::new()) }
+    pub(crate) fn with_hasher(limit: usize, pause: u64, overflow: V, hasher: S) -> Self {
+        let table = Table { hosts: HashTable::new(), next_scan: 0, crowded_until: 0 };
+        let overflow = Arc::new(Host {
+            scheme: Box::default(),
+            host: Box::default(),
+            port: None,
+            named_port: None,
+            value: overflow,
+        });
+        Self { limit, pause, hasher, table: RwLock::new(table), overflow }
     }
 
     /// Runs `f` on the state of `url`'s host, if the table knows it, with
@@ -170,50 +199,71 @@ impl<V: HostState, S: BuildHasher> Hosts<V, S> {
     pub(crate) fn with<R>(&self, url: &Url, f: impl FnOnce(&V) -> R) -> Option<R> {
         let key = HostRef::of(url);
         let hash = self.hasher.hash_one(key);
-        read(&self.table).find(hash, |host| host.key() == key).map(|host| f(&host.value))
+        read(&self.table).hosts.find(hash, |host| host.key() == key).map(|host| f(&host.value))
     }
 
     /// The entry of `url`'s host, if the table knows it.
     pub(crate) fn get(&self, url: &Url) -> Option<Arc<Host<V>>> {
         let key = HostRef::of(url);
         let hash = self.hasher.hash_one(key);
-        read(&self.table).find(hash, |host| host.key() == key).cloned()
+        read(&self.table).hosts.find(hash, |host| host.key() == key).cloned()
     }
 
     /// The entry of `url`'s host, made by `make` if the table does not know
-    /// it yet; making room first, at `now` (the states' clock), if the
-    /// table is full.
+    /// it yet; making room first, at `now` (the owner's clock), if the table
+    /// is full. `make` is told whether the table is crowded: it turned a
+    /// host away within the last two `pause`s, so the new host may be one
+    /// that shared the overflow entry until now.
+    ///
+    /// When no room can be made, the overflow entry, shared by every host
+    /// that found none. A scan that cannot make room for an eighth of the
+    /// limit holds off the next for `pause`, so a flood of new hosts meets
+    /// at most one scan per `pause`, whatever the number of hosts that may
+    /// not go.
     pub(crate) fn get_or_insert(
         &self,
         url: &Url,
         now: u64,
-        make: impl FnOnce() -> V,
+        make: impl FnOnce(bool) -> V,
     ) -> Arc<Host<V>> {
         let key = HostRef::of(url);
         let hash = self.hasher.hash_one(key);
         let mut table = write(&self.table);
-        if let Some(host) = table.find(hash, |host| host.key() == key) {
+        if let Some(host) = table.hosts.find(hash, |host| host.key() == key) {
             return host.clone();
         }
-        if table.len() >= self.limit {
-            self.forget(&mut table, now);
+        if table.hosts.len() >= self.limit && now >= table.next_scan {
+            self.forget(&mut table.hosts, now);
+            if self.limit.saturating_sub(table.hosts.len()) < self.slack() {
+                table.next_scan = now.saturating_add(self.pause);
+            }
         }
-        let host = Arc::new(Host::new(url, make()));
-        table.insert_unique(hash, host.clone(), |host| self.hasher.hash_one(host.key()));
+        if table.hosts.len() >= self.limit {
+            // Past the next scan, and a pause more: a host turned away now
+            // and let in by that scan is told.
+            table.crowded_until = now.saturating_add(self.pause.saturating_mul(2));
+            return self.overflow.clone();
+        }
+        let host = Arc::new(Host::new(url, make(now < table.crowded_until)));
+        table.hosts.insert_unique(hash, host.clone(), |host| self.hasher.hash_one(host.key()));
         host
     }
 
+    /// Hosts that a scan makes room for: an eighth of the limit, and the
+    /// one that asked.
+    fn slack(&self) -> usize {
+        (self.limit / 8).saturating_add(1)
+    }
+
     /// Forgets the least recently used hosts that may be forgotten, enough
-    /// to leave an eighth of the limit free. A host that may not be
-    /// forgotten stays, even past the limit.
+    /// to leave an eighth of the limit free, if that many may go.
     fn forget(&self, table: &mut HashTable<Arc<Host<V>>>, now: u64) {
         let mut used: Vec<u64> = table
             .iter()
             .filter(|host| may_forget(host, now))
             .map(|host| host.value.last_used())
             .collect();
-        let slack = self.limit / 8;
-        let wanted = table.len().saturating_add(1).saturating_add(slack);
+        let wanted = table.len().saturating_add(self.slack());
         let excess = wanted.saturating_sub(self.limit).min(used.len());
         if excess == 0 {
             return;
@@ -241,7 +291,13 @@ impl<V: HostState, S: BuildHasher> Hosts<V, S> {
     /// Hosts in the table.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        read(&self.table).len()
+        read(&self.table).hosts.len()
+    }
+
+    /// Whether `host` is the overflow entry.
+    #[cfg(test)]
+    pub(crate) fn is_overflow(&self, host: &Arc<Host<V>>) -> bool {
+        Arc::ptr_eq(host, &self.overflow)
     }
 }
 
@@ -273,11 +329,13 @@ pub(crate) mod tests {
 
     use super::*;
 
-    /// A state whose use and calm the test sets.
+    /// A state whose use and calm the test sets, and which counts how often
+    /// a scan asks whether it may go.
     #[derive(Default)]
     struct Probe {
         used: AtomicU64,
         failing: bool,
+        asked: Arc<AtomicU64>,
     }
 
     impl HostState for Probe {
@@ -285,8 +343,20 @@ pub(crate) mod tests {
             self.used.load(Ordering::Relaxed)
         }
         fn may_forget(&self, _now: u64) -> bool {
+            self.asked.fetch_add(1, Ordering::Relaxed);
             !self.failing
         }
+    }
+
+    /// The owner's clock units a futile scan holds off the next.
+    const PAUSE: u64 = 10;
+
+    fn table(limit: usize) -> Hosts<Probe> {
+        Hosts::new(limit, PAUSE, Probe::default())
+    }
+
+    fn probe(_crowded: bool) -> Probe {
+        Probe::default()
     }
 
     /// Every key hashes alike: hosts whose hashes collide, for the tests
@@ -307,10 +377,10 @@ pub(crate) mod tests {
 
     #[test]
     fn the_borrowed_key_hashes_and_compares_as_the_owned_one() {
-        let hosts = Hosts::<Probe>::new(8);
+        let hosts = table(8);
         for u in ["http://a.test/x", "https://A.test:443/", "foo://a.test:80/", "http://[::1]:81/"]
         {
-            let host = hosts.get_or_insert(&url(u), 0, Probe::default);
+            let host = hosts.get_or_insert(&url(u), 0, probe);
             assert_eq!(
                 hosts.hasher.hash_one(host.key()),
                 hosts.hasher.hash_one(HostRef::of(&url(u)))
@@ -340,10 +410,14 @@ pub(crate) mod tests {
 
     #[test]
     fn hosts_whose_hashes_collide_are_told_apart() {
-        let hosts = Hosts::<Probe, _>::with_hasher(64, BuildHasherDefault::<Collide>::default());
+        let hosts = Hosts::<Probe, _>::with_hasher(
+            64,
+            PAUSE,
+            Probe::default(),
+            BuildHasherDefault::<Collide>::default(),
+        );
         let names: Vec<String> = (0..40).map(|n| format!("http://h{n}.test/")).collect();
-        let made: Vec<_> =
-            names.iter().map(|u| hosts.get_or_insert(&url(u), 0, Probe::default)).collect();
+        let made: Vec<_> = names.iter().map(|u| hosts.get_or_insert(&url(u), 0, probe)).collect();
         // The table grew with every host under one hash.
         for (u, host) in names.iter().zip(&made) {
             assert!(Arc::ptr_eq(host, &hosts.get(&url(u)).unwrap()), "{u}");
@@ -353,13 +427,13 @@ pub(crate) mod tests {
 
     #[test]
     fn a_full_table_forgets_an_eighth_the_least_recently_used_first() {
-        let hosts = Hosts::<Probe>::new(64);
+        let hosts = table(64);
         for n in 0..64u64 {
-            let host = hosts.get_or_insert(&url(&format!("http://h{n}.test/")), n, Probe::default);
+            let host = hosts.get_or_insert(&url(&format!("http://h{n}.test/")), n, probe);
             // Used in the order 63, 62, … 0: h63 least recently.
             host.value.used.store(63 - n, Ordering::Relaxed);
         }
-        hosts.get_or_insert(&url("http://new.test/"), 100, Probe::default);
+        hosts.get_or_insert(&url("http://new.test/"), 100, probe);
         // Nine go, leaving an eighth of the limit free.
         assert_eq!(hosts.len(), 64 - 8);
         for n in 0..64 {
@@ -372,12 +446,12 @@ pub(crate) mod tests {
     fn of_hosts_used_at_the_same_time_only_as_many_go_as_must() {
         // Hosts are mostly touched in the same second, so the cut falls
         // among equals: the count, not the time, decides.
-        let hosts = Hosts::<Probe>::new(16);
+        let hosts = table(16);
         for n in 0..16 {
-            let host = hosts.get_or_insert(&url(&format!("http://h{n}.test/")), 5, Probe::default);
+            let host = hosts.get_or_insert(&url(&format!("http://h{n}.test/")), 5, probe);
             host.value.used.store(5, Ordering::Relaxed);
         }
-        hosts.get_or_insert(&url("http://new.test/"), 5, Probe::default);
+        hosts.get_or_insert(&url("http://new.test/"), 5, probe);
         // Three go (an eighth of the limit free, counting the new one).
         assert_eq!(hosts.len(), 16 - 3 + 1);
         assert!(hosts.get(&url("http://new.test/")).is_some());
@@ -385,27 +459,69 @@ pub(crate) mod tests {
 
     #[test]
     fn the_table_names_its_limit_when_printed() {
-        let printed = format!("{:?}", Hosts::<Probe>::new(16));
+        let printed = format!("{:?}", table(16));
         assert!(printed.starts_with("Hosts") && printed.contains("limit: 16"), "{printed}");
     }
 
     #[test]
-    fn hosts_that_may_not_go_stay_past_the_limit() {
-        let hosts = Hosts::<Probe>::new(16);
-        let held = hosts.get_or_insert(&url("http://held.test/"), 0, Probe::default);
-        for n in 0..16 {
-            hosts.get_or_insert(&url(&format!("http://f{n}.test/")), 0, || Probe {
-                failing: true,
-                ..Probe::default()
-            });
+    fn hosts_that_may_not_go_stay_and_new_ones_share_the_overflow() {
+        let hosts = table(16);
+        let held = hosts.get_or_insert(&url("http://held.test/"), 0, probe);
+        let failing = |_| Probe { failing: true, ..Probe::default() };
+        for n in 0..15 {
+            hosts.get_or_insert(&url(&format!("http://f{n}.test/")), 0, failing);
         }
-        assert_eq!(hosts.len(), 17, "none may go, so the table grows");
-        for n in 0..16 {
+        let turned_away = hosts.get_or_insert(&url("http://new.test/"), 0, probe);
+        assert!(hosts.is_overflow(&turned_away), "no host may go: no room");
+        assert_eq!(hosts.len(), 16, "the table stays at its limit");
+        for n in 0..15 {
             assert!(hosts.get(&url(&format!("http://f{n}.test/"))).is_some());
         }
         assert!(Arc::ptr_eq(&held, &hosts.get(&url("http://held.test/")).unwrap()));
         drop(held);
-        hosts.get_or_insert(&url("http://next.test/"), 0, Probe::default);
+        // A pause later, the next scan lets the held host go, and the new
+        // host in; it is told the table was crowded.
+        let mut crowded = None;
+        let admitted = hosts.get_or_insert(&url("http://next.test/"), PAUSE, |c| {
+            crowded = Some(c);
+            Probe::default()
+        });
+        assert!(!hosts.is_overflow(&admitted));
         assert!(hosts.get(&url("http://held.test/")).is_none(), "free to go once let go");
+        assert_eq!(crowded, Some(true));
+        // Two pauses after the last host turned away, it is not.
+        drop(admitted);
+        let mut crowded = None;
+        hosts.get_or_insert(&url("http://later.test/"), 3 * PAUSE, |c| {
+            crowded = Some(c);
+            Probe::default()
+        });
+        assert_eq!(crowded, Some(false));
+    }
+
+    #[test]
+    fn a_flood_of_new_hosts_meets_one_scan_a_pause_whatever_fails() {
+        // A full table of failing hosts, then 50,000 new hosts with time
+        // standing still: one scan of the table, then none until the pause
+        // is over; every new host shares the overflow entry.
+        let limit = 1024;
+        let hosts = table(limit);
+        let asked = Arc::new(AtomicU64::new(0));
+        for n in 0..limit {
+            hosts.get_or_insert(&url(&format!("http://f{n}.test/")), 0, |_| Probe {
+                failing: true,
+                asked: asked.clone(),
+                ..Probe::default()
+            });
+        }
+        assert_eq!(asked.load(Ordering::Relaxed), 0, "no scan below the limit");
+        for n in 0..50_000 {
+            let host = hosts.get_or_insert(&url(&format!("http://n{n}.test/")), 1, probe);
+            assert!(hosts.is_overflow(&host));
+        }
+        assert_eq!(asked.load(Ordering::Relaxed), limit as u64, "one scan in all");
+        assert_eq!(hosts.len(), limit);
+        hosts.get_or_insert(&url("http://after.test/"), 1 + PAUSE, probe);
+        assert_eq!(asked.load(Ordering::Relaxed), 2 * limit as u64, "the next, a pause later");
     }
 }

@@ -74,7 +74,11 @@ impl Budget {
         let reserve = u64::from(config.reserve_for(per_call)) * RETRY_COST;
         let scope = match config.scope {
             BudgetScope::Global => Scope::Global(Arc::new(Account::new(reserve))),
-            BudgetScope::PerHost => Scope::PerHost(Hosts::new(MAX_HOSTS)),
+            // Hosts past the bound share an account that starts empty: a
+            // host never gets a fresh reserve by being new, or forgotten.
+            BudgetScope::PerHost => {
+                Scope::PerHost(Hosts::new(MAX_HOSTS, SLOTS, Arc::new(Account::new(0))))
+            }
         };
         Self {
             id: BUDGETS.fetch_add(1, Ordering::Relaxed),
@@ -124,9 +128,13 @@ impl Budget {
         });
     }
 
-    /// The entry of `url`'s host, with a fresh account if it is new.
+    /// The entry of `url`'s host, with a fresh account if it is new: its
+    /// reserve full, unless the table turned a host away within a window,
+    /// when the new one may be a failing host that shared the overflow
+    /// account until now.
     fn insert(&self, hosts: &Hosts<Arc<Account>>, url: &Url, now: u64) -> Entry {
-        hosts.get_or_insert(url, now, || Arc::new(Account::new(self.reserve)))
+        let reserve = |crowded: bool| if crowded { 0 } else { self.reserve };
+        hosts.get_or_insert(url, now, |crowded| Arc::new(Account::new(reserve(crowded))))
     }
 
     /// Records a final answer, which earns a share of a retry.
@@ -210,8 +218,14 @@ mod tests {
     fn hosts_whose_hashes_collide_keep_their_own_accounts() {
         let b = budget(BudgetScope::PerHost);
         // Force a collision: a table of accounts whose hosts all hash alike.
-        let table = Hosts::with_hasher(MAX_HOSTS, BuildHasherDefault::<Collide>::default());
-        let account = || Arc::new(Account::new(b.reserve));
+        let overflow = Arc::new(Account::new(0));
+        let table = Hosts::with_hasher(
+            MAX_HOSTS,
+            SLOTS,
+            overflow,
+            BuildHasherDefault::<Collide>::default(),
+        );
+        let account = |_| Arc::new(Account::new(b.reserve));
         let t0 = Instant::now();
         let first = table.get_or_insert(&url("http://a.test/"), 0, account);
         let second = table.get_or_insert(&url("http://b.test/"), 0, account);
@@ -248,8 +262,8 @@ mod tests {
             (u.scheme().to_owned(), u.host_str().map(str::to_owned), u.port_or_known_default())
         };
         for a in urls {
-            let table = Hosts::new(MAX_HOSTS);
-            let host = table.get_or_insert(&url(a), 0, || Arc::new(Account::new(0)));
+            let table = Hosts::new(MAX_HOSTS, SLOTS, Arc::new(Account::new(0)));
+            let host = table.get_or_insert(&url(a), 0, |_| Arc::new(Account::new(0)));
             for b in urls {
                 let (exact, plain) = (parts(&url(a)) == parts(&url(b)), host.is(&url(b)));
                 assert!(!plain || exact, "{a} and {b} are not one host");
@@ -335,7 +349,7 @@ mod tests {
         for n in 0..(MAX_HOSTS * 3) {
             drop(b.account(&url(&format!("http://h{n}.test/")), t0));
         }
-        assert!(len(&b) <= MAX_HOSTS + 1);
+        assert!(len(&b) <= MAX_HOSTS);
         // Still the same account: its spent reserve was not handed back.
         let again = b.account(&url("http://down.test/"), t0);
         assert!(b.try_spend(&again, t0).is_none());
@@ -351,6 +365,35 @@ mod tests {
         }
         let Scope::PerHost(hosts) = &b.scope else { unreachable!() };
         assert!(hosts.with(&url("http://down.test/"), |_| ()).is_some());
+    }
+
+    #[test]
+    fn a_host_past_a_table_of_failing_hosts_never_gets_a_fresh_reserve() {
+        // A budget whose table is full of failing hosts, then a new host.
+        let b = budget(BudgetScope::PerHost);
+        let t0 = Instant::now();
+        for n in 0..MAX_HOSTS {
+            let account = b.account(&url(&format!("http://f{n}.test/")), t0);
+            b.note_failure(&account, t0);
+        }
+        // It shares the overflow account, whose reserve starts empty.
+        let new = b.account(&url("http://new.test/"), t0);
+        assert!(b.try_spend(&new, t0).is_none(), "no fresh reserve for a new host");
+        assert_eq!(len(&b), MAX_HOSTS, "the table stays at its bound");
+        drop(new);
+        // A window later the old hosts are calm and may go: the new host
+        // gets an account of its own, still with an empty reserve, as it
+        // may have been failing all along.
+        let later = t0 + Duration::from_secs(10);
+        let own = b.account(&url("http://new.test/"), later);
+        let Scope::PerHost(hosts) = &b.scope else { unreachable!() };
+        assert!(hosts.with(&url("http://new.test/"), |_| ()).is_some());
+        assert!(b.try_spend(&own, later).is_none());
+        // Its own answers earn it retries, as for any host.
+        for _ in 0..10 {
+            b.earn(&own, later);
+        }
+        assert!(b.try_spend(&own, later).is_some());
     }
 
     #[test]

@@ -13,7 +13,9 @@ pub(crate) const SAMPLES: usize = 128;
 /// Samples a host needs before its quantile is trusted over the fallback.
 pub(crate) const MIN_SAMPLES: usize = 20;
 /// Hosts tracked; past this, the least recently recorded are forgotten,
-/// an eighth of them at a time.
+/// an eighth of them at a time. Should none be free to go (each is read
+/// only under the table's lock, so none stays held), further hosts would
+/// share one ring.
 const MAX_HOSTS: usize = 1024;
 
 /// A bounded ring of recent latencies for each scheme, host and port.
@@ -26,7 +28,10 @@ pub(crate) struct Latencies {
 
 impl Default for Latencies {
     fn default() -> Self {
-        Self { hosts: Hosts::new(MAX_HOSTS), recorded: AtomicU64::new(0) }
+        // A futile scan holds off the next for an eighth of the table's
+        // worth of latencies.
+        let pause = (MAX_HOSTS / 8) as u64;
+        Self { hosts: Hosts::new(MAX_HOSTS, pause, Ring::new()), recorded: AtomicU64::new(0) }
     }
 }
 
@@ -75,7 +80,7 @@ impl Latencies {
         let now = self.recorded.fetch_add(1, Ordering::Relaxed);
         let push = |ring: &Mutex<Ring>| lock(ring).push(latency, now);
         if self.hosts.with(url, push).is_none() {
-            push(&self.hosts.get_or_insert(url, now, Ring::new).value);
+            push(&self.hosts.get_or_insert(url, now, |_| Ring::new()).value);
         }
     }
 
