@@ -31,8 +31,14 @@
 //! - memory: the peak heap of the whole process in the second half of the
 //!   run is within 10% of the first half's (dhat's counting allocator). The
 //!   retry budget's per-host table is private; its bound (1024 hosts, calm
-//!   idle ones forgotten past it) is checked through this: a table that
-//!   kept every host would grow with the hosts used;
+//!   idle ones forgotten past it, the rest sharing one overflow account)
+//!   is checked through this: a table that kept every host would grow with
+//!   the hosts used;
+//! - failing hosts: one call to each of 20,000 distinct hosts where nothing
+//!   listens costs as much in the last slice of 5,000 as in the first
+//!   (the median per call at most 2×): the budget's host table holds at
+//!   most its bound, and a flood of failing hosts meets no scan of it per
+//!   call;
 //! - leftovers: once the clients are dropped, no server connection, accept
 //!   loop, call or tokio task is left alive (waiting at most 10 s).
 //!
@@ -49,6 +55,7 @@
 //! count, is printed from here, in one place.
 
 mod checks;
+mod failing;
 mod faults;
 mod servers;
 mod traffic;
@@ -137,6 +144,8 @@ fn main() {
 struct Run {
     heap: HeapPeaks,
     hosts_used: u64,
+    /// The median cost per call of each slice of failing hosts.
+    failing: Vec<Duration>,
     leftovers: Leftovers,
     ledger_peak: usize,
     lag: Arc<checks::TimerLag>,
@@ -217,6 +226,8 @@ async fn soak(
     let _ = probe.await;
     let _ = thread_probe.join();
     let hosts_used = fleet.hosts_used();
+    let refused_port = fleet.refused(&mut rand::rng()).port();
+    let failing = failing::run(refused_port).await;
 
     // Wind down: drop the clients, close the listeners, and wait for what
     // is left to finish by itself.
@@ -244,7 +255,7 @@ async fn soak(
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    let run = Run { heap, hosts_used, leftovers, ledger_peak, lag };
+    let run = Run { heap, hosts_used, failing, leftovers, ledger_peak, lag };
     report(&run, &fleet, &stats, &calls_by_stack, panics.load(Ordering::Relaxed))
 }
 
@@ -419,6 +430,19 @@ fn report(
             "hosts: {} distinct host:port pairs used (at least {MIN_HOSTS}), with the heap flat: \
              the budget's host table stays at its bound",
             run.hosts_used + servers::REFUSED_PORTS as u64
+        ),
+    );
+    let slices: Vec<String> =
+        run.failing.iter().map(|d| format!("{:.0}", d.as_secs_f64() * 1e6)).collect();
+    let (first, last) = (run.failing.first().copied(), run.failing.last().copied());
+    verdicts.check(
+        first.zip(last).is_some_and(|(first, last)| last <= first * 2),
+        format!(
+            "failing hosts: {} distinct refused hosts, median µs per call by slice of {}: {} \
+             (the last at most 2× the first)",
+            failing::HOSTS,
+            failing::SLICE,
+            slices.join(", ")
         ),
     );
     verdicts.check(

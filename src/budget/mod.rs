@@ -18,6 +18,12 @@ pub(crate) use hosts::Budget;
 pub enum BudgetScope {
     /// One budget per scheme, host and port: a failing host does not stop
     /// retries to a healthy one. The default.
+    ///
+    /// Accounts are kept for at most 1,024 hosts (about 400 KB): past that,
+    /// the least recently used calm ones are forgotten. When all are failing
+    /// or in use, further hosts share one account whose reserve starts
+    /// empty, as does a host let in soon after: a host never gets a fresh
+    /// reserve by being new, or by being forgotten.
     #[default]
     PerHost,
     /// One budget for everything the middleware sends.
