@@ -32,9 +32,10 @@ pub trait Clock: Send + Sync + fmt::Debug {
     fn sleep(&self, duration: Duration) -> Sleep;
 
     /// A future that completes once [`now`](Self::now) reaches `deadline`,
-    /// without moving the time itself. The middleware races an attempt in
-    /// flight against it when the call's deadline can bound the attempt no
-    /// other way, and drops it when the attempt ends first.
+    /// without moving the time itself. The middleware races against it what
+    /// must end by then and has nothing else to bound it: an attempt in
+    /// flight, the body of the response it returns (the future then lives
+    /// as long as that body), a hedge's delay.
     ///
     /// It has no default because the right one depends on how the clock's
     /// time moves:
@@ -108,13 +109,22 @@ mod manual {
 
     use super::{Clock, Sleep};
 
-    /// A clock for tests: `sleep` returns at once, moves `now` forward by the
-    /// requested duration, and records it.
+    /// A clock for tests: a `sleep` returns as soon as it is awaited, moves
+    /// `now` forward by the requested duration, and records it; a sleep that
+    /// is made but never awaited moves nothing and is not recorded. The
+    /// middleware sleeps only for the wait before a retry. Its timers that
+    /// race something else (the deadline against an attempt in flight or a
+    /// body being read, a hedge's delay against the copies in flight) wait
+    /// for the clock's time with [`sleep_until`](Clock::sleep_until): they
+    /// end only when the test moves the time past them, with
+    /// [`advance`](Self::advance) or through another call's sleeps on the
+    /// same clock.
     ///
     /// Virtual time passes only through `sleep` and
     /// [`advance`](Self::advance), so an attempt in flight takes no virtual
-    /// time: a deadline cuts one short only when a test advances the clock
-    /// past it while the attempt is pending.
+    /// time: a deadline cuts one short, or ends the read of a body it
+    /// returned, only when the time moves past it meanwhile — by the test's
+    /// `advance`, or by the sleeps of other calls on the same clock.
     ///
     /// Clones share one timeline, so a test keeps a clone and reads
     /// [`sleeps`](Self::sleeps) after the request:
@@ -230,16 +240,7 @@ mod manual {
 
     impl Clock for ManualClock {
         fn now(&self) -> Instant {
-            let state = self.lock();
-            // An `Instant` cannot hold every `Duration`; past about a century the
-            // clock stops moving rather than panicking.
-            let mut elapsed = state.elapsed;
-            loop {
-                if let Some(now) = state.start.checked_add(elapsed) {
-                    return now;
-                }
-                elapsed = elapsed.checked_div(2).unwrap_or_default();
-            }
+            self.lock().now()
         }
 
         fn wall_time(&self) -> SystemTime {
@@ -248,11 +249,21 @@ mod manual {
         }
 
         fn sleep(&self, duration: Duration) -> Sleep {
-            let mut state = self.lock();
-            state.sleeps.push(duration);
-            state.elapsed = state.elapsed.saturating_add(duration);
-            state.wake_all();
-            Box::pin(std::future::ready(()))
+            let clock = self.clone();
+            let mut waited = false;
+            // Time moves when the sleep is first polled, not when it is
+            // made: a timer dropped unpolled (a hedge's, once the first copy
+            // answered) takes no time and is not recorded.
+            Box::pin(std::future::poll_fn(move |_| {
+                if !waited {
+                    waited = true;
+                    let mut state = clock.lock();
+                    state.sleeps.push(duration);
+                    state.elapsed = state.elapsed.saturating_add(duration);
+                    state.wake_all();
+                }
+                Poll::Ready(())
+            }))
         }
 
         fn sleep_until(&self, deadline: Instant) -> Sleep {
@@ -261,6 +272,18 @@ mod manual {
     }
 
     impl State {
+        fn now(&self) -> Instant {
+            // An `Instant` cannot hold every `Duration`; past about a century the
+            // clock stops moving rather than panicking.
+            let mut elapsed = self.elapsed;
+            loop {
+                if let Some(now) = self.start.checked_add(elapsed) {
+                    return now;
+                }
+                elapsed = elapsed.checked_div(2).unwrap_or_default();
+            }
+        }
+
         /// Time moved: every waiting future is polled again, and waits anew
         /// if its deadline is still ahead.
         fn wake_all(&mut self) {
@@ -280,12 +303,16 @@ mod manual {
         type Output = ();
 
         fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-            if self.clock.now() >= self.deadline {
-                self.forget();
-                return Poll::Ready(());
-            }
+            // The time is read and the waker left under one lock, so time
+            // moved from another thread in between cannot go unnoticed.
             let clock = self.clock.clone();
             let mut state = clock.lock();
+            if state.now() >= self.deadline {
+                if let Some(n) = self.waiter.take() {
+                    state.waiting.retain(|(m, _)| *m != n);
+                }
+                return Poll::Ready(());
+            }
             let entry = self.waiter.and_then(|n| state.waiting.iter_mut().find(|(m, _)| *m == n));
             match entry {
                 Some((_, waker)) => waker.clone_from(cx.waker()),
@@ -300,20 +327,13 @@ mod manual {
         }
     }
 
-    impl Until {
-        /// Takes this future's entry out of the clock, if it has one.
-        fn forget(&mut self) {
-            if let Some(n) = self.waiter.take() {
-                self.clock.lock().waiting.retain(|(m, _)| *m != n);
-            }
-        }
-    }
-
     impl Drop for Until {
         /// A future dropped before its time (the attempt it raced ended
         /// first) leaves nothing behind in the clock.
         fn drop(&mut self) {
-            self.forget();
+            if let Some(n) = self.waiter.take() {
+                self.clock.lock().waiting.retain(|(m, _)| *m != n);
+            }
         }
     }
 }

@@ -72,6 +72,11 @@ pub enum ClientError {
 /// # }
 /// ```
 ///
+/// The body of a response returned under such a deadline is bounded by it
+/// too: a read still going when it passes fails with a `reqwest::Error`
+/// whose `is_timeout()` is true, and whose source is an `io::Error` of kind
+/// `TimedOut` holding this error (`io::Error::get_ref`).
+///
 /// Where a redirect answered the request before the deadline passed, the
 /// request was processed: [`redirected`](Self::redirected) says so, and so
 /// does the message.

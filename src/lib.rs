@@ -287,7 +287,7 @@
 //! - `tracing` (default): a debug-level event per retry decision with the
 //!   attempt, method, reason and wait. Headers, bodies and URLs are never logged.
 //! - `test-util`: `ManualClock` and `FixedJitter`.
-//! - `http2`: turn on reqwest's HTTP/2, and recognise REFUSED_STREAM and a
+//! - `http2` (default): turn on reqwest's HTTP/2, and recognise REFUSED_STREAM and a
 //!   graceful GOAWAY (through the `h2` crate) as failures where the server
 //!   did not process the request (RFC 9113 §8.7: it may have read part of it).
 //!

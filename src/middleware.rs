@@ -144,10 +144,11 @@ impl RetryMiddleware {
     /// streams, and the stated bound of `max_retries + 1` requests a call
     /// (and the budget's) would not hold. With the feature the middleware
     /// recognises a refused stream and a graceful GOAWAY and retries them
-    /// itself, with backoff and budget, for any method. Without it, reqwest's
-    /// retry is left as it is: the middleware cannot tell a refused stream
-    /// from other errors and returns it, so reqwest's resends stay the only
-    /// ones, and a call is still at most three streams.
+    /// itself, with backoff and budget, for any method. The feature is on by
+    /// default. Without it, reqwest's retry is left as it is, since the
+    /// middleware could not resend a refused stream in its place: each
+    /// attempt may then be up to three streams, and a GET into a refusal
+    /// storm up to `3 × (max_retries + 1)`.
     ///
     /// Middlewares added to the returned builder run inside this one, once
     /// per attempt.
@@ -300,7 +301,7 @@ impl Shared {
                 let sent = async move {
                     let outcome = sent.await;
                     match reading {
-                        None => (outcome, false),
+                        None => (outcome, false, false),
                         // Boxed: only calls that read bodies pay for it.
                         Some(limit) => Box::pin(body::settle(config, outcome, limit)).await,
                     }
@@ -320,7 +321,7 @@ impl Shared {
                         }
                     }
                 };
-                let Some((outcome, body_failed)) = sent else {
+                let Some((outcome, body_failed, whole)) = sent else {
                     policy.cut(seen);
                     return self.expired(&policy, what, extensions, caller.as_ref());
                 };
@@ -331,8 +332,9 @@ impl Shared {
                     Decision::Retry { after, .. } => after,
                     Decision::Stop(stop) => {
                         // No timeout of reqwest's carries the deadline: the
-                        // body the caller reads is bounded by it here.
-                        let outcome = match cut_at {
+                        // body the caller reads is bounded by it here, unless
+                        // it is all in memory already.
+                        let outcome = match cut_at.filter(|_| !whole) {
                             None => outcome,
                             Some(at) => outcome.map(|response| {
                                 let expiry = self.clock.sleep_until(at);

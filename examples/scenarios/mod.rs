@@ -321,11 +321,13 @@ impl Clock for WaitGate {
     }
 
     fn sleep(&self, duration: Duration) -> reqwest_safe_retry::Sleep {
-        let sleep = self.clock.sleep(duration);
+        let mut sleep = self.clock.sleep(duration);
         if !self.closed.load(Ordering::SeqCst) {
             return sleep;
         }
-        drop(sleep);
+        // The wait is recorded as begun (the manual clock records a sleep
+        // when it is first polled), and never ends.
+        let _ = sleep.as_mut().poll(&mut std::task::Context::from_waker(std::task::Waker::noop()));
         self.started.notify_one();
         Box::pin(std::future::pending())
     }

@@ -24,15 +24,23 @@ use crate::error::DeadlineExceeded;
 /// the error the caller reads), holding `error`.
 pub(crate) fn bounded(response: Response, expiry: Sleep, error: DeadlineExceeded) -> Response {
     map_body(response, |body| {
-        reqwest::Body::wrap(Bounded { body, expiry: Some(Mutex::new(expiry)), error })
+        reqwest::Body::wrap(Bounded {
+            body,
+            expiry: Some(Mutex::new(expiry)),
+            expired: false,
+            error,
+        })
     })
 }
 
 struct Bounded {
     body: reqwest::Body,
-    /// The deadline, until it has passed. In a mutex only so that the body
-    /// is `Sync`, as reqwest asks; polling reaches it through `&mut` alone.
+    /// The deadline, until it has passed or the body has ended. In a mutex
+    /// only so that the body is `Sync`, as reqwest asks; polling reaches it
+    /// through `&mut` alone.
     expiry: Option<Mutex<Sleep>>,
+    /// The deadline passed: the error was the body's last frame.
+    expired: bool,
     error: DeadlineExceeded,
 }
 
@@ -45,25 +53,29 @@ impl HttpBody for Bounded {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         let this = self.get_mut();
-        let Some(expiry) = this.expiry.as_mut() else {
-            // The deadline passed: the error was the body's last frame.
+        if this.expired {
             return Poll::Ready(None);
-        };
-        // What has arrived is handed over, even at the deadline.
-        if let Poll::Ready(frame) = Pin::new(&mut this.body).poll_frame(cx) {
-            return Poll::Ready(frame.map(|frame| frame.map_err(Into::into)));
         }
-        let expiry = expiry.get_mut().unwrap_or_else(PoisonError::into_inner);
-        if expiry.as_mut().poll(cx).is_pending() {
-            return Poll::Pending;
+        // The deadline first, as reqwest's own timeout: a body that always
+        // has data ready is cut at the deadline too.
+        if let Some(expiry) = this.expiry.as_mut() {
+            let expiry = expiry.get_mut().unwrap_or_else(PoisonError::into_inner);
+            if expiry.as_mut().poll(cx).is_ready() {
+                (this.expiry, this.expired) = (None, true);
+                let error = io::Error::new(io::ErrorKind::TimedOut, this.error);
+                return Poll::Ready(Some(Err(Box::new(error))));
+            }
         }
-        this.expiry = None;
-        let error = io::Error::new(io::ErrorKind::TimedOut, this.error);
-        Poll::Ready(Some(Err(Box::new(error))))
+        let frame = std::task::ready!(Pin::new(&mut this.body).poll_frame(cx));
+        if !matches!(frame, Some(Ok(_))) {
+            // The body is over, or failed: its timer goes.
+            this.expiry = None;
+        }
+        Poll::Ready(frame.map(|frame| frame.map_err(Into::into)))
     }
 
     fn is_end_stream(&self) -> bool {
-        self.expiry.is_none() || self.body.is_end_stream()
+        self.expired || self.body.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {

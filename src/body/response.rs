@@ -12,8 +12,9 @@ use crate::classify;
 use crate::config::RetryConfig;
 
 /// Reads the body of `outcome`, when it is a response the built-in status
-/// rules take as final, up to `limit`. Returns the outcome to decide on, and
-/// whether it is the error the body failed with.
+/// rules take as final, up to `limit`. Returns the outcome to decide on,
+/// whether it is the error the body failed with, and whether the response's
+/// whole body is in memory.
 ///
 /// A status the rules would retry is left as it is: its body is discarded
 /// during the wait if it is retried, and handed over as it streams if not.
@@ -21,7 +22,7 @@ pub(crate) async fn settle(
     config: &RetryConfig,
     outcome: Result<Response>,
     limit: usize,
-) -> (Result<Response>, bool) {
+) -> (Result<Response>, bool, bool) {
     let response = match outcome {
         Ok(response)
             if classify::classify_status(
@@ -33,17 +34,17 @@ pub(crate) async fn settle(
         {
             response
         }
-        outcome => return (outcome, false),
+        outcome => return (outcome, false, false),
     };
     match read(response, limit).await {
-        Ok(response) => (Ok(response), false),
-        Err(error) => (Err(Error::Reqwest(error)), true),
+        Ok((response, whole)) => (Ok(response), false, whole),
+        Err(error) => (Err(Error::Reqwest(error)), true, false),
     }
 }
 
-/// The response with its body read: in memory when it ended within `limit`,
-/// else the bytes read, then the chunk that went over, then the rest. Or the
-/// error reading failed with.
+/// The response with its body read, and whether it is whole: in memory when
+/// it ended within `limit`, else the bytes read, then the chunk that went
+/// over, then the rest. Or the error reading failed with.
 ///
 /// Read with [`Response::chunk`], as the caller would read it: a failure is
 /// the very error the caller's own `chunk`, `bytes` or `text` would have met
@@ -51,10 +52,10 @@ pub(crate) async fn settle(
 async fn read(
     mut response: Response,
     limit: usize,
-) -> std::result::Result<Response, reqwest::Error> {
+) -> std::result::Result<(Response, bool), reqwest::Error> {
     if response.content_length().is_some_and(|length| length > limit as u64) {
         // Declared longer than the limit: returned as it is, unread.
-        return Ok(response);
+        return Ok((response, false));
     }
     let mut prefix = Vec::new();
     let held = loop {
@@ -67,10 +68,12 @@ async fn read(
             Err(error) => return Err(error.with_url(response.url().clone())),
         }
     };
-    Ok(map_body(response, |rest| match held {
+    let whole = held.is_none();
+    let response = map_body(response, |rest| match held {
         None => reqwest::Body::from(prefix),
         Some(chunk) => replay(prefix, Some(Frame::data(chunk)), Tail::Rest(rest)),
-    }))
+    });
+    Ok((response, whole))
 }
 
 /// `response` with its body replaced by what `body` makes of the body not
@@ -112,7 +115,8 @@ mod tests {
             .unwrap();
         let mut response = Response::from(http);
         response.extensions_mut().insert(7u8);
-        let response = read(response, 64).await.unwrap();
+        let (response, whole) = read(response, 64).await.unwrap();
+        assert!(whole);
         assert_eq!(response.status(), 201);
         assert_eq!(response.url(), &url);
         assert_eq!(response.headers()["x-kept"], "yes");
@@ -177,14 +181,15 @@ mod tests {
     async fn a_response_declared_longer_than_the_limit_is_returned_unread() {
         let silent = response(Chunks::silent(100));
         let read = tokio::time::timeout(Duration::from_secs(1), read(silent, 99)).await;
-        assert_eq!(read.expect("waited on its body").unwrap().content_length(), Some(100));
+        let (read, whole) = read.expect("waited on its body").unwrap();
+        assert_eq!((read.content_length(), whole), (Some(100), false));
     }
 
     #[tokio::test]
     async fn a_response_as_long_as_the_limit_is_read_before_it_is_returned() {
         let (body, taken) = Chunks::body(true, &["hello"]);
-        let read = read(response(body), 5).await.unwrap();
-        assert!(taken.load(Ordering::SeqCst), "returned unread");
+        let (read, whole) = read(response(body), 5).await.unwrap();
+        assert!(taken.load(Ordering::SeqCst) && whole, "returned unread");
         assert_eq!(read.bytes().await.unwrap(), "hello");
     }
 
@@ -193,15 +198,16 @@ mod tests {
         // In memory, the body's length is known; the length of a body
         // handed on as it streams is not.
         let (body, _) = Chunks::body(false, &["he", "llo"]);
-        let read = read(response(body), 5).await.unwrap();
-        assert_eq!(read.content_length(), Some(5));
+        let (read, whole) = read(response(body), 5).await.unwrap();
+        assert_eq!((read.content_length(), whole), (Some(5), true));
         assert_eq!(read.bytes().await.unwrap(), "hello");
     }
 
     #[tokio::test]
     async fn a_chunk_past_the_limit_is_handed_on_with_the_rest() {
         let (body, _) = Chunks::body(false, &["abc", "def", "g"]);
-        let read = read(response(body), 4).await.unwrap();
+        let (read, whole) = read(response(body), 4).await.unwrap();
+        assert!(!whole);
         assert_eq!(read.content_length(), None, "held in memory past its limit");
         assert_eq!(read.bytes().await.unwrap(), "abcdefg");
     }

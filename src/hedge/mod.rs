@@ -116,6 +116,11 @@ impl HedgeMiddleware {
     }
 
     /// Uses `clock` for the delays and for measuring latencies.
+    ///
+    /// A hedge's delay is a wait for the clock's time
+    /// ([`Clock::sleep_until`]): under `ManualClock` (feature `test-util`) a
+    /// copy is hedged only once the test moves the clock past the delay, and
+    /// hedging moves no time itself.
     pub fn with_clock(mut self, clock: impl Clock + 'static) -> Self {
         Arc::make_mut(&mut self.inner).clock = Arc::new(clock);
         self

@@ -78,7 +78,15 @@ impl HedgeMiddleware {
 
         let mut running = vec![launch(1, first)];
         let mut sent: u32 = 1;
-        let mut timer: Option<Sleep> = Some(inner.clock.sleep(delay));
+        // A timer the copies race, which moves no time itself: under a
+        // clock whose sleeps move its time, a copy's wait must not.
+        let hedge_timer = || -> Sleep {
+            match inner.clock.now().checked_add(delay) {
+                Some(at) => inner.clock.sleep_until(at),
+                None => Box::pin(std::future::pending()),
+            }
+        };
+        let mut timer: Option<Sleep> = Some(hedge_timer());
         // The first answer that stopped hedging, else the last failure.
         let mut held: Option<(u32, Sent, bool)> = None;
         // The redirects the copies meet (see `crate::redirect`): once one
@@ -154,7 +162,7 @@ impl HedgeMiddleware {
                             sent = number;
                             running.push(launch(number, copy));
                             if sent < max {
-                                timer = Some(inner.clock.sleep(delay));
+                                timer = Some(hedge_timer());
                             }
                         }
                     }

@@ -134,3 +134,39 @@ async fn with_a_request_or_attempt_timeout_the_deadline_goes_on_the_request() {
         assert!(error.is_timeout(), "attempt timeout {attempt_timeout}: {error:?}");
     }
 }
+
+/// A body that always has data ready is cut at the deadline all the same:
+/// the deadline is looked at before the body, as reqwest's own timeout is.
+#[tokio::test]
+async fn a_body_that_streams_faster_than_it_is_read_ends_at_the_deadline() {
+    let clock = ManualClock::new();
+    let config = RetryConfig::builder().with_deadline(Duration::from_secs(1));
+    let client = client(reqwest::Client::builder(), config, &clock);
+    let (url, _) = raw_server(vec![Raw::EndlessOk]).await;
+    let mut response = client.get(&url).send().await.expect("the headers arrive");
+    let read = async {
+        for _ in 0..3 {
+            assert!(response.chunk().await.expect("data before the deadline").is_some());
+        }
+        clock.advance(Duration::from_secs(1));
+        // The server keeps sending: data is ready, and the deadline wins.
+        let error = response.chunk().await.expect_err("the deadline passed");
+        assert!(error.is_timeout() && deadline_inside(&error).is_some(), "{error:?}");
+    };
+    tokio::time::timeout(Duration::from_secs(10), read).await.expect("bounded");
+}
+
+/// A body response buffering has read whole is in memory: reading it after
+/// the deadline takes no time, and does not fail.
+#[tokio::test]
+async fn a_body_read_whole_within_the_deadline_can_be_read_after_it() {
+    let clock = ManualClock::new();
+    let config = RetryConfig::builder()
+        .with_deadline(Duration::from_secs(1))
+        .with_response_body_buffering(1024);
+    let client = client(reqwest::Client::builder(), config, &clock);
+    let (url, _) = raw_server(vec![Raw::Reply(OK_CLOSE)]).await;
+    let response = client.get(&url).send().await.expect("answered");
+    clock.advance(Duration::from_secs(5));
+    assert_eq!(response.text().await.expect("in memory"), "ok");
+}

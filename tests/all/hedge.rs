@@ -123,8 +123,9 @@ async fn a_slow_first_copy_is_beaten_by_a_hedge_sent_after_the_delay() {
 
 #[tokio::test(start_paused = true)]
 async fn the_delay_is_waited_on_the_clock_given() {
-    // A manual clock's sleep ends at once and is recorded: the hedge goes
-    // out without tokio's time moving, and the wait is on the record.
+    // The hedge waits for the manual clock's time: it goes out once the
+    // test moves that clock past the delay, without tokio's time moving,
+    // and records no sleep of its own.
     let server = server(vec![Answer(SLOW, 200), Answer(Duration::ZERO, 200)]).await;
     let clock = ManualClock::new();
     let config = fixed(100 * MS).with_max_copies(2).build().unwrap();
@@ -133,9 +134,16 @@ async fn the_delay_is_waited_on_the_clock_given() {
     let printed = format!("{hedge:?}");
     assert!(printed.starts_with("HedgeMiddleware") && printed.contains("ManualClock"), "{printed}");
     let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new()).with(hedge).build();
-    let (status, body, r, took) = get(&client, &server.url).await;
+    let move_clock = async {
+        // Busy, so tokio's paused time does not jump to the slow answer.
+        while server.requests.get() < 1 {
+            tokio::task::yield_now().await;
+        }
+        clock.advance(100 * MS);
+    };
+    let ((status, body, r, took), ()) = tokio::join!(get(&client, &server.url), move_clock);
     assert_eq!((status, body.as_str(), pair(r)), (200, "copy 1", report(2, 2)));
-    assert_eq!(clock.sleeps(), [100 * MS]);
+    assert!(clock.sleeps().is_empty());
     assert!(took < 100 * MS, "tokio's clock moved {took:?}");
 }
 
@@ -370,4 +378,47 @@ async fn final_answers_earn_the_hedges() {
     // Two answers have paid for one hedge.
     let (_, body, r, _) = get(&client, &server.url).await;
     assert_eq!((body.as_str(), pair(r)), ("copy 3", report(2, 2)));
+}
+
+/// Under `ManualClock` a hedge's delay is a wait for the clock's time: a
+/// copy is hedged only once the test moves the clock past it, and hedging
+/// moves no time itself, so a deadline on the same clock is not spent by
+/// timers (the clock's docs say so).
+#[tokio::test]
+async fn under_a_manual_clock_a_hedge_waits_for_the_test_to_move_time() {
+    let delay = Duration::from_secs(1);
+    let config = HedgeConfig::builder().with_delay(delay).without_budget().build().unwrap();
+    // The first copy is answered late, the second at once.
+    let server = server(vec![Answer(SLOW, 200), Answer(Duration::ZERO, 200)]).await;
+    let clock = ManualClock::new();
+    let hedge = HedgeMiddleware::new(config).with_clock(clock.clone());
+    let retry = RetryMiddleware::new(
+        RetryConfig::builder().with_deadline(Duration::from_secs(10)).build().unwrap(),
+    )
+    .with_clock(clock.clone());
+    let client = retry.client(reqwest::Client::builder()).unwrap().with(hedge).build();
+    let slot = HedgeSlot::new();
+    let call = client.get(&server.url).with_extension(slot.clone()).send();
+    let hedged = async {
+        // Nothing is hedged while the time stands, however long.
+        while server.requests.get() < 1 {
+            tokio::task::yield_now().await;
+        }
+        for _ in 0..50 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(server.requests.get(), 1, "no hedge before the delay");
+        assert_eq!(clock.elapsed(), Duration::ZERO, "the timer moved no time");
+        clock.advance(delay);
+        while server.requests.get() < 2 {
+            tokio::task::yield_now().await;
+        }
+    };
+    let (result, ()) =
+        tokio::time::timeout(Duration::from_secs(10), async { tokio::join!(call, hedged) })
+            .await
+            .expect("bounded");
+    assert_eq!(result.unwrap().status(), 200);
+    let report = slot.get().expect("a hedge report");
+    assert_eq!((report.copies, report.winner), (2, 2));
 }

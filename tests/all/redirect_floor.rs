@@ -739,8 +739,9 @@ impl reqwest_safe_retry::Clock for Gate {
         Box::pin(async move { gate.notified().await })
     }
 
-    fn sleep_until(&self, deadline: std::time::Instant) -> reqwest_safe_retry::Sleep {
-        Box::pin(tokio::time::sleep_until(deadline.into()))
+    fn sleep_until(&self, _: std::time::Instant) -> reqwest_safe_retry::Sleep {
+        let gate = self.0.clone();
+        Box::pin(async move { gate.notified().await })
     }
 }
 

@@ -3,7 +3,11 @@
 //! (only the clock and the jitter injected), for a GET (safe to repeat) and
 //! a POST without a key (any other request). Each test names its row in a
 //! `README row:` line, and `the_readme_table_has_a_test_for_every_row`
-//! fails when a row has none, so the table and the code cannot drift apart.
+//! fails when a row has none. A row's cases that loopback cannot produce
+//! (an unreachable network, a connect timeout, a request hyper handed back
+//! unsent or a new connection closed before taking it) are checked on the
+//! errors themselves, in `src/classify.rs`'s unit tests; an HTTP/2 request
+//! queued on a closing connection, in `real_servers.rs`.
 
 use crate::support;
 

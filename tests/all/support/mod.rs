@@ -195,6 +195,8 @@ pub enum Raw {
     /// Answer 200 with a declared body of 30 bytes, send 3, and hold the
     /// connection open.
     StalledOk,
+    /// Answer 200 and stream a body that never ends.
+    EndlessOk,
 }
 
 /// A server for what wiremock cannot play: each request gets the next
@@ -228,8 +230,12 @@ pub async fn raw_server(script: Vec<Raw>) -> (String, Counter) {
                                 break;
                             }
                         }
-                        Raw::EndlessBody => {
-                            let head = "HTTP/1.1 503 Service Unavailable\r\nTransfer-Encoding: chunked\r\n\r\n";
+                        Raw::EndlessBody | Raw::EndlessOk => {
+                            let head = if matches!(behaviour, Raw::EndlessOk) {
+                                "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                            } else {
+                                "HTTP/1.1 503 Service Unavailable\r\nTransfer-Encoding: chunked\r\n\r\n"
+                            };
                             let _ = socket.write_all(head.as_bytes()).await;
                             let chunk = format!("{:x}\r\n{}\r\n", 8192, "x".repeat(8192));
                             // Stops when the client goes away.
