@@ -308,9 +308,9 @@ mod manual {
             let clock = self.clock.clone();
             let mut state = clock.lock();
             if state.now() >= self.deadline {
-                if let Some(n) = self.waiter.take() {
-                    state.waiting.retain(|(m, _)| *m != n);
-                }
+                // Time has moved since it waited, if it did, and moving it
+                // woke and forgot every waiting future: nothing to take out.
+                self.waiter = None;
                 return Poll::Ready(());
             }
             let entry = self.waiter.and_then(|n| state.waiting.iter_mut().find(|(m, _)| *m == n));

@@ -500,6 +500,20 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_scan_that_makes_room_does_not_hold_off_the_next() {
+        // Hosts that may go: every new host finds room, a scan at a time,
+        // with the time standing still.
+        let hosts = table(16);
+        for n in 0..16 {
+            hosts.get_or_insert(&url(&format!("http://h{n}.test/")), 5, probe);
+        }
+        for n in 0..40 {
+            let host = hosts.get_or_insert(&url(&format!("http://n{n}.test/")), 5, probe);
+            assert!(!hosts.is_overflow(&host), "n{n} found no room");
+        }
+    }
+
+    #[test]
     fn a_flood_of_new_hosts_meets_one_scan_a_pause_whatever_fails() {
         // A full table of failing hosts, then 50,000 new hosts with time
         // standing still: one scan of the table, then none until the pause

@@ -82,3 +82,49 @@ impl HttpBody for Bounded {
         self.body.size_hint()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn bounded_body(text: &'static str, expiry: Sleep) -> Bounded {
+        let error = DeadlineExceeded::new(Duration::from_secs(1), 1, false);
+        Bounded {
+            body: reqwest::Body::from(text),
+            expiry: Some(Mutex::new(expiry)),
+            expired: false,
+            error,
+        }
+    }
+
+    fn poll(
+        body: &mut Bounded,
+    ) -> Poll<Option<Result<Frame<Bytes>, Box<dyn std::error::Error + Send + Sync>>>> {
+        Pin::new(body).poll_frame(&mut Context::from_waker(std::task::Waker::noop()))
+    }
+
+    #[test]
+    fn a_bounded_body_keeps_its_size_and_ends_with_its_body() {
+        let mut body = bounded_body("hello", Box::pin(std::future::pending()));
+        assert_eq!(body.size_hint().exact(), Some(5));
+        assert!(!body.is_end_stream());
+        let Poll::Ready(Some(Ok(frame))) = poll(&mut body) else { panic!("the data") };
+        assert_eq!(frame.into_data().unwrap(), "hello");
+        assert!(matches!(poll(&mut body), Poll::Ready(None)));
+        assert!(body.is_end_stream());
+        assert!(body.expiry.is_none(), "the timer goes with the body");
+    }
+
+    #[test]
+    fn past_its_deadline_a_body_ends_with_the_deadline_error() {
+        let mut body = bounded_body("hello", Box::pin(std::future::ready(())));
+        let Poll::Ready(Some(Err(error))) = poll(&mut body) else { panic!("the error first") };
+        let io = error.downcast_ref::<io::Error>().expect("an io::Error");
+        assert_eq!(io.kind(), io::ErrorKind::TimedOut);
+        assert!(io.get_ref().is_some_and(|inner| inner.is::<DeadlineExceeded>()));
+        assert!(body.is_end_stream());
+        assert!(matches!(poll(&mut body), Poll::Ready(None)));
+    }
+}
