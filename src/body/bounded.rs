@@ -99,9 +99,9 @@ mod tests {
         }
     }
 
-    fn poll(
-        body: &mut Bounded,
-    ) -> Poll<Option<Result<Frame<Bytes>, Box<dyn std::error::Error + Send + Sync>>>> {
+    type Polled = Poll<Option<Result<Frame<Bytes>, <Bounded as HttpBody>::Error>>>;
+
+    fn poll(body: &mut Bounded) -> Polled {
         Pin::new(body).poll_frame(&mut Context::from_waker(std::task::Waker::noop()))
     }
 
