@@ -243,7 +243,9 @@ fn is_temporary_dns_failure(error: &(dyn StdError + 'static)) -> bool {
 
 /// HTTP/2 REFUSED_STREAM, or a GOAWAY without error: the server says it did
 /// not process the stream (RFC 9113, section 8.7). Without the `http2`
-/// feature there is no HTTP/2, and nothing to find.
+/// feature the crate cannot read `h2`'s errors and finds none (reqwest may
+/// still speak HTTP/2, with its own feature on: its refusals then meet the
+/// generic rules, and reqwest's own resend of them stays on).
 fn chain_has_refused_stream(error: &(dyn StdError + 'static)) -> bool {
     #[cfg(feature = "http2")]
     let found = sources(error).filter_map(|e| e.downcast_ref::<h2::Error>()).any(|h2| {
@@ -259,7 +261,7 @@ fn chain_has_refused_stream(error: &(dyn StdError + 'static)) -> bool {
 }
 
 /// An HTTP/2 stream reset, or its connection gone away, mid-body. Without
-/// the `http2` feature there is no HTTP/2, and nothing to find.
+/// the `http2` feature the crate cannot read `h2`'s errors, and finds none.
 fn chain_has_lost_stream(error: &(dyn StdError + 'static)) -> bool {
     #[cfg(feature = "http2")]
     let found = sources(error)
