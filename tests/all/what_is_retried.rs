@@ -4,8 +4,8 @@
 //! a POST without a key (any other request). Each test names its row in a
 //! `README row:` line, and `the_readme_table_has_a_test_for_every_row`
 //! fails when a row has none. A row's cases that loopback cannot produce
-//! (an unreachable network, a connect timeout, a request hyper handed back
-//! unsent or a new connection closed before taking it) are checked on the
+//! (an unreachable network, a request hyper handed back unsent or a new
+//! connection closed before taking it) are checked on the
 //! errors themselves, in `src/classify.rs`'s unit tests; an HTTP/2 request
 //! queued on a closing connection, in `real_servers.rs`.
 
@@ -131,7 +131,33 @@ async fn failures_before_sending_are_retried_for_any_method() {
         let got = call(trusting_builder(), method.clone(), &url, None).await;
         assert_eq!(got, exhausted, "{method}, TLS cut off");
         assert_eq!(connections.get(), 4);
+
+        let (url, _listener) = unanswered_connects().await;
+        let builder = reqwest::Client::builder().connect_timeout(Duration::from_millis(50));
+        let got = call(builder, method.clone(), &url, None).await;
+        assert_eq!(got, exhausted, "{method}, connect timeout");
     }
+}
+
+/// A listener that never accepts, its queue filled until a connection is
+/// no longer answered: a connect to it times out. Returns its URL, and the
+/// listener and the connections that fill it, to keep.
+async fn unanswered_connects() -> (String, (tokio::net::TcpListener, Vec<tokio::net::TcpStream>)) {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let listener = socket.listen(1).unwrap();
+    let address = listener.local_addr().unwrap();
+    let mut queued = Vec::new();
+    loop {
+        let connect = tokio::net::TcpStream::connect(address);
+        match tokio::time::timeout(Duration::from_millis(50), connect).await {
+            Ok(stream) => queued.push(stream.unwrap()),
+            // The queue is full: the kernel no longer answers.
+            Err(_) => break,
+        }
+        assert!(queued.len() < 64, "the listener's queue never filled");
+    }
+    (format!("http://{address}/"), (listener, queued))
 }
 
 /// README row: HTTP/2 REFUSED_STREAM or graceful GOAWAY²
