@@ -313,6 +313,15 @@ async fn a_first_429_whose_wait_the_server_chose_costs_the_budget_nothing() {
     assert_eq!((unpaid.attempts, unpaid.stop), (1, StopReason::BudgetExhausted));
 }
 
+/// A server answering `/limited` with a 429 asking for `asked`, then 200.
+async fn limited(asked: &str) -> (MockServer, String) {
+    let server = MockServer::start().await;
+    let refused = wiremock::ResponseTemplate::new(429).insert_header("Retry-After", asked);
+    script(&server, "/limited", vec![refused, wiremock::ResponseTemplate::new(200)]).await;
+    let url = format!("{}/limited", server.uri());
+    (server, url)
+}
+
 #[tokio::test]
 async fn a_429_asking_for_more_than_the_cap_is_paid_for_even_when_the_cap_is_waited() {
     // A limiter that asks every caller for an hour: with `WaitTheCap` each
@@ -323,23 +332,14 @@ async fn a_429_asking_for_more_than_the_cap_is_paid_for_even_when_the_cap_is_wai
         ("3600", 1, 2, StopReason::NothingToRetry),
         ("30", 0, 2, StopReason::NothingToRetry),
     ] {
-        let server = MockServer::start().await;
-        script(
-            &server,
-            "/limited",
-            vec![
-                wiremock::ResponseTemplate::new(429).insert_header("Retry-After", asked),
-                wiremock::ResponseTemplate::new(200),
-            ],
-        )
-        .await;
+        let (_server, url) = limited(asked).await;
         let config = RetryConfig::builder()
             .with_retry_after_over_cap(reqwest_safe_retry::RetryAfterOverCap::WaitTheCap)
             .with_budget(RetryBudget::default().with_ratio(0.0).with_reserve(reserve))
             .build()
             .unwrap();
         let (middleware, clock) = self::middleware(config);
-        let report = report(&wrap(middleware), &format!("{}/limited", server.uri())).await;
+        let report = report(&wrap(middleware), &url).await;
         let case = format!("Retry-After {asked}, reserve {reserve}");
         assert_eq!((report.attempts, report.stop), (attempts, stop), "{case}");
         if attempts == 2 {
@@ -357,22 +357,13 @@ async fn a_429_asking_for_no_wait_is_paid_for() {
     for (asked, attempts, stop) in
         [("0", 1, StopReason::BudgetExhausted), ("1", 2, StopReason::NothingToRetry)]
     {
-        let server = MockServer::start().await;
-        script(
-            &server,
-            "/limited",
-            vec![
-                wiremock::ResponseTemplate::new(429).insert_header("Retry-After", asked),
-                wiremock::ResponseTemplate::new(200),
-            ],
-        )
-        .await;
+        let (_server, url) = limited(asked).await;
         let config = RetryConfig::builder()
             .with_budget(RetryBudget::default().with_ratio(0.0).with_reserve(0))
             .build()
             .unwrap();
         let (middleware, _) = self::middleware(config);
-        let report = report(&wrap(middleware), &format!("{}/limited", server.uri())).await;
+        let report = report(&wrap(middleware), &url).await;
         assert_eq!((report.attempts, report.stop), (attempts, stop), "Retry-After: {asked}");
     }
 }

@@ -25,7 +25,7 @@ fn client(
     middleware.client(builder).unwrap().build()
 }
 
-/// Reads the stalled body; moves `clock` past a deadline of 1 s once the
+/// Reads the stalled body, the clock moved past a deadline of 1 s once the
 /// read is under way. Returns the read's error.
 async fn read_until_the_deadline(
     client: &reqwest_middleware::ClientWithMiddleware,
@@ -39,16 +39,23 @@ async fn read_until_the_deadline(
     }
     let response = request.send().await.expect("the headers arrive");
     assert_eq!(RetryReport::from_response(&response).attempts, 1);
-    let read = response.bytes();
+    past_the_deadline(response.bytes(), clock).await.expect_err("the body stalls")
+}
+
+/// Runs `work`, moving `clock` past a deadline of 1 s once it is under way;
+/// bounded at 10 s.
+async fn past_the_deadline<T>(
+    work: impl std::future::Future<Output = T>,
+    clock: &ManualClock,
+) -> T {
     let deadline = async {
         for _ in 0..20 {
             tokio::task::yield_now().await;
         }
         clock.advance(Duration::from_secs(1));
     };
-    let both = async { tokio::join!(read, deadline) };
-    let (read, ()) = tokio::time::timeout(Duration::from_secs(10), both).await.expect("bounded");
-    read.expect_err("the body stalls")
+    let both = async { tokio::join!(work, deadline) };
+    tokio::time::timeout(Duration::from_secs(10), both).await.expect("bounded").0
 }
 
 /// The crate's deadline error inside a body error.
@@ -93,15 +100,7 @@ async fn with_response_buffering_the_read_inside_the_attempt_ends_at_the_deadlin
         .with_response_body_buffering(1024);
     let client = client(reqwest::Client::builder(), config, &clock);
     let (url, _) = raw_server(vec![Raw::StalledOk]).await;
-    let send = client.get(&url).send();
-    let deadline = async {
-        for _ in 0..20 {
-            tokio::task::yield_now().await;
-        }
-        clock.advance(Duration::from_secs(1));
-    };
-    let both = async { tokio::join!(send, deadline) };
-    let (sent, ()) = tokio::time::timeout(Duration::from_secs(10), both).await.expect("bounded");
+    let sent = past_the_deadline(client.get(&url).send(), &clock).await;
     match sent.expect_err("the deadline passed while the body was read") {
         reqwest_middleware::Error::Middleware(error) => {
             assert!(error.is::<DeadlineExceeded>(), "{error}")
