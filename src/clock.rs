@@ -51,7 +51,9 @@ pub trait Clock: Send + Sync + fmt::Debug {
     ///   been moved to `deadline`, and is woken when that happens
     ///   (`ManualClock` keeps the wakers of its pending futures). One whose
     ///   time never moves while an attempt is in flight may return a future
-    ///   that is ready if the deadline has passed and pending otherwise.
+    ///   that is ready if the deadline has passed and pending otherwise: then
+    ///   no deadline cuts an attempt or a body in flight, and no hedge is
+    ///   sent while a copy is in flight, as no time passes meanwhile.
     ///
     /// ```compile_fail
     /// use std::time::{Duration, Instant};

@@ -39,7 +39,7 @@ struct Bounded {
     /// only so that the body is `Sync`, as reqwest asks; polling reaches it
     /// through `&mut` alone.
     expiry: Option<Mutex<Sleep>>,
-    /// The deadline passed: the error was the body's last frame.
+    /// The deadline passed: every read from now on fails with its error.
     expired: bool,
     error: DeadlineExceeded,
 }
@@ -53,7 +53,18 @@ impl HttpBody for Bounded {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         let this = self.get_mut();
+        let timed_out = || {
+            let error = io::Error::new(io::ErrorKind::TimedOut, this.error);
+            Poll::Ready(Some(Err(Box::new(error) as Self::Error)))
+        };
         if this.expired {
+            // As reqwest's own timeout: the error again, not a clean end.
+            return timed_out();
+        }
+        if this.body.is_end_stream() {
+            // Nothing is left to read (an empty body, a HEAD's): no deadline
+            // can cut it.
+            this.expiry = None;
             return Poll::Ready(None);
         }
         // The deadline first, as reqwest's own timeout: a body that always
@@ -62,13 +73,13 @@ impl HttpBody for Bounded {
             let expiry = expiry.get_mut().unwrap_or_else(PoisonError::into_inner);
             if expiry.as_mut().poll(cx).is_ready() {
                 (this.expiry, this.expired) = (None, true);
-                let error = io::Error::new(io::ErrorKind::TimedOut, this.error);
-                return Poll::Ready(Some(Err(Box::new(error))));
+                return timed_out();
             }
         }
         let frame = std::task::ready!(Pin::new(&mut this.body).poll_frame(cx));
-        if !matches!(frame, Some(Ok(_))) {
-            // The body is over, or failed: its timer goes.
+        if frame.is_none() {
+            // The body is over: its timer goes. (After an error it stays: a
+            // body may yield more, and the deadline still bounds it.)
             this.expiry = None;
         }
         Poll::Ready(frame.map(|frame| frame.map_err(Into::into)))
@@ -125,6 +136,12 @@ mod tests {
         assert_eq!(io.kind(), io::ErrorKind::TimedOut);
         assert!(io.get_ref().is_some_and(|inner| inner.is::<DeadlineExceeded>()));
         assert!(body.is_end_stream());
+        assert!(matches!(poll(&mut body), Poll::Ready(Some(Err(_)))), "the error again");
+    }
+
+    #[test]
+    fn a_body_with_nothing_left_ends_whatever_the_deadline() {
+        let mut body = bounded_body("", Box::pin(std::future::ready(())));
         assert!(matches!(poll(&mut body), Poll::Ready(None)));
     }
 }

@@ -75,7 +75,8 @@ impl Budget {
         let scope = match config.scope {
             BudgetScope::Global => Scope::Global(Arc::new(Account::new(reserve))),
             // Hosts past the bound share an account that starts empty: a
-            // host never gets a fresh reserve by being new, or forgotten.
+            // failing host never gets a fresh reserve by being new, or
+            // forgotten (it is not forgotten while it fails).
             BudgetScope::PerHost => {
                 Scope::PerHost(Hosts::new(MAX_HOSTS, SLOTS, Arc::new(Account::new(0))))
             }

@@ -20,10 +20,12 @@ pub enum BudgetScope {
     /// retries to a healthy one. The default.
     ///
     /// Accounts are kept for at most 1,024 hosts (about 400 KB): past that,
-    /// the least recently used calm ones are forgotten. When all are failing
-    /// or in use, further hosts share one account whose reserve starts
-    /// empty, as does a host let in soon after: a host never gets a fresh
-    /// reserve by being new, or by being forgotten.
+    /// the least recently used calm ones (no retryable outcome within a
+    /// window) are forgotten. When all are failing or in use, further hosts
+    /// share one account whose reserve starts empty, as does a host let in
+    /// soon after: a failing host never gets a fresh reserve by being new,
+    /// or by being forgotten. A host calm for a window and forgotten starts
+    /// afresh, as it would in a new process.
     #[default]
     PerHost,
     /// One budget for everything the middleware sends.
