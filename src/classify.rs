@@ -23,20 +23,20 @@ use http::StatusCode;
 use crate::reason::{RetryReason, Retryability};
 
 /// How far an outcome may be retried and why; `None` when it is final.
-pub(crate) type Class = Option<(Scope, RetryReason)>;
+pub(crate) type Class = Option<(Reach, RetryReason)>;
 
 /// How far an outcome that is not final may be retried: [`Retryability`]
 /// without `Never`, which a [`Class`] says with `None`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Scope {
+pub(crate) enum Reach {
     /// Only if the request is safe to repeat.
     WhenSafe,
     /// Whatever the method, once the outcome is known to be the request's own.
     AnyMethod,
 }
 
-impl Scope {
-    /// The scope of a predicate's answer; `None` when it is final.
+impl Reach {
+    /// The reach of a predicate's answer; `None` when it is final.
     pub(crate) fn of(retryability: Retryability) -> Option<Self> {
         match retryability {
             Retryability::Never => None,
@@ -55,12 +55,12 @@ pub(crate) fn classify_status(
     if !retryable.contains(&status) {
         return None;
     }
-    let scope = if status == StatusCode::TOO_MANY_REQUESTS && any_method_429 {
-        Scope::AnyMethod
+    let reach = if status == StatusCode::TOO_MANY_REQUESTS && any_method_429 {
+        Reach::AnyMethod
     } else {
-        Scope::WhenSafe
+        Reach::WhenSafe
     };
-    Some((scope, RetryReason::Status(status)))
+    Some((reach, RetryReason::Status(status)))
 }
 
 /// The built-in rules for a failed attempt of the request to `url`, when
@@ -79,15 +79,15 @@ pub(crate) fn classify_error(
         let passing = error.is_timeout()
             || any_io(error, is_passing_connect_failure)
             || is_temporary_dns_failure(error);
-        return passing.then_some((Scope::AnyMethod, RetryReason::NotConnected));
+        return passing.then_some((Reach::AnyMethod, RetryReason::NotConnected));
     }
     if chain_has_refused_stream(error) {
-        return Some((Scope::AnyMethod, RetryReason::RefusedStream));
+        return Some((Reach::AnyMethod, RetryReason::RefusedStream));
     }
     if any_hyper(error, hyper::Error::is_canceled) {
         // hyper hands a request back unsent when its new connection closed
         // before the request was written (on a reused one it retries itself).
-        return Some((Scope::AnyMethod, RetryReason::NotSent));
+        return Some((Reach::AnyMethod, RetryReason::NotSent));
     }
     if error.is_request() {
         if let Some(class) = classify_dispatch(error) {
@@ -95,14 +95,14 @@ pub(crate) fn classify_error(
         }
     }
     if error.is_timeout() {
-        return Some((Scope::WhenSafe, RetryReason::Timeout));
+        return Some((Reach::WhenSafe, RetryReason::Timeout));
     }
     // A malformed response, oversized headers or an unsupported version
     // will be the same next time; so will an error in the request itself.
     if error.is_request() && !any_hyper(error, |e| e.is_parse() || e.is_user()) {
         // Reset, closed before the response, incomplete message: the
         // request may have been processed.
-        return Some((Scope::WhenSafe, RetryReason::ConnectionLost));
+        return Some((Reach::WhenSafe, RetryReason::ConnectionLost));
     }
     None
 }
@@ -125,13 +125,13 @@ pub(crate) fn classify_error(
 fn classify_dispatch(error: &(dyn StdError + 'static)) -> Class {
     let hyper = sources(error).find_map(|e| e.downcast_ref::<hyper::Error>())?;
     if hyper.is_closed() {
-        return Some((Scope::AnyMethod, RetryReason::NotSent));
+        return Some((Reach::AnyMethod, RetryReason::NotSent));
     }
     if hyper.is_user()
         && !hyper.is_body_write_aborted()
         && hyper.to_string() == "dispatch task is gone"
     {
-        return Some((Scope::WhenSafe, RetryReason::ConnectionLost));
+        return Some((Reach::WhenSafe, RetryReason::ConnectionLost));
     }
     None
 }
@@ -143,14 +143,14 @@ fn classify_dispatch(error: &(dyn StdError + 'static)) -> Class {
 pub(crate) fn classify_body_error(error: &reqwest_middleware::Error) -> Class {
     let reqwest_middleware::Error::Reqwest(error) = error else { return None };
     if error.is_timeout() || any_io(error, |kind| kind == io::ErrorKind::TimedOut) {
-        return Some((Scope::WhenSafe, RetryReason::Timeout));
+        return Some((Reach::WhenSafe, RetryReason::Timeout));
     }
     // A malformed body (a bad chunk size, say) comes as an I/O error of
     // another kind, and is final by falling through: no case below is it.
     let lost = any_io(error, is_lost_connection)
         || any_hyper(error, |e| e.is_incomplete_message() || e.is_closed())
         || chain_has_lost_stream(error);
-    lost.then_some((Scope::WhenSafe, RetryReason::ConnectionLost))
+    lost.then_some((Reach::WhenSafe, RetryReason::ConnectionLost))
 }
 
 /// The `reqwest::Error` behind an outcome, also when an inner middleware
@@ -375,7 +375,7 @@ mod tests {
         let error = sender.ready().await.unwrap_err();
         assert!(error.is_closed());
         let chain = Wrapper(Box::new(error));
-        assert_eq!(classify_dispatch(&chain), Some((Scope::AnyMethod, RetryReason::NotSent)));
+        assert_eq!(classify_dispatch(&chain), Some((Reach::AnyMethod, RetryReason::NotSent)));
     }
 
     #[cfg(feature = "http2")]
@@ -397,10 +397,10 @@ mod tests {
     }
 
     #[test]
-    fn a_predicate_that_says_never_gives_no_scope() {
-        assert_eq!(Scope::of(Retryability::Never), None);
-        assert_eq!(Scope::of(Retryability::WhenSafe), Some(Scope::WhenSafe));
-        assert_eq!(Scope::of(Retryability::AnyMethod), Some(Scope::AnyMethod));
+    fn a_predicate_that_says_never_gives_no_reach() {
+        assert_eq!(Reach::of(Retryability::Never), None);
+        assert_eq!(Reach::of(Retryability::WhenSafe), Some(Reach::WhenSafe));
+        assert_eq!(Reach::of(Retryability::AnyMethod), Some(Reach::AnyMethod));
     }
 
     #[test]
@@ -408,11 +408,11 @@ mod tests {
         let set = [429, 502, 503, 504].map(|c| StatusCode::from_u16(c).unwrap());
         let verdict =
             |code: u16, any: bool| classify_status(StatusCode::from_u16(code).unwrap(), &set, any);
-        assert_eq!(verdict(429, true).unwrap().0, Scope::AnyMethod);
-        assert_eq!(verdict(429, false).unwrap().0, Scope::WhenSafe);
+        assert_eq!(verdict(429, true).unwrap().0, Reach::AnyMethod);
+        assert_eq!(verdict(429, false).unwrap().0, Reach::WhenSafe);
         for code in [502, 503, 504] {
-            let (scope, reason) = verdict(code, true).unwrap();
-            assert_eq!(scope, Scope::WhenSafe);
+            let (reach, reason) = verdict(code, true).unwrap();
+            assert_eq!(reach, Reach::WhenSafe);
             assert_eq!(reason, RetryReason::Status(StatusCode::from_u16(code).unwrap()));
         }
         for code in [200, 201, 301, 400, 404, 408, 500, 501, 505, 599] {

@@ -88,10 +88,6 @@ pub(crate) struct Host<V> {
     scheme: Box<str>,
     host: Box<str>,
     port: Option<u16>,
-    /// The port as the URL named it: `None` for the scheme's default, which
-    /// `Url` leaves out. Beside an equal scheme it settles [`port`](Self::port)
-    /// too, and reading a URL's costs less than working out its default.
-    named_port: Option<u16>,
     /// The state kept for the host.
     pub(crate) value: V,
 }
@@ -99,63 +95,24 @@ pub(crate) struct Host<V> {
 impl<V> Host<V> {
     fn new(url: &Url, value: V) -> Self {
         let key = HostRef::of(url);
-        Self {
-            scheme: key.scheme.into(),
-            host: key.host.into(),
-            port: key.port,
-            named_port: url.port(),
-            value,
-        }
+        Self { scheme: key.scheme.into(), host: key.host.into(), port: key.port, value }
     }
 
     /// The owned key, borrowed: hashed and compared as a URL's is.
     fn key(&self) -> HostRef<'_> {
         HostRef { scheme: &self.scheme, host: &self.host, port: self.port }
     }
-
-    /// Whether `url` names this host: the same scheme, host and port,
-    /// compared part by part, the cheapest first. The same scheme and named
-    /// port make the same port, default or not; the table's lookups
-    /// compare [`key`](Self::key)s.
-    #[inline]
-    pub(crate) fn is(&self, url: &Url) -> bool {
-        self.named_port == url.port()
-            && same(&self.host, url.host_str().unwrap_or_default())
-            && same(&self.scheme, url.scheme())
-    }
-}
-
-/// `a == b`, for text as short as a scheme or a host mostly is, without a
-/// call to `memcmp`: from 4 to 16 bytes, the first and the last word of
-/// each (overlapping where they must) cover the whole.
-///
-/// The two word arms only save time: without either, the last arm gives
-/// the same answers, so no test can miss them (`same_is_equality` checks
-/// every length against `==`). They stay for the lookup on every answer.
-#[inline]
-fn same(a: &str, b: &str) -> bool {
-    fn ends<const N: usize>(s: &[u8]) -> Option<(&[u8; N], &[u8; N])> {
-        Some((s.first_chunk()?, s.last_chunk()?))
-    }
-    let (a, b) = (a.as_bytes(), b.as_bytes());
-    a.len() == b.len()
-        && match a.len() {
-            8..=16 => ends::<8>(a) == ends::<8>(b),
-            4..=7 => ends::<4>(a) == ends::<4>(b),
-            _ => a == b,
-        }
 }
 
 /// State per scheme, host and port, bounded: past `limit` hosts, the least
 /// recently used that may be forgotten are; when none may, a new host gets
 /// the overflow entry.
-pub(crate) struct Hosts<V, S = FxBuildHasher> {
+pub(crate) struct Hosts<V> {
     limit: usize,
     /// On the owner's clock: how long a scan that could not make room for
     /// an eighth of the limit holds off the next one; a table that turned a
     /// host away counts as crowded for twice as long.
     pause: u64,
-    hasher: S,
     table: RwLock<Table<V>>,
     /// The entry of every host that found no room. It has no key: no URL
     /// names it.
@@ -176,37 +133,30 @@ impl<V: HostState> Hosts<V> {
     /// once every `pause` of the owner's clock while it finds none, with
     /// `overflow` for the hosts that find none.
     pub(crate) fn new(limit: usize, pause: u64, overflow: V) -> Self {
-        Self::with_hasher(limit, pause, overflow, FxBuildHasher)
-    }
-}
-
-impl<V: HostState, S: BuildHasher> Hosts<V, S> {
-    /// As [`new`](Hosts::new), hashing with `hasher`.
-    pub(crate) fn with_hasher(limit: usize, pause: u64, overflow: V, hasher: S) -> Self {
         let table = Table { hosts: HashTable::new(), next_scan: 0, crowded_until: 0 };
         let overflow = Arc::new(Host {
             scheme: Box::default(),
             host: Box::default(),
             port: None,
-            named_port: None,
             value: overflow,
         });
-        Self { limit, pause, hasher, table: RwLock::new(table), overflow }
+        Self { limit, pause, table: RwLock::new(table), overflow }
     }
 
     /// Runs `f` on the state of `url`'s host, if the table knows it, with
     /// the table shared: no allocation, no reference counted.
     pub(crate) fn with<R>(&self, url: &Url, f: impl FnOnce(&V) -> R) -> Option<R> {
         let key = HostRef::of(url);
-        let hash = self.hasher.hash_one(key);
-        read(&self.table).hosts.find(hash, |host| host.key() == key).map(|host| f(&host.value))
+        let hashed = hash(key);
+        read(&self.table).hosts.find(hashed, |host| host.key() == key).map(|host| f(&host.value))
     }
 
     /// The entry of `url`'s host, if the table knows it.
+    #[cfg(test)]
     pub(crate) fn get(&self, url: &Url) -> Option<Arc<Host<V>>> {
         let key = HostRef::of(url);
-        let hash = self.hasher.hash_one(key);
-        read(&self.table).hosts.find(hash, |host| host.key() == key).cloned()
+        let hashed = hash(key);
+        read(&self.table).hosts.find(hashed, |host| host.key() == key).cloned()
     }
 
     /// The entry of `url`'s host, made by `make` if the table does not know
@@ -227,9 +177,9 @@ impl<V: HostState, S: BuildHasher> Hosts<V, S> {
         make: impl FnOnce(bool) -> V,
     ) -> Arc<Host<V>> {
         let key = HostRef::of(url);
-        let hash = self.hasher.hash_one(key);
+        let hashed = hash(key);
         let mut table = write(&self.table);
-        if let Some(host) = table.hosts.find(hash, |host| host.key() == key) {
+        if let Some(host) = table.hosts.find(hashed, |host| host.key() == key) {
             return host.clone();
         }
         if table.hosts.len() >= self.limit && now >= table.next_scan {
@@ -245,7 +195,7 @@ impl<V: HostState, S: BuildHasher> Hosts<V, S> {
             return self.overflow.clone();
         }
         let host = Arc::new(Host::new(url, make(now < table.crowded_until)));
-        table.hosts.insert_unique(hash, host.clone(), |host| self.hasher.hash_one(host.key()));
+        table.hosts.insert_unique(hashed, host.clone(), |host| hash(host.key()));
         host
     }
 
@@ -301,6 +251,11 @@ impl<V: HostState, S: BuildHasher> Hosts<V, S> {
     }
 }
 
+/// The hash a host's key is found by.
+fn hash(key: HostRef<'_>) -> u64 {
+    FxBuildHasher.hash_one(key)
+}
+
 /// Only the table holds the entry, and its state may go.
 fn may_forget<V: HostState>(host: &Arc<Host<V>>, now: u64) -> bool {
     Arc::strong_count(host) == 1 && host.value.may_forget(now)
@@ -316,7 +271,7 @@ fn write<T>(lock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
     lock.write().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-impl<V, S> fmt::Debug for Hosts<V, S> {
+impl<V> fmt::Debug for Hosts<V> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Hosts").field("limit", &self.limit).finish_non_exhaustive()
     }
@@ -324,7 +279,6 @@ impl<V, S> fmt::Debug for Hosts<V, S> {
 
 #[cfg(test)]
 pub(crate) mod tests {
-    use std::hash::BuildHasherDefault;
     use std::sync::atomic::{AtomicU64, Ordering};
 
     use super::*;
@@ -359,18 +313,6 @@ pub(crate) mod tests {
         Probe::default()
     }
 
-    /// Every key hashes alike: hosts whose hashes collide, for the tests
-    /// of every table built on this one.
-    #[derive(Default)]
-    pub(crate) struct Collide;
-
-    impl std::hash::Hasher for Collide {
-        fn finish(&self) -> u64 {
-            7
-        }
-        fn write(&mut self, _: &[u8]) {}
-    }
-
     fn url(s: &str) -> Url {
         Url::parse(s).unwrap()
     }
@@ -381,48 +323,56 @@ pub(crate) mod tests {
         for u in ["http://a.test/x", "https://A.test:443/", "foo://a.test:80/", "http://[::1]:81/"]
         {
             let host = hosts.get_or_insert(&url(u), 0, probe);
-            assert_eq!(
-                hosts.hasher.hash_one(host.key()),
-                hosts.hasher.hash_one(HostRef::of(&url(u)))
-            );
-            assert!(host.is(&url(u)), "{u}");
+            assert_eq!(hash(host.key()), hash(HostRef::of(&url(u))));
             assert!(Arc::ptr_eq(&host, &hosts.get(&url(u)).unwrap()), "{u}");
         }
         assert_eq!(hosts.len(), 4);
     }
 
+    /// One host per scheme, host and port, whatever else the URL says; a
+    /// user name, a path or an explicit default port change nothing.
     #[test]
-    fn same_is_equality() {
-        let text = "abcdefghijklmnopqrstuvwxyz";
-        for n in 0..=20 {
-            let a = &text[..n];
-            let copy = String::from(a);
-            assert!(same(a, &copy), "{a}");
-            assert!(!same(a, &text[..n + 1]), "{a}");
-            for at in 0..n {
-                let mut b = a.as_bytes().to_vec();
-                b[at] = b'_';
-                let b = String::from_utf8(b).unwrap();
-                assert!(!same(a, &b), "{a} and {b}");
+    fn a_host_is_its_scheme_host_and_port() {
+        let hosts = table(64);
+        let urls = [
+            ("http://a.test/x", 0),
+            ("http://a.test:80/y?q", 0),
+            ("http://A.TEST/", 0),
+            ("http://user:pw@a.test/", 0),
+            ("http://a.test:8080/", 1),
+            ("https://a.test/", 2),
+            ("https://a.test:443/z", 2),
+            ("http://a.test.evil.test/", 3),
+            ("foo://a.test:80/x", 4),
+            ("foo://a.test/x", 5),
+            ("http://[::1]:8080/", 6),
+            ("http://[0:0::1]:8080/p", 6),
+        ];
+        let mut made: Vec<Arc<Host<Probe>>> = Vec::new();
+        for (u, host) in urls {
+            let got = hosts.get_or_insert(&url(u), 0, probe);
+            match made.get(host) {
+                Some(known) => assert!(Arc::ptr_eq(known, &got), "{u}"),
+                None => {
+                    assert!(!made.iter().any(|m| Arc::ptr_eq(m, &got)), "{u} is new");
+                    made.push(got);
+                }
             }
         }
+        assert_eq!(hosts.len(), 7);
     }
 
+    /// Many hosts in one table: their hashes share buckets and tags, and
+    /// each is still found as itself.
     #[test]
-    fn hosts_whose_hashes_collide_are_told_apart() {
-        let hosts = Hosts::<Probe, _>::with_hasher(
-            64,
-            PAUSE,
-            Probe::default(),
-            BuildHasherDefault::<Collide>::default(),
-        );
-        let names: Vec<String> = (0..40).map(|n| format!("http://h{n}.test/")).collect();
+    fn hosts_whose_hashes_meet_are_told_apart() {
+        let hosts = table(4096);
+        let names: Vec<String> = (0..3000).map(|n| format!("http://h{n}.test/")).collect();
         let made: Vec<_> = names.iter().map(|u| hosts.get_or_insert(&url(u), 0, probe)).collect();
-        // The table grew with every host under one hash.
         for (u, host) in names.iter().zip(&made) {
             assert!(Arc::ptr_eq(host, &hosts.get(&url(u)).unwrap()), "{u}");
         }
-        assert_eq!(hosts.len(), 40);
+        assert_eq!(hosts.len(), 3000);
     }
 
     #[test]

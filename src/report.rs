@@ -163,7 +163,7 @@ pub struct RetryEvent<'a> {
 
 /// Leaves the report where the caller can find it, puts back the caller's
 /// own [`AttemptNumber`] (or none), and returns the outcome.
-pub(crate) fn finish(
+pub(crate) fn deliver(
     extensions: &mut Extensions,
     caller: Option<&Extensions>,
     mut outcome: Result<Response>,

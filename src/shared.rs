@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use crate::budget::Budget;
+use crate::budget::Ledger;
 use crate::clock::{Clock, TokioClock};
 use crate::config::RetryConfig;
 use crate::jitter::{JitterSource, ThreadRngJitter};
@@ -23,7 +23,7 @@ pub(crate) struct Shared {
     pub(crate) config: RetryConfig,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) jitter: Arc<dyn JitterSource>,
-    pub(crate) budget: Option<Arc<Budget>>,
+    pub(crate) budget: Option<Arc<Ledger>>,
     pub(crate) hook: Option<Hook>,
     /// The user's redirect policy, which the client the middleware builds
     /// follows, each redirect recorded (see [`crate::redirect`]).
@@ -42,7 +42,7 @@ impl Shared {
     /// thread-local randomness, no hook, and debug-level events.
     pub(crate) fn new(config: RetryConfig) -> Self {
         let budget =
-            config.budget().map(|budget| Arc::new(Budget::new(budget, config.max_retries())));
+            config.budget().map(|budget| Arc::new(Ledger::new(budget, config.max_retries())));
         Self {
             config,
             clock: Arc::new(TokioClock),

@@ -1,7 +1,7 @@
 //! The bodies the middleware reads itself, each up to a limit: a streamed
-//! request body, so that the request can be sent again ([`Rewind`]); a final
+//! request body, so that the request can be sent again ([`RequestBuffer`]); a final
 //! response's body, so that a failure while reading it can be retried
-//! ([`settle`]); and a retried response's body, drained during the wait so
+//! ([`read_whole`]); and a retried response's body, drained during the wait so
 //! that its connection can be reused ([`discard`]). And one it does not
 //! read: the body of a response returned under a deadline that no timeout
 //! of reqwest's carries, bounded by it ([`bounded`]).
@@ -17,5 +17,5 @@ mod response;
 
 pub(crate) use bounded::bounded;
 pub(crate) use drain::discard;
-pub(crate) use request::Rewind;
-pub(crate) use response::settle;
+pub(crate) use request::RequestBuffer;
+pub(crate) use response::read_whole;

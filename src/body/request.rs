@@ -15,7 +15,7 @@ use crate::deadline::{tightest, visible_timeout};
 use crate::future::first;
 
 /// A streamed body to read before the first attempt.
-pub(crate) struct Rewind<'a> {
+pub(crate) struct RequestBuffer<'a> {
     request: &'a mut Request,
     limit: usize,
     clock: &'a dyn Clock,
@@ -24,7 +24,7 @@ pub(crate) struct Rewind<'a> {
     cut_at: Option<Instant>,
 }
 
-impl<'a> Rewind<'a> {
+impl<'a> RequestBuffer<'a> {
     /// The body to read, if stream buffering is on (a `limit`), a retry
     /// may follow and the request's body is a stream. Reading stops at the
     /// call's `deadline`, or once the attempt's visible timeout (the

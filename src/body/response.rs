@@ -18,7 +18,7 @@ use crate::config::RetryConfig;
 ///
 /// A status the rules would retry is left as it is: its body is discarded
 /// during the wait if it is retried, and handed over as it streams if not.
-pub(crate) async fn settle(
+pub(crate) async fn read_whole(
     config: &RetryConfig,
     outcome: Result<Response>,
     limit: usize,

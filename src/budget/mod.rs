@@ -7,10 +7,11 @@ use std::time::Duration;
 use crate::error::ConfigError;
 
 mod account;
-mod hosts;
+mod lease;
+mod ledger;
 
-pub(crate) use account::{Account, Paid};
-pub(crate) use hosts::Budget;
+pub(crate) use lease::Lease;
+pub(crate) use ledger::Ledger;
 
 /// Whether one budget is shared by every host or each host has its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -11,7 +11,7 @@ use http::Extensions;
 use reqwest::{Request, Response, Url};
 use reqwest_middleware::{Middleware, Next, Result};
 
-use crate::budget::Budget;
+use crate::budget::Ledger;
 use crate::clock::{Clock, TokioClock};
 
 mod config;
@@ -93,7 +93,7 @@ pub struct HedgeMiddleware {
 pub(super) struct Inner {
     pub(super) config: HedgeConfig,
     pub(super) clock: Arc<dyn Clock>,
-    pub(super) budget: Option<Arc<Budget>>,
+    pub(super) budget: Option<Arc<Ledger>>,
     pub(super) latencies: Arc<Latencies>,
 }
 
@@ -109,7 +109,7 @@ impl HedgeMiddleware {
         let budget = config
             .budget
             .as_ref()
-            .map(|budget| Arc::new(Budget::new(budget, config.max_copies.saturating_sub(1))));
+            .map(|budget| Arc::new(Ledger::new(budget, config.max_copies.saturating_sub(1))));
         let inner =
             Inner { config, clock: Arc::new(TokioClock), budget, latencies: Arc::default() };
         Self { inner: Arc::new(inner) }

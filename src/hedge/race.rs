@@ -2,15 +2,15 @@
 
 use std::future::{Future, poll_fn};
 use std::pin::Pin;
-use std::task::Poll;
-use std::time::Instant;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 use http::Extensions;
-use reqwest::{Request, Response};
+use reqwest::{Request, Response, Url};
 use reqwest_middleware::{Next, Result};
 
-use super::{HedgeMiddleware, HedgeReport, HedgeSlot};
-use crate::budget::Account;
+use super::{HedgeMiddleware, HedgeReport, HedgeSlot, Inner};
+use crate::budget::Lease;
 use crate::classify;
 use crate::clock::Sleep;
 use crate::config::DEFAULT_RETRYABLE_STATUSES;
@@ -44,30 +44,48 @@ fn kind(outcome: &Result<Response>) -> Kind {
     }
 }
 
+/// One hedged call in progress: the copies in flight, the timer for the
+/// next, and the answer held while others may still beat it.
+struct Race<'a, 'l, 'n> {
+    inner: &'a Inner,
+    request: &'a Request,
+    url: &'a Url,
+    safety: Safety,
+    start: Instant,
+    delay: Duration,
+    lease: Lease<'a>,
+    launch: &'l (dyn Fn(u32, Request) -> InFlight<'n> + Sync),
+    running: Vec<InFlight<'n>>,
+    /// Copies sent so far.
+    sent: u32,
+    timer: Option<Sleep>,
+    /// The first answer that stopped hedging, else the last failure.
+    held: Option<(u32, Sent, bool)>,
+}
+
 impl HedgeMiddleware {
-    pub(super) async fn send(
+    pub(super) async fn send<'n>(
         &self,
         request: Request,
         extensions: &mut Extensions,
-        next: Next<'_>,
+        next: Next<'n>,
     ) -> Result<Response> {
         let inner = &*self.inner;
         let start = inner.clock.now();
-        let max = inner.config.max_copies;
         let safety = safety(&request, extensions, &inner.config.idempotency_header);
-        let safe = safety != Safety::Unsafe;
         let url = request.url().clone();
-        let account = inner.budget.as_ref().map(|budget| budget.account(&url, start));
+        let mut lease = Lease::new(inner.budget.as_deref(), &*inner.clock);
+        lease.hold(&url);
         // Hedged only if safe, allowed a second copy, and copyable; the
         // request itself stays here to copy each hedge from.
-        let Some(first) = (max >= 2 && safe).then(|| request.try_clone()).flatten() else {
+        let hedged = inner.config.max_copies >= 2 && safety != Safety::Unsafe;
+        let Some(first) = hedged.then(|| request.try_clone()).flatten() else {
             let outcome = next.run(request, extensions).await;
-            self.settle(account.as_deref(), start, &outcome);
-            return finish(extensions, outcome, HedgeReport { copies: 1, winner: 1 });
+            book(&mut lease, &outcome);
+            return deliver(extensions, outcome, HedgeReport { copies: 1, winner: 1 });
         };
-        let delay = self.delay_for(&url);
         let caller = extensions.clone();
-        let launch = |number: u32, request: Request| -> InFlight<'_> {
+        let launch = |number: u32, request: Request| -> InFlight<'n> {
             let (next, mut extensions) = (next.clone(), caller.clone());
             let sent = async move {
                 let outcome = next.run(request, &mut extensions).await;
@@ -75,127 +93,145 @@ impl HedgeMiddleware {
             };
             (number, Box::pin(sent))
         };
-
-        let mut running = vec![launch(1, first)];
-        let mut sent: u32 = 1;
-        // A timer the copies race, which moves no time itself: under a
-        // clock whose sleeps move its time, a copy's wait must not.
-        let hedge_timer = || -> Sleep {
-            match inner.clock.now().checked_add(delay) {
-                Some(at) => inner.clock.sleep_until(at),
-                None => Box::pin(std::future::pending()),
-            }
+        let delay = self.delay_for(&url);
+        let mut race = Race {
+            inner,
+            request: &request,
+            url: &url,
+            safety,
+            start,
+            delay,
+            lease,
+            launch: &launch,
+            running: Vec::new(),
+            sent: 1,
+            timer: None,
+            held: None,
         };
-        let mut timer: Option<Sleep> = Some(hedge_timer());
-        // The first answer that stopped hedging, else the last failure.
-        let mut held: Option<(u32, Sent, bool)> = None;
-        // The redirects the copies meet (see `crate::redirect`): once one
-        // took a request safe only by its key to another origin, method and
-        // body, no further copy is sent.
-        let key_taken_away = || {
-            safety == Safety::ByKey
-                && redirect::so_far().took_away(request.method() == http::Method::POST)
-        };
-        let race = poll_fn(|cx| {
-            loop {
-                let mut moved = false;
-                let mut i = 0;
-                while i < running.len() {
-                    let Poll::Ready(done) = running[i].1.as_mut().poll(cx) else {
-                        i = i.saturating_add(1);
-                        continue;
-                    };
-                    moved = true;
-                    let (number, _) = running.swap_remove(i);
-                    match kind(&done.0) {
-                        Kind::Final => {
-                            // The losers are dropped here, before the winner
-                            // is handed back: their connections close now.
-                            running.clear();
-                            timer = None;
-                            // From the call's start: the first copy's
-                            // latency when it won (it went out then), and a
-                            // lower bound of it when a hedge did.
-                            let latency = inner.clock.now().saturating_duration_since(start);
-                            inner.latencies.record(&url, latency);
-                            return Poll::Ready((number, done));
-                        }
-                        Kind::Stopping => {
-                            timer = None;
-                            if !held.as_ref().is_some_and(|(.., answer)| *answer) {
-                                held = Some((number, done, true));
-                            }
-                        }
-                        Kind::Failed => {
-                            if !held.as_ref().is_some_and(|(.., answer)| *answer) {
-                                held = Some((number, done, false));
-                            }
-                        }
-                    }
-                }
-                // Nothing left running: no hedge follows a failure.
-                if running.is_empty() {
-                    timer = None;
-                    let (number, done, _) = held.take().expect("a finished copy");
-                    return Poll::Ready((number, done));
-                }
-                // After the copies: one that answered as the delay ran out
-                // needs no hedge.
-                if let Some(wait) = timer.as_mut() {
-                    if wait.as_mut().poll(cx).is_ready() {
-                        moved = true;
-                        timer = None;
-                        if key_taken_away() {
-                            continue;
-                        }
-                        let paid = match (&inner.budget, &account) {
-                            (Some(budget), Some(account)) => {
-                                budget.try_spend(account, inner.clock.now()).is_some()
-                            }
-                            _ => true,
-                        };
-                        let number = sent.saturating_add(1);
-                        let copy = paid.then(|| request.try_clone()).flatten();
-                        #[cfg(feature = "tracing")]
-                        trace_hedge(&url, number, delay, copy.is_some());
-                        if let Some(copy) = copy {
-                            sent = number;
-                            running.push(launch(number, copy));
-                            if sent < max {
-                                timer = Some(hedge_timer());
-                            }
-                        }
-                    }
-                }
-                if !moved {
-                    return Poll::Pending;
-                }
-            }
-        });
+        race.running.push(launch(1, first));
+        race.timer = Some(race.hedge_timer());
         let mut seen = redirect::Seen::NONE;
-        let (number, (outcome, copy_extensions)) = redirect::recorded(race, &mut seen).await;
-        drop(running);
-        self.settle(account.as_deref(), start, &outcome);
+        let won = redirect::recorded(poll_fn(|cx| race.poll(cx)), &mut seen).await;
+        let (number, (outcome, copy_extensions)) = won;
+        let copies = race.sent;
+        race.running.clear();
+        book(&mut race.lease, &outcome);
         *extensions = copy_extensions;
-        finish(extensions, outcome, HedgeReport { copies: sent, winner: number })
+        deliver(extensions, outcome, HedgeReport { copies, winner: number })
     }
 }
 
-impl HedgeMiddleware {
-    /// Books the call's outcome in the budget: a final answer earns a share
-    /// of a hedge, as it earns a share of a retry.
-    fn settle(&self, account: Option<&Account>, start: Instant, outcome: &Result<Response>) {
-        if let (Some(budget), Some(account)) = (&self.inner.budget, account) {
-            match kind(outcome) {
-                Kind::Final => budget.earn(account, start),
-                _ => budget.note_failure(account, self.inner.clock.now()),
+impl Race<'_, '_, '_> {
+    /// Polls the copies, then the timer, until a copy's answer is the
+    /// call's, or nothing moves.
+    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<(u32, Sent)> {
+        loop {
+            let mut moved = false;
+            let mut i = 0;
+            while i < self.running.len() {
+                let Poll::Ready(done) = self.running[i].1.as_mut().poll(cx) else {
+                    i = i.saturating_add(1);
+                    continue;
+                };
+                moved = true;
+                let (number, _) = self.running.swap_remove(i);
+                if let Some(won) = self.finished(number, done) {
+                    return Poll::Ready(won);
+                }
             }
+            // Nothing left running: no hedge follows a failure.
+            if self.running.is_empty() {
+                self.timer = None;
+                let (number, done, _) = self.held.take().expect("a finished copy");
+                return Poll::Ready((number, done));
+            }
+            // After the copies: one that answered as the delay ran out
+            // needs no hedge.
+            if let Some(wait) = self.timer.as_mut() {
+                if wait.as_mut().poll(cx).is_ready() {
+                    moved = true;
+                    self.timer = None;
+                    self.hedge();
+                }
+            }
+            if !moved {
+                return Poll::Pending;
+            }
+        }
+    }
+
+    /// Takes in a copy that finished: a final answer wins at once; the
+    /// first answer that stops hedging, else the last failure, is held.
+    fn finished(&mut self, number: u32, done: Sent) -> Option<(u32, Sent)> {
+        let answer = match kind(&done.0) {
+            Kind::Final => {
+                // The losers are dropped here, before the winner is handed
+                // back: their connections close now.
+                self.running.clear();
+                self.timer = None;
+                // From the call's start: the first copy's latency when it
+                // won (it went out then), and a lower bound of it when a
+                // hedge did.
+                let latency = self.inner.clock.now().saturating_duration_since(self.start);
+                self.inner.latencies.record(self.url, latency);
+                return Some((number, done));
+            }
+            Kind::Stopping => {
+                self.timer = None;
+                true
+            }
+            Kind::Failed => false,
+        };
+        if !self.held.as_ref().is_some_and(|(.., answer)| *answer) {
+            self.held = Some((number, done, answer));
+        }
+        None
+    }
+
+    /// The delay ran out: sends the next copy, if the budget pays for it
+    /// and no redirect took the request's key away (see
+    /// `crate::redirect`: once a copy took a request safe only by its key
+    /// to another origin, method and body, no further copy is sent).
+    fn hedge(&mut self) {
+        let post = self.request.method() == http::Method::POST;
+        if self.safety == Safety::ByKey && redirect::so_far().took_away(post) {
+            return;
+        }
+        let number = self.sent.saturating_add(1);
+        let copy = self.lease.spend().then(|| self.request.try_clone()).flatten();
+        #[cfg(feature = "tracing")]
+        trace_hedge(self.url, number, self.delay, copy.is_some());
+        let Some(copy) = copy else { return };
+        self.lease.keep();
+        self.sent = number;
+        self.running.push((self.launch)(number, copy));
+        if self.sent < self.inner.config.max_copies {
+            self.timer = Some(self.hedge_timer());
+        }
+    }
+
+    /// A timer the copies race, which moves no time itself: under a clock
+    /// whose sleeps move its time, a copy's wait must not.
+    fn hedge_timer(&self) -> Sleep {
+        let clock = &self.inner.clock;
+        match clock.now().checked_add(self.delay) {
+            Some(at) => clock.sleep_until(at),
+            None => Box::pin(std::future::pending()),
         }
     }
 }
 
+/// Books the call's outcome in the budget: a final answer earns a share of
+/// a hedge, as it earns a share of a retry.
+fn book(lease: &mut Lease<'_>, outcome: &Result<Response>) {
+    match kind(outcome) {
+        Kind::Final => lease.answered(None),
+        _ => lease.failed(None),
+    }
+}
+
 /// Leaves the report in the slot and the response.
-fn finish(
+fn deliver(
     extensions: &mut Extensions,
     mut outcome: Result<Response>,
     report: HedgeReport,
@@ -212,7 +248,7 @@ fn finish(
 /// A debug event for each hedge sent, or refused by the budget. Only the
 /// host of the URL is named.
 #[cfg(feature = "tracing")]
-fn trace_hedge(url: &reqwest::Url, copy: u32, delay: std::time::Duration, sent: bool) {
+fn trace_hedge(url: &Url, copy: u32, delay: Duration, sent: bool) {
     let server = url.host_str().unwrap_or_default();
     let delay_ms = delay.as_millis() as u64;
     match sent {

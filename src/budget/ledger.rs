@@ -1,9 +1,7 @@
 //! The live budget: which account a request draws on, and the table of
 //! hosts behind [`BudgetScope::PerHost`].
 
-use std::cell::RefCell;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
@@ -11,29 +9,13 @@ use reqwest::Url;
 
 use super::account::{Account, Paid, RETRY_COST, SLOTS};
 use super::{BudgetScope, RetryBudget};
-use crate::hosts::{Host, HostState, Hosts};
+use crate::hosts::{HostState, Hosts};
 
 /// Hosts tracked before the least recently used calm ones are forgotten.
 const MAX_HOSTS: usize = 1024;
 
-/// A host's entry in the budget's table: its key and its account.
-type Entry = Arc<Host<Arc<Account>>>;
-
-/// Gives every budget an identity of its own, for the per-thread cache.
-static BUDGETS: AtomicU64 = AtomicU64::new(0);
-
-thread_local! {
-    /// The host this thread last recorded an answer from, and the budget
-    /// whose table holds it. Most threads talk to one host at a time; a hit
-    /// takes no lock, hashes nothing and counts no reference. A cached host
-    /// is in use, so the table never forgets it.
-    static LAST_HOST: RefCell<Option<(u64, Entry)>> = const { RefCell::new(None) };
-}
-
-/// The live budget shared by every clone of one middleware.
-pub(crate) struct Budget {
-    /// This budget among all others, for [`LAST_HOST`].
-    id: u64,
+/// The live budget shared by every clone of one middleware: its books.
+pub(crate) struct Ledger {
     /// Earned per final answer, in thousandths of a retry.
     earn: u64,
     /// The reserve's capacity, in thousandths.
@@ -42,10 +24,10 @@ pub(crate) struct Budget {
     /// least 100 ms.
     slot_ms: u64,
     origin: OnceLock<Instant>,
-    scope: Scope,
+    accounts: Accounts,
 }
 
-enum Scope {
+enum Accounts {
     Global(Arc<Account>),
     /// An account per scheme, host and port; hosts whose hashes collide
     /// are told apart by their exact keys, so two hosts never share an
@@ -66,39 +48,38 @@ impl HostState for Arc<Account> {
     }
 }
 
-impl Budget {
+impl Ledger {
     /// The live budget for `config`, whose calls may each retry up to
     /// `per_call` times: the reserve's default size follows from it.
     pub(crate) fn new(config: &RetryBudget, per_call: u32) -> Self {
         let window_ms = config.window.as_millis() as u64;
         let reserve = u64::from(config.reserve_for(per_call)) * RETRY_COST;
         let scope = match config.scope {
-            BudgetScope::Global => Scope::Global(Arc::new(Account::new(reserve))),
+            BudgetScope::Global => Accounts::Global(Arc::new(Account::new(reserve))),
             // Hosts past the bound share an account that starts empty: a
             // failing host never gets a fresh reserve by being new, or
             // forgotten (it is not forgotten while it fails).
             BudgetScope::PerHost => {
-                Scope::PerHost(Hosts::new(MAX_HOSTS, SLOTS, Arc::new(Account::new(0))))
+                Accounts::PerHost(Hosts::new(MAX_HOSTS, SLOTS, Arc::new(Account::new(0))))
             }
         };
         Self {
-            id: BUDGETS.fetch_add(1, Ordering::Relaxed),
             earn: (config.ratio * RETRY_COST as f64).round() as u64,
             reserve,
             slot_ms: window_ms / SLOTS,
             origin: OnceLock::new(),
-            scope,
+            accounts: scope,
         }
     }
 
     /// The account that a request to `url`, sent at `now`, draws on.
-    pub(crate) fn account(&self, url: &Url, now: Instant) -> Arc<Account> {
+    pub(super) fn account(&self, url: &Url, now: Instant) -> Arc<Account> {
         let seen = self.slot_number(now);
-        let account = match &self.scope {
-            Scope::Global(account) => account.clone(),
-            Scope::PerHost(hosts) => hosts
-                .with(url, Arc::clone)
-                .unwrap_or_else(|| self.insert(hosts, url, seen).value.clone()),
+        let account = match &self.accounts {
+            Accounts::Global(account) => account.clone(),
+            Accounts::PerHost(hosts) => {
+                hosts.with(url, Arc::clone).unwrap_or_else(|| self.insert(hosts, url, seen))
+            }
         };
         account.touch(seen);
         account
@@ -106,56 +87,52 @@ impl Budget {
 
     /// Records a final answer from `url`'s host at `now`, with no reference
     /// to its account kept: the happy path's whole cost of the budget.
-    pub(crate) fn earn_for(&self, url: &Url, now: Instant) {
+    pub(super) fn earn_for(&self, url: &Url, now: Instant) {
         let seen = self.slot_number(now);
-        let earn = |account: &Account| {
+        let earn = |account: &Arc<Account>| {
             account.touch(seen);
             account.earn(seen, self.earn, self.reserve);
         };
-        let Scope::PerHost(hosts) = &self.scope else {
-            let Scope::Global(account) = &self.scope else { unreachable!() };
-            return earn(account);
-        };
-        LAST_HOST.with(|last| {
-            let mut last = last.borrow_mut();
-            if let Some((id, host)) = &*last {
-                if *id == self.id && host.is(url) {
-                    return earn(&host.value);
+        match &self.accounts {
+            Accounts::Global(account) => earn(account),
+            Accounts::PerHost(hosts) => {
+                if hosts.with(url, earn).is_none() {
+                    earn(&self.insert(hosts, url, seen));
                 }
             }
-            let host = hosts.get(url).unwrap_or_else(|| self.insert(hosts, url, seen));
-            earn(&host.value);
-            *last = Some((self.id, host));
-        });
+        }
     }
 
-    /// The entry of `url`'s host, with a fresh account if it is new: its
-    /// reserve full, unless the table turned a host away within a window,
-    /// when the new one may be a failing host that shared the overflow
-    /// account until now.
-    fn insert(&self, hosts: &Hosts<Arc<Account>>, url: &Url, now: u64) -> Entry {
+    /// The account of `url`'s host, fresh if it is new: its reserve full,
+    /// unless the table turned a host away within a window, when the new
+    /// one may be a failing host that shared the overflow account until
+    /// now.
+    fn insert(&self, hosts: &Hosts<Arc<Account>>, url: &Url, now: u64) -> Arc<Account> {
         let reserve = |crowded: bool| if crowded { 0 } else { self.reserve };
-        hosts.get_or_insert(url, now, |crowded| Arc::new(Account::new(reserve(crowded))))
+        hosts
+            .get_or_insert(url, now, |crowded| Arc::new(Account::new(reserve(crowded))))
+            .value
+            .clone()
     }
 
     /// Records a final answer, which earns a share of a retry.
-    pub(crate) fn earn(&self, account: &Account, now: Instant) {
+    pub(super) fn earn(&self, account: &Account, now: Instant) {
         account.earn(self.slot_number(now), self.earn, self.reserve);
     }
 
     /// Records a retryable outcome: the host is failing now.
-    pub(crate) fn note_failure(&self, account: &Account, now: Instant) {
+    pub(super) fn note_failure(&self, account: &Account, now: Instant) {
         account.note_failure(self.slot_number(now));
     }
 
     /// Takes one retry from the account, if the budget allows it, and says
     /// how it was paid.
-    pub(crate) fn try_spend(&self, account: &Account, now: Instant) -> Option<Paid> {
+    pub(super) fn try_spend(&self, account: &Account, now: Instant) -> Option<Paid> {
         account.try_spend(self.slot_number(now))
     }
 
     /// Gives back what a retry cost: it succeeded, or it was never sent.
-    pub(crate) fn refund(&self, account: &Account, paid: Paid, now: Instant) {
+    pub(super) fn refund(&self, account: &Account, paid: Paid, now: Instant) {
         account.refund(self.slot_number(now), paid, self.reserve);
     }
 
@@ -169,9 +146,9 @@ impl Budget {
     }
 }
 
-impl fmt::Debug for Budget {
+impl fmt::Debug for Ledger {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Budget")
+        f.debug_struct("Ledger")
             .field("earn", &self.earn)
             .field("reserve", &self.reserve)
             .field("slot_ms", &self.slot_ms)
@@ -181,23 +158,20 @@ impl fmt::Debug for Budget {
 
 #[cfg(test)]
 mod tests {
-    use std::hash::BuildHasherDefault;
     use std::time::Duration;
 
     use super::*;
-
-    use crate::hosts::tests::Collide;
 
     fn url(s: &str) -> Url {
         Url::parse(s).unwrap()
     }
 
-    fn budget(scope: BudgetScope) -> Budget {
-        Budget::new(&RetryBudget::default().with_scope(scope).with_reserve(1), 3)
+    fn budget(scope: BudgetScope) -> Ledger {
+        Ledger::new(&RetryBudget::default().with_scope(scope).with_reserve(1), 3)
     }
 
-    fn len(b: &Budget) -> usize {
-        let Scope::PerHost(hosts) = &b.scope else { unreachable!() };
+    fn len(b: &Ledger) -> usize {
+        let Accounts::PerHost(hosts) = &b.accounts else { unreachable!() };
         hosts.len()
     }
 
@@ -212,66 +186,6 @@ mod tests {
         for other in ["http://b.test/", "https://a.test/", "http://a.test:8080/"] {
             let account = b.account(&url(other), t0);
             assert!(b.try_spend(&account, t0).is_some(), "{other}");
-        }
-    }
-
-    #[test]
-    fn hosts_whose_hashes_collide_keep_their_own_accounts() {
-        let b = budget(BudgetScope::PerHost);
-        // Force a collision: a table of accounts whose hosts all hash alike.
-        let overflow = Arc::new(Account::new(0));
-        let table = Hosts::with_hasher(
-            MAX_HOSTS,
-            SLOTS,
-            overflow,
-            BuildHasherDefault::<Collide>::default(),
-        );
-        let account = |_| Arc::new(Account::new(b.reserve));
-        let t0 = Instant::now();
-        let first = table.get_or_insert(&url("http://a.test/"), 0, account);
-        let second = table.get_or_insert(&url("http://b.test/"), 0, account);
-        assert!(!Arc::ptr_eq(&first, &second));
-        assert!(b.try_spend(&first.value, t0).is_some());
-        assert!(b.try_spend(&second.value, t0).is_some(), "b.test's reserve is its own");
-        let found = table.get(&url("http://b.test/y")).unwrap();
-        assert!(Arc::ptr_eq(&found, &second));
-    }
-
-    /// The thread's cache takes a host for a URL's by `Host::is`: it agrees
-    /// with the URL's scheme, host and port, and a user name changes nothing.
-    #[test]
-    fn comparing_by_parts_never_confuses_two_hosts() {
-        let urls = [
-            "http://a.test/x",
-            "http://a.test:80/y?q",
-            "http://A.TEST/",
-            "http://a.test:8080/",
-            "https://a.test/",
-            "https://a.test:443/z",
-            "http://a.test.evil.test/",
-            "http://user:pw@a.test/",
-            "http://user@a.test/",
-            "http://:pw@a.test/",
-            "foo://a.test:80/x",
-            "foo://a.test/x",
-            "http://[::1]:8080/",
-            "http://[0:0::1]:8080/p",
-            "http://127.0.0.1/",
-            "http://127.0.0.1:81/",
-        ];
-        let parts = |u: &Url| {
-            (u.scheme().to_owned(), u.host_str().map(str::to_owned), u.port_or_known_default())
-        };
-        for a in urls {
-            let table = Hosts::new(MAX_HOSTS, SLOTS, Arc::new(Account::new(0)));
-            let host = table.get_or_insert(&url(a), 0, |_| Arc::new(Account::new(0)));
-            for b in urls {
-                let (exact, plain) = (parts(&url(a)) == parts(&url(b)), host.is(&url(b)));
-                assert!(!plain || exact, "{a} and {b} are not one host");
-                let anonymous = |u: &Url| u.username().is_empty() && u.password().is_none();
-                let named = !anonymous(&url(a)) || !anonymous(&url(b));
-                assert!(named || plain == exact, "{a} and {b}: {exact} by parts");
-            }
         }
     }
 
@@ -296,8 +210,7 @@ mod tests {
             b.earn_for(&url("http://user@a.test/"), t0);
         }
         assert_eq!((a.available(0), c.available(0)), (2, 1));
-        // One host over and over: answers recorded through the thread's
-        // cache, including after a first URL that named a user.
+        // One host over and over, after a first URL that named a user.
         b.earn_for(&url("http://user@d.test/"), t0);
         let d = b.account(&url("http://d.test/"), t0);
         assert!(b.try_spend(&d, t0).is_some(), "the reserve");
@@ -333,7 +246,7 @@ mod tests {
         drop(b.account(&url("http://new.test/"), at(200)));
         assert!(len(&b) <= MAX_HOSTS - MAX_HOSTS / 8 + 1, "{}", len(&b));
         // The most recently used survived; the least recently used went.
-        let Scope::PerHost(hosts) = &b.scope else { unreachable!() };
+        let Accounts::PerHost(hosts) = &b.accounts else { unreachable!() };
         let kept = |u: &str| hosts.with(&url(u), |_| ()).is_some();
         assert!(kept("http://h99.test/"));
         assert!(!kept("http://h0.test/"));
@@ -364,7 +277,7 @@ mod tests {
         for n in 0..(MAX_HOSTS * 3) {
             drop(b.account(&url(&format!("http://h{n}.test/")), t0));
         }
-        let Scope::PerHost(hosts) = &b.scope else { unreachable!() };
+        let Accounts::PerHost(hosts) = &b.accounts else { unreachable!() };
         assert!(hosts.with(&url("http://down.test/"), |_| ()).is_some());
     }
 
@@ -387,7 +300,7 @@ mod tests {
         // may have been failing all along.
         let later = t0 + Duration::from_secs(10);
         let own = b.account(&url("http://new.test/"), later);
-        let Scope::PerHost(hosts) = &b.scope else { unreachable!() };
+        let Accounts::PerHost(hosts) = &b.accounts else { unreachable!() };
         assert!(hosts.with(&url("http://new.test/"), |_| ()).is_some());
         assert!(b.try_spend(&own, later).is_none());
         // Its own answers earn it retries, as for any host.
@@ -400,7 +313,7 @@ mod tests {
     #[test]
     fn a_budget_prints_its_rates_in_thousandths() {
         let printed = format!("{:?}", budget(BudgetScope::Global));
-        assert!(printed.starts_with("Budget { earn: 100, reserve: "), "{printed}");
+        assert!(printed.starts_with("Ledger { earn: 100, reserve: "), "{printed}");
         assert!(printed.contains("slot_ms: 1000"), "{printed}");
     }
 
@@ -409,15 +322,9 @@ mod tests {
         let b = budget(BudgetScope::PerHost);
         let t0 = Instant::now();
         let held = b.account(&url("http://busy.test/"), t0);
-        // Cached by this thread, as the last host it recorded an answer from.
-        b.earn_for(&url("http://cached.test/"), t0);
-        let cached = b.account(&url("http://cached.test/"), t0);
-        let cached = Arc::downgrade(&cached);
         for n in 0..(MAX_HOSTS * 2) {
             drop(b.account(&url(&format!("http://h{n}.test/")), t0));
         }
         assert!(Arc::ptr_eq(&held, &b.account(&url("http://busy.test/"), t0)));
-        let again = b.account(&url("http://cached.test/"), t0);
-        assert!(cached.upgrade().is_some_and(|cached| Arc::ptr_eq(&cached, &again)));
     }
 }

@@ -1,0 +1,288 @@
+//! The policy of one request: after each attempt, retry after a wait, or
+//! stop, and why.
+//!
+//! Everything here is synchronous; the middleware does the sending and the
+//! waiting. A [`Policy`] is made per request from the [`Shared`] parts every
+//! request uses, and it alone answers "what happens after this attempt?".
+
+use std::time::{Duration, Instant};
+
+use http::{Extensions, Method};
+use reqwest::{Request, Response};
+use reqwest_middleware::Result;
+
+use crate::budget::Lease;
+use crate::deadline::{Deadline, attempt_bounds, visible_timeout};
+use crate::error::DeadlineExceeded;
+use crate::extensions::{MaxRetries, RetryDeadline};
+use crate::reason::{Decision, RetryReason, StopReason};
+use crate::redirect::Seen;
+use crate::report::RetryReport;
+use crate::safety::{Safety, safety};
+use crate::shared::Shared;
+
+mod steps;
+#[cfg(test)]
+mod tests;
+
+use steps::{Admission, Pacing};
+
+/// One request's policy and progress.
+pub(crate) struct Policy<'a> {
+    shared: &'a Shared,
+    /// Why the request may be repeated, if it may: its method or
+    /// [`SafeToRetry`](crate::SafeToRetry), or only its idempotency key,
+    /// which a redirect to another origin takes away.
+    safety: Safety,
+    /// The request is a POST, which a 301 or 302 turns into a GET: what a
+    /// redirect carries on depends on it.
+    post: bool,
+    /// The retry count: the configured one, or the request's [`MaxRetries`].
+    max_retries: u32,
+    /// When the call started and how long it may take, if it has a deadline.
+    deadline: Option<Deadline>,
+    /// The call's dealings with the retry budget.
+    lease: Lease<'a>,
+    /// Attempts started so far.
+    attempts: u32,
+    /// Redirects the client followed within them.
+    redirects: u32,
+    /// Whether a server answered an attempt with a redirect: the request
+    /// was processed.
+    redirected: bool,
+    /// The last backoff picked, which decorrelated jitter grows from.
+    previous_wait: Duration,
+    total_wait: Duration,
+}
+
+impl<'a> Policy<'a> {
+    /// Reads the per-request overrides. The clock is read only for a
+    /// deadline.
+    pub(crate) fn new(shared: &'a Shared, request: &Request, extensions: &Extensions) -> Self {
+        let config = &shared.config;
+        let limit = extensions.get::<RetryDeadline>().map(RetryDeadline::get).or(config.deadline);
+        Self {
+            shared,
+            safety: safety(request, extensions, &config.idempotency_header),
+            post: request.method() == Method::POST,
+            max_retries: extensions.get::<MaxRetries>().map_or(config.max_retries, MaxRetries::get),
+            deadline: limit.map(|limit| Deadline { start: shared.clock.now(), limit }),
+            lease: Lease::new(shared.budget.as_deref(), &*shared.clock),
+            attempts: 0,
+            redirects: 0,
+            redirected: false,
+            previous_wait: config.initial_backoff,
+            total_wait: Duration::ZERO,
+        }
+    }
+
+    /// Starts an attempt: returns the request to send, and the instant to cut
+    /// the attempt at, if it must be cut other than by its own timeout.
+    ///
+    /// The request to send is a copy of `pending`, which stays for the next
+    /// attempt; or, when no retry can follow and no predicate needs to see
+    /// it, or its body cannot be copied, `pending` itself, taken: it is sent
+    /// once.
+    ///
+    /// The attempt is bounded by the attempt timeout and the deadline. Where
+    /// it has a timeout the middleware can see (its own, or the configured
+    /// attempt timeout), the shortest of them goes on the request, so reqwest
+    /// reports it as a timeout. Otherwise setting one would replace the
+    /// client's own default, which may be shorter, so the instant to cut the
+    /// attempt at is returned instead.
+    ///
+    /// # Errors
+    ///
+    /// When the deadline has already passed: nothing is sent.
+    pub(crate) fn start(
+        &mut self,
+        pending: &mut Option<Request>,
+    ) -> std::result::Result<(Request, Option<Instant>), DeadlineExceeded> {
+        let left = match self.deadline {
+            Some(deadline) => {
+                let now = self.shared.clock.now();
+                let left = deadline.left(now);
+                if left.is_zero() {
+                    return Err(self.deadline_exceeded());
+                }
+                Some((now, left))
+            }
+            None => None,
+        };
+        self.attempts = self.attempts.saturating_add(1);
+        self.lease.sent();
+        // A copy is kept while another attempt may follow, or for the
+        // predicate to be shown.
+        let keep = self.attempts <= self.max_retries || self.shared.config.predicate().is_some();
+        let copy = if keep { pending.as_ref().and_then(Request::try_clone) } else { None };
+        if copy.is_none() {
+            // No copy will be there for `decide` to name the host by.
+            if let Some(request) = pending.as_ref() {
+                self.lease.hold(request.url());
+            }
+        }
+        // The loop stops once the request went out without a copy kept, so
+        // `pending` is always there to copy or take.
+        let mut attempt = copy.or_else(|| pending.take()).expect("a request to send");
+        let own = attempt.timeout().copied();
+        let visible = visible_timeout(own, self.shared.config.attempt_timeout);
+        let (timeout, cut_at) = attempt_bounds(visible, left);
+        // Only when it changes: reqwest keeps the timeout in the request's
+        // extensions, and writing one there allocates their map.
+        if timeout != own {
+            *attempt.timeout_mut() = timeout;
+        }
+        Ok((attempt, cut_at))
+    }
+
+    /// The error for a deadline that passed where reqwest could not say so.
+    pub(crate) fn deadline_exceeded(&self) -> DeadlineExceeded {
+        let limit = self.deadline.map(|deadline| deadline.limit).unwrap_or_default();
+        DeadlineExceeded::new(limit, self.attempts, self.redirected)
+    }
+
+    /// What follows an attempt: retry after a wait, or stop, and why.
+    /// `request` is the copy kept for another attempt, if one was made;
+    /// `body_failed` when the outcome is the error a response's body failed
+    /// with while the middleware read it; `seen`, the redirects the client
+    /// met on the way to it.
+    pub(crate) fn decide(
+        &mut self,
+        request: Option<&Request>,
+        outcome: &Result<Response>,
+        body_failed: bool,
+        seen: Seen,
+    ) -> Decision {
+        self.note(seen, outcome);
+        match self.retry(request, outcome, body_failed, seen) {
+            Ok((after, reason)) => {
+                self.total_wait = self.total_wait.saturating_add(after);
+                Decision::Retry { after, reason }
+            }
+            Err(stop) => Decision::Stop(stop),
+        }
+    }
+
+    /// The steps of [`decide`](Self::decide), each a reason to stop: the
+    /// outcome is final, the request may not be repeated now, the server
+    /// asked for too long a wait, the wait outlasts the deadline, or the
+    /// budget refuses. The budget is last, so that only a retry that will
+    /// happen is paid for.
+    fn retry(
+        &mut self,
+        request: Option<&Request>,
+        outcome: &Result<Response>,
+        body_failed: bool,
+        seen: Seen,
+    ) -> std::result::Result<(Duration, RetryReason), StopReason> {
+        let config = &self.shared.config;
+        let url = request.map(Request::url);
+        let classified = steps::classify(config, request, self.attempts, outcome, body_failed);
+        let Some(retryable) = classified else {
+            // A final answer pays towards later retries, and a retry that
+            // reached one costs nothing.
+            self.lease.answered(url);
+            return Err(StopReason::NothingToRetry);
+        };
+        self.lease.failed(url);
+        let spent = self.spent();
+        steps::admissible(Admission {
+            expired: spent.is_some_and(|(elapsed, limit)| elapsed >= limit),
+            reach: retryable.reach,
+            safe: self.safety != Safety::Unsafe,
+            own_outcome: self.own_outcome(seen),
+            attempts: self.attempts,
+            max_retries: self.max_retries,
+            replayable: request.is_some(),
+        })?;
+        let pacing = Pacing {
+            config,
+            jitter: &*self.shared.jitter,
+            retry: self.attempts.saturating_sub(1),
+            previous: self.previous_wait,
+        };
+        let chosen = steps::wait(&pacing, retryable, outcome, || self.shared.clock.wall_time())?;
+        if let Some(backoff) = chosen.backoff {
+            self.previous_wait = backoff;
+        }
+        steps::fits_deadline(spent, chosen.after)?;
+        if !chosen.paced && !self.lease.spend() {
+            return Err(StopReason::BudgetExhausted);
+        }
+        Ok((chosen.after, retryable.reason))
+    }
+
+    /// How long the call has taken, and may take, if it has a deadline.
+    fn spent(&self) -> Option<(Duration, Duration)> {
+        let Deadline { start, limit } = self.deadline?;
+        Some((self.shared.clock.now().saturating_duration_since(start), limit))
+    }
+
+    /// Takes in the redirects an attempt met: they count towards the
+    /// report, prove the request processed, and take away the safety of a
+    /// key that went on to another origin, for the rest of the call.
+    fn note(&mut self, seen: Seen, outcome: &Result<Response>) {
+        // Nearly every attempt met none.
+        if seen.asked == 0 {
+            return;
+        }
+        self.redirects = self.redirects.saturating_add(seen.followed(outcome));
+        self.redirected = true;
+        if self.safety == Safety::ByKey && seen.took_away(self.post) {
+            self.safety = Safety::Unsafe;
+        }
+    }
+
+    /// Takes in the redirects an attempt met before the deadline cut it.
+    pub(crate) fn cut(&mut self, seen: Seen) {
+        self.redirects = self.redirects.saturating_add(seen.asked);
+        self.redirected |= seen.asked > 0;
+    }
+
+    /// Whether the attempt's outcome is provably the answer to the request
+    /// it sent, and not to a later hop: only through the client the
+    /// middleware built, whose redirect policy records every redirect, when
+    /// it recorded none.
+    fn own_outcome(&self, seen: Seen) -> bool {
+        self.shared.bound && seen.asked == 0
+    }
+
+    /// Whether a retry may follow the first attempt: retries are allowed.
+    pub(crate) fn may_retry(&self) -> bool {
+        self.max_retries > 0
+    }
+
+    /// Whether a body that fails while it is read could be retried: the
+    /// request is safe to repeat and retries are allowed. (Whether its body
+    /// can be sent again is the caller's to check.)
+    pub(crate) fn may_retry_body_failures(&self) -> bool {
+        self.may_retry() && self.safety != Safety::Unsafe
+    }
+
+    /// When the call's deadline passes, if it has one.
+    pub(crate) fn deadline_at(&self) -> Option<Instant> {
+        self.deadline.and_then(Deadline::at)
+    }
+
+    /// Attempts started so far.
+    pub(crate) fn attempts(&self) -> u32 {
+        self.attempts
+    }
+
+    /// Requests sent before the last one: attempts and the redirects
+    /// followed within them. OpenTelemetry's `http.request.resend_count` of
+    /// the request whose outcome the last decision was about.
+    pub(crate) fn resend_count(&self) -> u32 {
+        self.attempts.saturating_sub(1).saturating_add(self.redirects)
+    }
+
+    /// The report of the call, stopping because of `stop`.
+    pub(crate) fn report(&self, stop: StopReason) -> RetryReport {
+        RetryReport {
+            attempts: self.attempts,
+            total_wait: self.total_wait,
+            stop,
+            redirects: self.redirects,
+        }
+    }
+}

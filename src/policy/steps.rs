@@ -1,0 +1,206 @@
+//! The steps of a decision after a failed attempt, each a plain function of
+//! what it needs: whether the outcome may be retried at all, whether this
+//! request may be repeated now, how long to wait, and whether the wait fits
+//! the deadline. The budget, the last step, is the call's
+//! [`Lease`](crate::budget::Lease).
+
+use std::time::{Duration, SystemTime};
+
+use http::StatusCode;
+use reqwest::{Request, Response};
+use reqwest_middleware::Result;
+
+use crate::backoff::{Jitter, backoff, ceiling, scale};
+use crate::classify::{self, Reach};
+use crate::config::{RetryAfterOverCap, RetryConfig};
+use crate::deadline::MIN_ATTEMPT;
+use crate::jitter::JitterSource;
+use crate::predicate::{Attempt, Outcome, Wait};
+use crate::reason::{RetryReason, StopReason};
+
+/// An outcome that may be retried: how far, why, and whose wait.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct Retryable {
+    pub(super) reach: Reach,
+    pub(super) reason: RetryReason,
+    pub(super) wait: Wait,
+}
+
+/// Step one: the predicate's verdict on the outcome if it gives one, else
+/// the built-in rules'. `None`: the outcome is final. `number` is the
+/// attempt's; `body_failed`, whether the outcome is the error its response's
+/// body failed with while the middleware read it.
+pub(super) fn classify(
+    config: &RetryConfig,
+    request: Option<&Request>,
+    number: u32,
+    outcome: &Result<Response>,
+    body_failed: bool,
+) -> Option<Retryable> {
+    if let (Some(predicate), Some(request)) = (config.predicate(), request) {
+        let attempt = Attempt { request, number, outcome: Outcome::of(outcome) };
+        if let Some(verdict) = predicate(&attempt) {
+            let reach = Reach::of(verdict.retryability())?;
+            return Some(Retryable { reach, reason: RetryReason::Custom, wait: verdict.source() });
+        }
+    }
+    let (reach, reason) = match outcome {
+        Ok(response) => classify::classify_status(
+            response.status(),
+            &config.retryable_statuses,
+            config.retry_429_any_method,
+        ),
+        Err(error) if body_failed => classify::classify_body_error(error),
+        Err(error) => classify::classify_error(error, request.map(Request::url)),
+    }?;
+    Some(Retryable { reach, reason, wait: Wait::Policy })
+}
+
+/// What step two weighs: whether this request may be sent again now.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Admission {
+    /// The deadline has passed.
+    pub(super) expired: bool,
+    pub(super) reach: Reach,
+    /// The request is safe to repeat: its method, a key or `SafeToRetry`.
+    pub(super) safe: bool,
+    /// The outcome is provably the answer to the request sent, not to a
+    /// later hop of a redirect.
+    pub(super) own_outcome: bool,
+    /// Attempts made, and the retries allowed.
+    pub(super) attempts: u32,
+    pub(super) max_retries: u32,
+    /// A copy of the request is kept to send.
+    pub(super) replayable: bool,
+}
+
+/// Step two: the request may be repeated, in this order of reasons not
+/// to: the deadline passed (whatever else is true, that is why this is the
+/// end), it is not safe to, the retries are spent, or nothing is left to
+/// send.
+pub(super) fn admissible(a: Admission) -> std::result::Result<(), StopReason> {
+    if a.expired {
+        return Err(StopReason::DeadlineExceeded);
+    }
+    let safe_to_repeat = match a.reach {
+        Reach::WhenSafe => a.safe,
+        // The server did not act on the last request of the attempt; that
+        // proves the attempt unprocessed only if no redirect answered it
+        // first. A predicate's `AnyMethod` is held to the same proof.
+        Reach::AnyMethod => a.safe || a.own_outcome,
+    };
+    if !safe_to_repeat {
+        return Err(StopReason::NotSafe);
+    }
+    if a.attempts > a.max_retries {
+        return Err(StopReason::RetriesExhausted);
+    }
+    if !a.replayable {
+        return Err(StopReason::NotReplayable);
+    }
+    Ok(())
+}
+
+/// The wait chosen in step three.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Chosen {
+    pub(super) after: Duration,
+    /// The server asked for this retry and set its time: the budget does
+    /// not pay for it.
+    pub(super) paced: bool,
+    /// The backoff picked, if the wait is one: decorrelated jitter grows
+    /// the next from it.
+    pub(super) backoff: Option<Duration>,
+}
+
+/// Where a wait is chosen: the settings, the randomness, which retry this
+/// is (0 for the first), and the backoff picked before it.
+pub(super) struct Pacing<'a> {
+    pub(super) config: &'a RetryConfig,
+    pub(super) jitter: &'a dyn JitterSource,
+    pub(super) retry: u32,
+    pub(super) previous: Duration,
+}
+
+/// Step three: the wait before the retry that follows `outcome`; or why
+/// there is none: the server asked for more than the cap.
+///
+/// A wait the predicate chose is taken as it is. A wait the server asked
+/// for (its `Retry-After`, or one a predicate read from another header) is
+/// capped, then spread upwards: clients told the same thing come back
+/// spread over this retry's backoff ceiling. Otherwise, the backoff.
+pub(super) fn wait(
+    pacing: &Pacing<'_>,
+    retryable: Retryable,
+    outcome: &Result<Response>,
+    wall_time: impl FnOnce() -> SystemTime,
+) -> std::result::Result<Chosen, StopReason> {
+    let config = pacing.config;
+    let headers = outcome.as_ref().ok().map(Response::headers);
+    let asked = match retryable.wait {
+        Wait::Exactly(after) => return Ok(Chosen { after, paced: false, backoff: None }),
+        Wait::Policy => headers.and_then(|headers| crate::retry_after::asked(headers, wall_time)),
+        Wait::Asked(wait) => Some(wait),
+        Wait::AskedUntil(at) => Some(crate::retry_after::until(at, headers, wall_time)),
+    };
+    let Some(asked) = asked else {
+        let (initial, max) = (config.initial_backoff, config.max_backoff);
+        let unit = pacing.jitter.unit();
+        let after = backoff(config.jitter, initial, max, pacing.retry, pacing.previous, unit);
+        return Ok(Chosen { after, paced: false, backoff: Some(after) });
+    };
+    let within_cap = asked <= config.max_retry_after;
+    let asked = match config.retry_after_over_cap {
+        _ if within_cap => asked,
+        RetryAfterOverCap::ReturnResponse => return Err(StopReason::RetryAfterTooLong(asked)),
+        RetryAfterOverCap::WaitTheCap => config.max_retry_after,
+    };
+    let spread = config.retry_after_spread && config.jitter != Jitter::None;
+    let paced = spread && pacing.retry == 0 && within_cap && !asked.is_zero() && {
+        refused_before_work(retryable, outcome)
+    };
+    if !spread {
+        return Ok(Chosen { after: asked, paced, backoff: None });
+    }
+    // The server's word is a floor, not an appointment.
+    let ceiling = ceiling(config.initial_backoff, config.max_backoff, pacing.retry);
+    let after = asked.saturating_add(scale(ceiling, pacing.jitter.unit()));
+    Ok(Chosen { after, paced, backoff: None })
+}
+
+/// Whether the server turned the request away before doing any work: a
+/// 429, or an answer a predicate calls `AnyMethod` while handing on the
+/// server's wait. Only such an answer, on a call's first retry, with a
+/// wait the server set (within the cap, above zero, spread), makes the
+/// retry free of the budget:
+/// - only with an answer: a predicate cannot exempt a refused connection
+///   or an error;
+/// - not over the cap, where the server asked for more than it gets; not
+///   for an ask of zero, which sets no time (a limiter answering every
+///   request so would get twice its load);
+/// - only the first: a server that refuses the same call again is
+///   shedding load, and further retries are paid for like any other.
+fn refused_before_work(retryable: Retryable, outcome: &Result<Response>) -> bool {
+    outcome.as_ref().is_ok_and(|response| {
+        response.status() == StatusCode::TOO_MANY_REQUESTS
+            || (retryable.wait != Wait::Policy && retryable.reach == Reach::AnyMethod)
+    })
+}
+
+/// Step four: a wait must leave time to send. One that ends within
+/// [`MIN_ATTEMPT`] of the deadline would trade the answer in hand for a
+/// certain timeout (timers fire a little late). `spent` is how long the
+/// call has taken and may take, if it has a deadline.
+pub(super) fn fits_deadline(
+    spent: Option<(Duration, Duration)>,
+    after: Duration,
+) -> std::result::Result<(), StopReason> {
+    match spent {
+        Some((elapsed, limit))
+            if elapsed.saturating_add(after).saturating_add(MIN_ATTEMPT) > limit =>
+        {
+            Err(StopReason::DeadlineExceeded)
+        }
+        _ => Ok(()),
+    }
+}
