@@ -64,26 +64,34 @@ pub(crate) trait HostState {
 }
 
 /// A scheme, host and port, borrowed from a URL: the key lookups use.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+///
+/// The port is the one the URL names: `Url` leaves out a port that is its
+/// scheme's default, so with the scheme it settles the port, default or not.
+#[derive(Clone, Copy, PartialEq, Eq)]
 struct HostRef<'a> {
-    scheme: &'a str,
     host: &'a str,
     port: Option<u16>,
+    scheme: &'a str,
 }
 
 impl<'a> HostRef<'a> {
     #[inline]
     fn of(url: &'a Url) -> Self {
-        Self {
-            scheme: url.scheme(),
-            host: url.host_str().unwrap_or_default(),
-            port: url.port_or_known_default(),
-        }
+        Self { host: url.host_str().unwrap_or_default(), port: url.port(), scheme: url.scheme() }
+    }
+}
+
+/// Hashes the host and port: hosts that differ only by scheme share a
+/// hash and are told apart by their keys.
+impl Hash for HostRef<'_> {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write(self.host.as_bytes());
+        state.write_u32(self.port.map_or(u32::MAX, u32::from));
     }
 }
 
 /// One host and its state. The key is the URL's scheme, host (lowercase,
-/// as `Url` writes it) and port (the scheme's default when none is named).
+/// as `Url` writes it) and the port it names.
 pub(crate) struct Host<V> {
     scheme: Box<str>,
     host: Box<str>,

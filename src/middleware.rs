@@ -304,23 +304,23 @@ impl Shared {
                 if pending.is_some() && caller.is_none() {
                     caller = Some(extensions.clone());
                 }
-                let ended = self.attempt(next.clone(), attempt, extensions, reading, cut_at).await;
-                let Some(sent) = ended.sent else {
-                    policy.cut(ended.seen);
+                let sent = next.clone().run(attempt, extensions);
+                let Ended { sent, seen } = self.attempt(sent, reading, cut_at).await;
+                let Some(Sent { outcome, body_failed, whole }) = sent else {
+                    policy.cut(seen);
                     return self.expired(&policy, what, extensions, caller.as_ref());
                 };
-                let decision =
-                    policy.decide(pending.as_ref(), &sent.outcome, sent.body_failed, ended.seen);
+                let decision = policy.decide(pending.as_ref(), &outcome, body_failed, seen);
                 events::notify(self, policy.attempts(), policy.resend_count(), what, decision);
                 // `decide` retries only while a copy is kept in `pending`.
                 let after = match decision {
                     Decision::Retry { after, .. } => after,
                     Decision::Stop(stop) => {
-                        let outcome = self.bound_body(sent, cut_at, &policy);
+                        let outcome = self.bound_body(outcome, whole, cut_at, &policy);
                         return deliver(extensions, caller.as_ref(), outcome, policy.report(stop));
                     }
                 };
-                self.pause(sent.outcome, after).await;
+                self.pause(outcome, after).await;
                 next_attempt(&policy, extensions, caller.as_ref());
             }
         }
@@ -342,20 +342,18 @@ impl Shared {
         }
     }
 
-    /// One attempt: `request` sent, the body of its response read if
+    /// One attempt: the request `sent`, the body of its response read if
     /// `reading` says so, and both cut at `cut_at` if it is set. The body
     /// is read inside the attempt, so that the cut bounds it too.
     async fn attempt(
         &self,
-        next: Next<'_>,
-        request: Request,
-        extensions: &mut Extensions,
+        sent: impl Future<Output = Result<Response>>,
         reading: Option<usize>,
         cut_at: Option<Instant>,
     ) -> Ended {
         let config = &self.config;
         let sent = async move {
-            let outcome = next.run(request, extensions).await;
+            let outcome = sent.await;
             match reading {
                 None => Sent { outcome, body_failed: false, whole: false },
                 Some(limit) => {
@@ -382,13 +380,14 @@ impl Shared {
     /// it here, unless it is all in memory already.
     fn bound_body(
         &self,
-        sent: Sent,
+        outcome: Result<Response>,
+        whole: bool,
         cut_at: Option<Instant>,
         policy: &Policy<'_>,
     ) -> Result<Response> {
-        match cut_at.filter(|_| !sent.whole) {
-            None => sent.outcome,
-            Some(at) => sent.outcome.map(|response| {
+        match cut_at.filter(|_| !whole) {
+            None => outcome,
+            Some(at) => outcome.map(|response| {
                 let expiry = self.clock.sleep_until(at);
                 body::bounded(response, expiry, policy.deadline_exceeded())
             }),

@@ -169,7 +169,8 @@ pub(crate) fn deliver(
     mut outcome: Result<Response>,
     report: RetryReport,
 ) -> Result<Response> {
-    if let Some(caller) = caller {
+    // Only a retry set an attempt's number.
+    if let Some(caller) = caller.filter(|_| report.attempts > 1) {
         match caller.get::<AttemptNumber>() {
             Some(theirs) => extensions.insert(*theirs),
             None => extensions.remove::<AttemptNumber>(),
