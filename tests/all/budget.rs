@@ -1,19 +1,21 @@
-//! The retry budget, through the middleware against a loopback server.
-//!
-//! Longer than most files: the budget's every rule through the middleware,
-//! one behaviour per test, and the gate clock the cancellation test needs.
+//! The retry budget: what earns retries and what spends them, per host or
+//! shared, its reserve and its window, and that it bounds retries under load.
 
 use crate::support;
-
-use std::time::Duration;
-
-use reqwest_middleware::ClientWithMiddleware;
+use http::Extensions;
+use reqwest::{Request, Response};
+use reqwest_middleware::{ClientBuilder, ClientWithMiddleware, Middleware, Next};
 use reqwest_safe_retry::{
-    Decision, FixedJitter, ManualClock, RetryBudget, RetryConfig, RetryMiddleware, RetryReport,
-    StopReason,
+    Decision, FixedJitter, ManualClock, ReportSlot, RetryBudget, RetryConfig, RetryConfigBuilder,
+    RetryMiddleware, RetryReason, RetryReport, StopReason,
 };
-use support::*;
-use wiremock::MockServer;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use support::{bare_reqwest, policy, read_request, *};
+use tokio::io::AsyncWriteExt;
+use tokio::sync::Notify;
+use wiremock::matchers::{any, header};
+use wiremock::{Mock, MockServer, ResponseTemplate};
 
 /// Zero-length waits, so the manual clock moves only when the test moves it.
 fn instant_retries(budget: RetryBudget) -> RetryConfig {
@@ -554,4 +556,267 @@ impl reqwest_safe_retry::Clock for Gate {
     fn sleep_until(&self, deadline: std::time::Instant) -> reqwest_safe_retry::Sleep {
         self.clock.sleep_until(deadline)
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_thousand_concurrent_requests_all_complete_within_the_budget() {
+    let server = MockServer::start().await;
+    Mock::given(header("x-fail", "1"))
+        .respond_with(ResponseTemplate::new(503))
+        .with_priority(1)
+        .mount(&server)
+        .await;
+    Mock::given(any()).respond_with(ResponseTemplate::new(200)).mount(&server).await;
+
+    // Zero-length waits keep virtual time still, so the whole run falls in one
+    // budget window: the 1500 final answers earn 150 retries, each answer
+    // once (into the reserve of 5 while it is below its cap, else into the
+    // window): at most 155.
+    let config = RetryConfig::builder()
+        .with_initial_backoff(Duration::ZERO)
+        .with_max_backoff(Duration::ZERO)
+        .with_budget(RetryBudget::default())
+        .build()
+        .unwrap();
+    let retries = Counter::default();
+    let budget_stops = Counter::default();
+    let (r, b) = (retries.clone(), budget_stops.clone());
+    let middleware = RetryMiddleware::new(config)
+        .with_clock(ManualClock::new())
+        .with_jitter_source(FixedJitter::TOP)
+        .on_decision(move |event| match event.decision {
+            Decision::Retry { .. } => r.bump(),
+            Decision::Stop(StopReason::BudgetExhausted) => b.bump(),
+            _ => {}
+        });
+    let client = wrap(middleware);
+    let url = format!("{}/r", server.uri());
+
+    let tasks: Vec<_> = (0..2000)
+        .map(|n| {
+            let client = client.clone();
+            let url = url.clone();
+            let fail = if n % 4 == 0 { "1" } else { "0" };
+            tokio::spawn(async move {
+                let response = client.get(url).header("x-fail", fail).send().await.unwrap();
+                (fail == "1", response.status().as_u16(), RetryReport::from_response(&response))
+            })
+        })
+        .collect();
+    let all = futures_util::future::join_all(tasks);
+    let results =
+        tokio::time::timeout(Duration::from_secs(120), all).await.expect("no request hangs");
+
+    let mut attempts = 0;
+    for result in results {
+        let (failing, status, report) = result.expect("no task panics");
+        assert_eq!(status, if failing { 503 } else { 200 });
+        if !failing {
+            assert_eq!(report.attempts, 1);
+        }
+        attempts += report.attempts as usize;
+    }
+    let granted = retries.get();
+    assert!((100..=155).contains(&granted), "{granted} retries granted");
+    assert_eq!(attempts, 2000 + granted);
+    assert_eq!(hits(&server).await, 2000 + granted);
+    assert!(budget_stops.get() > 0);
+}
+
+/// Long enough for anything on loopback; a hang fails the test with a message.
+const BOUND: Duration = Duration::from_secs(20);
+
+async fn bounded<F: std::future::Future>(what: &str, future: F) -> F::Output {
+    tokio::time::timeout(BOUND, future).await.unwrap_or_else(|_| panic!("{what} hung"))
+}
+
+const BODY: &str = "the whole body, every byte of it";
+
+/// What the server does with one request.
+#[derive(Clone)]
+enum Step {
+    /// 200 with [`BODY`], `Content-Length`, an `X-Kept` header; keep-alive.
+    Whole,
+    /// 200 announcing [`BODY`]'s length, half of it, then (once the client
+    /// has the headers) a reset.
+    ResetMidBody,
+    /// 200, chunked: 5 bytes, then 20, then (once the test says so) a reset.
+    ChunksThenReset,
+    /// 200 announcing [`BODY`]'s length, half of it, then nothing: the
+    /// connection held open.
+    StallMidBody,
+}
+
+/// Tells the server when to reset: when the client has the headers (below
+/// the retry middleware) or when the test says so.
+#[derive(Clone, Default)]
+struct Go(Arc<Notify>);
+
+impl Go {
+    /// Writes `bytes`, waits for the word (said after the write: a word said
+    /// for an earlier answer does not count), then resets the connection.
+    async fn write_then_reset(&self, socket: &mut tokio::net::TcpStream, bytes: &[u8]) {
+        let word = self.0.notified();
+        tokio::pin!(word);
+        word.as_mut().enable();
+        let _ = socket.write_all(bytes).await;
+        // Bounded: a missed word resets anyway, and the test says what it saw.
+        let _ = tokio::time::timeout(Duration::from_secs(5), word).await;
+        socket.set_zero_linger().expect("SO_LINGER can be set");
+    }
+
+    fn go(&self) {
+        self.0.notify_waiters();
+    }
+}
+
+/// A loopback server following `script` (the last step repeats), counting
+/// the requests it gets.
+async fn server(script: Vec<Step>, go: Go) -> (String, Arc<Mutex<usize>>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/resource?q=1", listener.local_addr().unwrap());
+    let requests = Arc::new(Mutex::new(0usize));
+    let count = requests.clone();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let (script, count, go) = (script.clone(), count.clone(), go.clone());
+            tokio::spawn(async move {
+                while read_request(&mut socket).await {
+                    let step = {
+                        let mut n = count.lock().unwrap();
+                        *n += 1;
+                        script[(*n - 1).min(script.len() - 1)].clone()
+                    };
+                    let half = &BODY[..BODY.len() / 2];
+                    let head = |length: usize| {
+                        format!(
+                            "HTTP/1.1 200 OK\r\nContent-Length: {length}\r\nX-Kept: yes\r\n\r\n"
+                        )
+                    };
+                    match step {
+                        Step::Whole => {
+                            let answer = format!("{}{BODY}", head(BODY.len()));
+                            if socket.write_all(answer.as_bytes()).await.is_err() {
+                                return;
+                            }
+                        }
+                        Step::ResetMidBody => {
+                            let answer = format!("{}{half}", head(BODY.len()));
+                            go.write_then_reset(&mut socket, answer.as_bytes()).await;
+                            return;
+                        }
+                        Step::ChunksThenReset => {
+                            let answer = format!(
+                                "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{}\r\n14\r\n{}\r\n",
+                                "a".repeat(5),
+                                "b".repeat(20)
+                            );
+                            go.write_then_reset(&mut socket, answer.as_bytes()).await;
+                            return;
+                        }
+                        Step::StallMidBody => {
+                            let _ = socket
+                                .write_all(format!("{}{half}", head(BODY.len())).as_bytes())
+                                .await;
+                            support::hold(&mut socket).await;
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    (url, requests)
+}
+
+/// Below the retry middleware: says "go" once an attempt has its headers.
+struct HeadersArrived(Go);
+
+#[async_trait::async_trait]
+impl Middleware for HeadersArrived {
+    async fn handle(
+        &self,
+        request: Request,
+        extensions: &mut Extensions,
+        next: Next<'_>,
+    ) -> reqwest_middleware::Result<Response> {
+        let outcome = next.run(request, extensions).await;
+        if outcome.is_ok() {
+            self.0.go();
+        }
+        outcome
+    }
+}
+
+/// The retry reasons of every retry taken.
+type Reasons = Arc<Mutex<Vec<RetryReason>>>;
+
+/// A client with `config` over a reqwest client that does not follow
+/// redirects, the manual clock, jitter at the top, and `go` said when
+/// headers arrive.
+fn client(config: RetryConfigBuilder, go: &Go) -> (ClientWithMiddleware, ManualClock, Reasons) {
+    client_over(bare_reqwest(), config, go)
+}
+
+/// As [`client`], over `inner`.
+fn client_over(
+    inner: reqwest::Client,
+    config: RetryConfigBuilder,
+    go: &Go,
+) -> (ClientWithMiddleware, ManualClock, Reasons) {
+    let clock = ManualClock::new();
+    let reasons = Reasons::default();
+    let seen = reasons.clone();
+    let middleware = RetryMiddleware::new(config.build().unwrap())
+        .with_clock(clock.clone())
+        .with_jitter_source(FixedJitter::TOP)
+        .on_decision(move |event| {
+            if let Decision::Retry { reason, .. } = event.decision {
+                seen.lock().unwrap().push(reason);
+            }
+        });
+    let client =
+        ClientBuilder::new(inner).with(middleware).with(HeadersArrived(go.clone())).build();
+    (client, clock, reasons)
+}
+
+fn buffering() -> RetryConfigBuilder {
+    policy().with_response_body_buffering(1024)
+}
+
+/// `is_body()`, `is_decode()`, `is_timeout()`.
+fn kinds(error: &reqwest::Error) -> (bool, bool, bool) {
+    (error.is_body(), error.is_decode(), error.is_timeout())
+}
+
+fn reqwest_error(error: &reqwest_middleware::Error) -> &reqwest::Error {
+    match error {
+        reqwest_middleware::Error::Reqwest(error) => error,
+        other => panic!("not reqwest's error: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_broken_body_earns_nothing_and_a_whole_one_earns_a_retry() {
+    // No reserve, a whole retry earned per final answer: only answers pay.
+    let go = Go::default();
+    let script = vec![Step::ResetMidBody, Step::Whole, Step::ResetMidBody, Step::Whole];
+    let (url, requests) = server(script, go.clone()).await;
+    let budget = RetryBudget::default().with_reserve(0).with_ratio(1.0);
+    let (client, _, reasons) = client(buffering().with_budget(budget), &go);
+    // A broken body is a failure: it pays for nothing, not even its own retry.
+    let slot = ReportSlot::new();
+    let call = client.get(&url).with_extension(slot.clone()).send();
+    let error = bounded("the first GET", call).await.unwrap_err();
+    assert_eq!(kinds(reqwest_error(&error)), (false, true, false), "{error:?}");
+    let report = slot.get().unwrap();
+    assert_eq!((report.attempts, report.stop), (1, StopReason::BudgetExhausted));
+    // A body read whole is a final answer: it earns the next call's retry.
+    let whole = bounded("the second GET", client.get(&url).send()).await.unwrap();
+    assert_eq!(whole.text().await.unwrap(), BODY);
+    let retried = bounded("the third GET", client.get(&url).send()).await.unwrap();
+    assert_eq!(RetryReport::from_response(&retried).attempts, 2);
+    assert_eq!(retried.text().await.unwrap(), BODY);
+    assert_eq!(*requests.lock().unwrap(), 4);
+    assert_eq!(*reasons.lock().unwrap(), [RetryReason::ConnectionLost]);
 }

@@ -1,16 +1,17 @@
 //! Hedged requests against a loopback server whose answers are delayed in
-//! tokio's paused time: every delay is virtual and exact, nothing sleeps.
+//! tokio's paused time: when a hedge is sent, which copy wins, what is
+//! cancelled, and which requests are never hedged.
+
+mod idempotency_key;
 
 use crate::support;
-
-use std::sync::Arc;
-use std::time::Duration;
-
 use reqwest_middleware::ClientWithMiddleware;
 use reqwest_safe_retry::hedge::{
     HedgeConfig, HedgeConfigBuilder, HedgeMiddleware, HedgeReport, HedgeSlot,
 };
 use reqwest_safe_retry::{ManualClock, RetryBudget, RetryConfig, RetryMiddleware};
+use std::sync::Arc;
+use std::time::Duration;
 use support::{Counter, MS, read_request};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;

@@ -10,14 +10,12 @@
 //! queued on a closing connection, in `real_servers.rs`.
 
 use crate::support;
-
-use std::time::Duration;
-
 use reqwest::Method;
 use reqwest_middleware::ClientWithMiddleware;
 use reqwest_safe_retry::{
     FixedJitter, ManualClock, ReportSlot, RetryConfig, RetryMiddleware, RetryReport, StopReason,
 };
+use std::time::Duration;
 use support::tls_server::{Handshake, rustls_client, tls_server, trusting_builder};
 use support::*;
 use wiremock::{MockServer, ResponseTemplate};
@@ -252,7 +250,7 @@ async fn a_body_cut_short_is_retried_only_with_response_buffering() {
 
 #[test]
 fn the_readme_table_has_a_test_for_every_row() {
-    let readme = include_str!("../../README.md");
+    let readme = include_str!("../../../README.md");
     let table = readme.split("| outcome |").nth(1).expect("the table");
     let rows: Vec<&str> = table
         .lines()
@@ -261,7 +259,7 @@ fn the_readme_table_has_a_test_for_every_row() {
         .map(|line| line.split('|').nth(1).unwrap().trim())
         .collect();
     assert!(rows.len() >= 6, "{rows:?}");
-    let source = include_str!("what_is_retried.rs");
+    let source = include_str!("readme_table.rs");
     for row in rows {
         let marker = format!("/// README row: {row}\n");
         assert!(source.contains(&marker), "no test names the README row `{row}`");

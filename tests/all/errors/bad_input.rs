@@ -1,9 +1,5 @@
-//! Bad input from every side: any combination of settings either builds or
-//! is refused with a `ConfigError` that names the setting, and never panics;
-//! any response head a server can send, through the quick start's client
-//! over loopback, ends the call within its bound, without a panic.
-
-use std::time::Duration;
+//! Arbitrary configurations build or say which field is wrong, and any
+//! response head, however garbled, ends the call within its bound.
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
@@ -12,6 +8,7 @@ use reqwest_safe_retry::{
     BudgetScope, FixedJitter, Jitter, ManualClock, RetryAfterOverCap, RetryBudget, RetryConfig,
     RetryMiddleware,
 };
+use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Any duration, the edges included.

@@ -1,22 +1,18 @@
 //! Response buffering: a body that breaks while the middleware reads it is
-//! retried like any other failed attempt, when the request is safe to repeat.
-//!
-//! Longer than most files: one test per way a body can break, each against a
-//! raw server of its own.
+//! retried like any other failed attempt when the request is safe to repeat,
+//! and handed to the caller otherwise.
 
 use crate::support;
-
-use std::error::Error as _;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
-
 use http::Extensions;
 use reqwest::{Request, Response};
 use reqwest_middleware::{ClientBuilder, ClientWithMiddleware, Middleware, Next};
 use reqwest_safe_retry::{
-    DeadlineExceeded, Decision, FixedJitter, ManualClock, Outcome, ReportSlot, RetryBudget,
-    RetryConfigBuilder, RetryMiddleware, RetryReason, RetryReport, StopReason, TokioClock,
+    DeadlineExceeded, Decision, FixedJitter, ManualClock, Outcome, ReportSlot, RetryConfigBuilder,
+    RetryMiddleware, RetryReason, RetryReport, StopReason, TokioClock,
 };
+use std::error::Error as _;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use support::{MS, bare_reqwest, policy, read_request};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::Notify;
@@ -386,31 +382,6 @@ async fn a_status_that_would_be_retried_is_not_read() {
     let response = bounded("the GET", client.get(&url).send()).await.unwrap();
     assert_eq!(response.status(), 503);
     assert_eq!(RetryReport::from_response(&response).stop, StopReason::RetriesExhausted);
-}
-
-#[tokio::test]
-async fn a_broken_body_earns_nothing_and_a_whole_one_earns_a_retry() {
-    // No reserve, a whole retry earned per final answer: only answers pay.
-    let go = Go::default();
-    let script = vec![Step::ResetMidBody, Step::Whole, Step::ResetMidBody, Step::Whole];
-    let (url, requests) = server(script, go.clone()).await;
-    let budget = RetryBudget::default().with_reserve(0).with_ratio(1.0);
-    let (client, _, reasons) = client(buffering().with_budget(budget), &go);
-    // A broken body is a failure: it pays for nothing, not even its own retry.
-    let slot = ReportSlot::new();
-    let call = client.get(&url).with_extension(slot.clone()).send();
-    let error = bounded("the first GET", call).await.unwrap_err();
-    assert_eq!(kinds(reqwest_error(&error)), (false, true, false), "{error:?}");
-    let report = slot.get().unwrap();
-    assert_eq!((report.attempts, report.stop), (1, StopReason::BudgetExhausted));
-    // A body read whole is a final answer: it earns the next call's retry.
-    let whole = bounded("the second GET", client.get(&url).send()).await.unwrap();
-    assert_eq!(whole.text().await.unwrap(), BODY);
-    let retried = bounded("the third GET", client.get(&url).send()).await.unwrap();
-    assert_eq!(RetryReport::from_response(&retried).attempts, 2);
-    assert_eq!(retried.text().await.unwrap(), BODY);
-    assert_eq!(*requests.lock().unwrap(), 4);
-    assert_eq!(*reasons.lock().unwrap(), [RetryReason::ConnectionLost]);
 }
 
 #[tokio::test]

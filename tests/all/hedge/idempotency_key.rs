@@ -3,17 +3,16 @@
 //! loopback server answers in tokio's paused time: every delay is virtual
 //! and exact, nothing sleeps.
 
+use crate::support::read_request;
+use reqwest_middleware::ClientWithMiddleware;
+use reqwest_safe_retry::hedge::{HedgeConfig, HedgeConfigBuilder, HedgeMiddleware, HedgeReport};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
-
-use reqwest_middleware::ClientWithMiddleware;
-use reqwest_safe_retry::hedge::{HedgeConfig, HedgeConfigBuilder, HedgeMiddleware, HedgeReport};
 use tokio::io::AsyncWriteExt;
 
-use crate::support::read_request;
-
 const MS: Duration = Duration::from_millis(1);
+
 const SLOW: Duration = Duration::from_secs(60);
 
 /// A server that answers its first request after [`SLOW`] and every later
