@@ -11,8 +11,7 @@ use reqwest_safe_retry::{
 };
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use support::{bare_reqwest, policy, read_request, *};
-use tokio::io::AsyncWriteExt;
+use support::*;
 use tokio::sync::Notify;
 use wiremock::matchers::{any, header};
 use wiremock::{Mock, MockServer, ResponseTemplate};
@@ -640,11 +639,6 @@ enum Step {
     /// 200 announcing [`BODY`]'s length, half of it, then (once the client
     /// has the headers) a reset.
     ResetMidBody,
-    /// 200, chunked: 5 bytes, then 20, then (once the test says so) a reset.
-    ChunksThenReset,
-    /// 200 announcing [`BODY`]'s length, half of it, then nothing: the
-    /// connection held open.
-    StallMidBody,
 }
 
 /// Tells the server when to reset: when the client has the headers (below
@@ -655,14 +649,14 @@ struct Go(Arc<Notify>);
 impl Go {
     /// Writes `bytes`, waits for the word (said after the write: a word said
     /// for an earlier answer does not count), then resets the connection.
-    async fn write_then_reset(&self, socket: &mut tokio::net::TcpStream, bytes: &[u8]) {
+    async fn write_then_reset(&self, mut conn: Conn, bytes: &[u8]) {
         let word = self.0.notified();
         tokio::pin!(word);
         word.as_mut().enable();
-        let _ = socket.write_all(bytes).await;
+        let _ = conn.write(bytes).await;
         // Bounded: a missed word resets anyway, and the test says what it saw.
         let _ = tokio::time::timeout(Duration::from_secs(5), word).await;
-        socket.set_zero_linger().expect("SO_LINGER can be set");
+        conn.reset();
     }
 
     fn go(&self) {
@@ -673,60 +667,42 @@ impl Go {
 /// A loopback server following `script` (the last step repeats), counting
 /// the requests it gets.
 async fn server(script: Vec<Step>, go: Go) -> (String, Arc<Mutex<usize>>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/resource?q=1", listener.local_addr().unwrap());
     let requests = Arc::new(Mutex::new(0usize));
     let count = requests.clone();
-    tokio::spawn(async move {
-        while let Ok((mut socket, _)) = listener.accept().await {
-            let (script, count, go) = (script.clone(), count.clone(), go.clone());
-            tokio::spawn(async move {
-                while read_request(&mut socket).await {
-                    let step = {
-                        let mut n = count.lock().unwrap();
-                        *n += 1;
-                        script[(*n - 1).min(script.len() - 1)].clone()
-                    };
-                    let half = &BODY[..BODY.len() / 2];
-                    let head = |length: usize| {
-                        format!(
-                            "HTTP/1.1 200 OK\r\nContent-Length: {length}\r\nX-Kept: yes\r\n\r\n"
-                        )
-                    };
-                    match step {
-                        Step::Whole => {
-                            let answer = format!("{}{BODY}", head(BODY.len()));
-                            if socket.write_all(answer.as_bytes()).await.is_err() {
-                                return;
-                            }
-                        }
-                        Step::ResetMidBody => {
-                            let answer = format!("{}{half}", head(BODY.len()));
-                            go.write_then_reset(&mut socket, answer.as_bytes()).await;
-                            return;
-                        }
-                        Step::ChunksThenReset => {
-                            let answer = format!(
-                                "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{}\r\n14\r\n{}\r\n",
-                                "a".repeat(5),
-                                "b".repeat(20)
-                            );
-                            go.write_then_reset(&mut socket, answer.as_bytes()).await;
-                            return;
-                        }
-                        Step::StallMidBody => {
-                            let _ = socket
-                                .write_all(format!("{}{half}", head(BODY.len())).as_bytes())
-                                .await;
-                            support::hold(&mut socket).await;
-                            return;
-                        }
-                    }
-                }
-            });
-        }
-    });
+    let server =
+        RawServer::start(move |conn| serve(conn, script.clone(), count.clone(), go.clone())).await;
+    let url = server.url("/resource?q=1");
+    // Serves until the test ends.
+    std::mem::forget(server);
     (url, requests)
+}
+
+/// Plays `script` on one connection.
+async fn serve(mut conn: Conn, script: Vec<Step>, count: Arc<Mutex<usize>>, go: Go) {
+    while conn.request().await.is_some() {
+        let step = {
+            let mut n = count.lock().unwrap();
+            *n += 1;
+            script[(*n - 1).min(script.len() - 1)].clone()
+        };
+        let half = &BODY[..BODY.len() / 2];
+        let head = |length: usize| {
+            format!("HTTP/1.1 200 OK\r\nContent-Length: {length}\r\nX-Kept: yes\r\n\r\n")
+        };
+        match step {
+            Step::Whole => {
+                let answer = format!("{}{BODY}", head(BODY.len()));
+                if conn.write(answer).await.is_err() {
+                    return;
+                }
+            }
+            Step::ResetMidBody => {
+                let answer = format!("{}{half}", head(BODY.len()));
+                go.write_then_reset(conn, answer.as_bytes()).await;
+                return;
+            }
+        }
+    }
 }
 
 /// Below the retry middleware: says "go" once an attempt has its headers.

@@ -13,8 +13,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use support::*;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
 use wiremock::MockServer;
 
 const KIB: usize = 1024;
@@ -102,29 +100,29 @@ async fn a_stream_that_cannot_be_retried_is_not_buffered() {
 }
 
 /// A server that opens `gate` when the first bytes of a request arrive,
-/// reads a chunked request to its end, answers 503 and returns how many
-/// bytes it read.
-async fn gatekeeper(gate: Arc<tokio::sync::Notify>) -> (String, tokio::task::JoinHandle<usize>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let server = tokio::spawn(async move {
-        let (mut socket, _) = listener.accept().await.unwrap();
-        let mut seen = Vec::new();
-        let mut buf = vec![0u8; 64 * KIB];
-        while !seen.ends_with(b"\r\n0\r\n\r\n") {
-            let n = socket.read(&mut buf).await.unwrap();
-            assert!(n > 0, "the request ended early");
-            if seen.is_empty() {
-                gate.notify_one();
+/// reads a chunked request to its end, answers 503 and sends the bytes the
+/// request took on the wire.
+async fn gatekeeper(
+    gate: Arc<tokio::sync::Notify>,
+) -> (RawServer, tokio::sync::oneshot::Receiver<usize>) {
+    let (read, bytes) = tokio::sync::oneshot::channel();
+    let read = Arc::new(Mutex::new(Some(read)));
+    let server = RawServer::start(move |mut conn| {
+        let (gate, read) = (gate.clone(), read.clone());
+        async move {
+            assert!(conn.arrived().await, "the request never came");
+            gate.notify_one();
+            let request = conn.request().await.expect("the request ended early");
+            let answer =
+                "HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
+            conn.write(answer).await.unwrap();
+            if let Some(read) = read.lock().unwrap().take() {
+                let _ = read.send(request.wire_len);
             }
-            seen.extend_from_slice(&buf[..n]);
         }
-        let answer =
-            "HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
-        socket.write_all(answer.as_bytes()).await.unwrap();
-        seen.len()
-    });
-    (url, server)
+    })
+    .await;
+    (server, bytes)
 }
 
 /// Yields `count` chunks of `size` bytes, counting them in `produced`; past
@@ -161,7 +159,8 @@ async fn at_most_the_limit_and_one_chunk_are_read_before_sending() {
     let (limit, chunk, count) = (64 * KIB, 16 * KIB, 256); // a 4 MiB stream
     let gate = Arc::new(tokio::sync::Notify::new());
     let produced = Arc::new(AtomicUsize::new(0));
-    let (url, server) = gatekeeper(gate.clone()).await;
+    let (server, read) = gatekeeper(gate.clone()).await;
+    let url = server.url("");
     let (client, _) = client(policy().with_request_body_buffering(limit).build().unwrap());
     let body = gated(count, chunk, limit + chunk, gate, produced.clone());
     let send = client.put(&url).body(reqwest::Body::wrap_stream(body)).send();
@@ -173,7 +172,7 @@ async fn at_most_the_limit_and_one_chunk_are_read_before_sending() {
     let report = RetryReport::from_response(&response);
     assert_eq!((report.attempts, report.stop), (1, StopReason::NotReplayable));
     assert_eq!(produced.load(Ordering::SeqCst), count * chunk);
-    assert!(server.await.unwrap() > count * chunk, "the whole stream reached the server");
+    assert!(read.await.unwrap() > count * chunk, "the whole stream reached the server");
 }
 
 /// A stream that yields `order=` then fails.
@@ -223,83 +222,45 @@ async fn a_stream_that_fails_is_sent_as_far_as_it_got_then_fails_as_without_buff
 type Seen = (String, String, Vec<u8>);
 
 /// A server whose `/first` answers `status` with `Location: /next`, and
-/// whose `/next` answers 503 twice, then 200. Chunked bodies are read
-/// whole. Returns its URL and the requests it read.
-async fn server(status: u16) -> (String, Arc<Mutex<Vec<Seen>>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/first", listener.local_addr().unwrap());
+/// whose `/next` answers 503 twice, then 200. Returns it and the requests
+/// it read, chunked bodies decoded.
+async fn server(status: u16) -> (RawServer, Arc<Mutex<Vec<Seen>>>) {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let log = seen.clone();
-    tokio::spawn(async move {
-        while let Ok((mut socket, _)) = listener.accept().await {
-            let log = log.clone();
-            tokio::spawn(async move {
-                let mut buffer = Vec::new();
-                let mut chunk = [0u8; 4096];
-                loop {
-                    // A head, then a body by Content-Length or chunks.
-                    let end = loop {
-                        if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
-                            break end;
-                        }
-                        match socket.read(&mut chunk).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => buffer.extend_from_slice(&chunk[..n]),
-                        }
-                    };
-                    let head = String::from_utf8_lossy(&buffer[..end]).to_ascii_lowercase();
-                    buffer.drain(..end + 4);
-                    let mut line = head.split(' ');
-                    let method = line.next().unwrap_or_default().to_ascii_uppercase();
-                    let path = line.next().unwrap_or_default().to_owned();
-                    let length = head
-                        .lines()
-                        .find_map(|l| l.strip_prefix("content-length:"))
-                        .and_then(|v| v.trim().parse::<usize>().ok())
-                        .unwrap_or(0);
-                    let chunked = head.contains("transfer-encoding: chunked");
-                    let body = loop {
-                        let complete = if chunked {
-                            buffer.windows(5).position(|w| w == b"0\r\n\r\n").map(|at| at + 5)
-                        } else {
-                            (buffer.len() >= length).then_some(length)
-                        };
-                        if let Some(at) = complete {
-                            break buffer.drain(..at).collect::<Vec<u8>>();
-                        }
-                        match socket.read(&mut chunk).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => buffer.extend_from_slice(&chunk[..n]),
-                        }
-                    };
-                    let answer = {
-                        let mut log = log.lock().unwrap();
-                        log.push((method, path.clone(), body));
-                        let hops = log.iter().filter(|(_, p, _)| p == "/next").count();
-                        if path == "/first" {
-                            format!(
-                                "HTTP/1.1 {status} X\r\nLocation: /next\r\nContent-Length: 0\r\n\r\n"
-                            )
-                        } else if hops <= 2 {
-                            "HTTP/1.1 503 X\r\nContent-Length: 0\r\n\r\n".to_owned()
-                        } else {
-                            "HTTP/1.1 200 X\r\nContent-Length: 0\r\n\r\n".to_owned()
-                        }
-                    };
-                    if socket.write_all(answer.as_bytes()).await.is_err() {
-                        return;
+    let server = RawServer::start(move |mut conn| {
+        let log = log.clone();
+        async move {
+            while let Some(request) = conn.request().await {
+                let answer = {
+                    let mut log = log.lock().unwrap();
+                    let path = request.path.clone();
+                    log.push((request.method, request.path, request.body));
+                    let hops = log.iter().filter(|(_, p, _)| p == "/next").count();
+                    if path == "/first" {
+                        format!(
+                            "HTTP/1.1 {status} X\r\nLocation: /next\r\nContent-Length: 0\r\n\r\n"
+                        )
+                    } else if hops <= 2 {
+                        "HTTP/1.1 503 X\r\nContent-Length: 0\r\n\r\n".to_owned()
+                    } else {
+                        "HTTP/1.1 200 X\r\nContent-Length: 0\r\n\r\n".to_owned()
                     }
+                };
+                if conn.write(answer).await.is_err() {
+                    return;
                 }
-            });
+            }
         }
-    });
-    (url, seen)
+    })
+    .await;
+    (server, seen)
 }
 
 /// Sends a PUT with a streamed body through the quick start's client;
 /// returns the status the caller got and what the server read.
 async fn streamed_put(status: u16) -> (u16, Vec<Seen>) {
-    let (url, seen) = server(status).await;
+    let (server, seen) = server(status).await;
+    let url = server.url("/first");
     let retry = RetryMiddleware::new(RetryConfig::default()).with_clock(ManualClock::new());
     let client = retry.client(reqwest::Client::builder()).unwrap().build();
     let chunks = ["order", "=1"].map(|c| Ok::<_, std::io::Error>(bytes::Bytes::from(c)));
@@ -343,6 +304,6 @@ async fn a_streamed_body_answered_303_is_followed_with_a_get() {
         seen.iter().map(|(m, p, _)| (m.as_str(), p.as_str())).collect();
     assert_eq!(got, 503, "{requests:?}");
     assert_eq!(requests, [("PUT", "/first"), ("GET", "/next")]);
-    // The server keeps a chunked body as it came: the stream, whole.
-    assert_eq!(seen[0].2, b"5\r\norder\r\n2\r\n=1\r\n0\r\n\r\n");
+    // The stream reached the server whole.
+    assert_eq!(seen[0].2, b"order=1");
 }

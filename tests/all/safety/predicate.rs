@@ -3,7 +3,6 @@
 
 use crate::support;
 
-
 use reqwest_safe_retry::{Outcome, RetryReport, Retryability, StopReason, Verdict};
 
 use support::*;

@@ -137,27 +137,6 @@ async fn failures_before_sending_are_retried_for_any_method() {
     }
 }
 
-/// A listener that never accepts, its queue filled until a connection is
-/// no longer answered: a connect to it times out. Returns its URL, and the
-/// listener and the connections that fill it, to keep.
-async fn unanswered_connects() -> (String, (tokio::net::TcpListener, Vec<tokio::net::TcpStream>)) {
-    let socket = tokio::net::TcpSocket::new_v4().unwrap();
-    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let listener = socket.listen(1).unwrap();
-    let address = listener.local_addr().unwrap();
-    let mut queued = Vec::new();
-    loop {
-        let connect = tokio::net::TcpStream::connect(address);
-        match tokio::time::timeout(Duration::from_millis(50), connect).await {
-            Ok(stream) => queued.push(stream.unwrap()),
-            // The queue is full: the kernel no longer answers.
-            Err(_) => break,
-        }
-        assert!(queued.len() < 64, "the listener's queue never filled");
-    }
-    (format!("http://{address}/"), (listener, queued))
-}
-
 /// README row: HTTP/2 REFUSED_STREAM or graceful GOAWAY²
 #[cfg(feature = "http2")]
 #[tokio::test]
