@@ -7,7 +7,7 @@
 //! (an unreachable network, a request hyper handed back unsent or a new
 //! connection closed before taking it) are checked on the
 //! errors themselves, in `src/classify.rs`'s unit tests; an HTTP/2 request
-//! queued on a closing connection, in `real_servers.rs`.
+//! queued on a closing connection, in `safety/tls_and_http2.rs`.
 
 use crate::support;
 use reqwest::Method;
@@ -70,7 +70,7 @@ fn returned(outcome: &str, stop: StopReason) -> Got {
 const CUT_HEAD: &str = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConn";
 
 /// README row: 502, 503, 504; a timeout after the request went out; a reset; a response cut short before its headers ended³; an HTTP/2 request queued on a connection that closed⁴
-/// (the last is `real_servers::a_request_queued_on_a_closing_connection_is_retried_when_safe`)
+/// (the last is `tls_and_http2::a_request_queued_on_a_closing_connection_is_retried_when_safe`)
 #[tokio::test]
 async fn failures_after_sending_are_retried_only_when_safe_to_repeat() {
     for status in [502, 503, 504] {

@@ -1,8 +1,9 @@
-//! Shared pieces for the integration tests: a scripted wiremock server and a
-//! client whose clock and jitter are pinned, so every wait is exact.
-//!
-//! Longer than most files: every suite's servers and clients live here once,
-//! so no suite writes its own.
+//! Shared pieces for the integration tests: a scripted wiremock server, a
+//! client whose clock and jitter are pinned (so every wait is exact), and
+//! the servers wiremock cannot be: [`raw`], the one raw HTTP/1 server every
+//! suite scripts its misbehaving answers on ([`raw_server`] plays a list
+//! of common ones), [`hops`] for the far end of a redirect, and the TLS
+//! and HTTP/2 servers. No suite binds a listener of its own.
 
 #![allow(dead_code, unreachable_pub)]
 
