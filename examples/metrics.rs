@@ -3,7 +3,7 @@
 //! Run with `cargo run --example metrics`; it starts its own scripted servers
 //! on loopback and waits on a manual clock, so it finishes at once. The hook
 //! and the recorder are in `metrics_wiring/mod.rs`, shared with
-//! `tests/all/metrics_hook.rs`, which asserts these same numbers. In a service,
+//! `tests/all/observability.rs`, which asserts these same numbers. In a service,
 //! install your exporter (Prometheus, OpenTelemetry, StatsD ...) in place of
 //! the small recorder, and leave out the manual clock and pinned jitter.
 

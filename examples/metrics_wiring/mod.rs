@@ -1,5 +1,5 @@
 //! The wiring behind `cargo run --example metrics`, shared with
-//! `tests/all/metrics_hook.rs` so that what the example prints is what the test
+//! `tests/all/observability.rs` so that what the example prints is what the test
 //! asserts: the decision hook that feeds the `metrics` facade, a small
 //! in-memory recorder, and the scripted exchange both of them run.
 

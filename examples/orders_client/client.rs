@@ -32,7 +32,7 @@
 //! Longer than most files: a whole typed client (options, operations, errors,
 //! pagination), the way users write one.
 
-// Shared with `tests/all/orders_scenarios.rs`, which uses only part of it.
+// Shared with `tests/all/interop/orders.rs`, which uses only part of it.
 #![allow(dead_code)]
 
 use std::collections::VecDeque;

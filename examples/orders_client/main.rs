@@ -7,7 +7,7 @@
 //! Run with `cargo run --example orders_client`. It plays each scenario
 //! against a scripted server on loopback, with a manual clock that records
 //! the waits instead of sleeping and the jitter pinned at half the ceiling,
-//! so the output is exact and instant. `tests/all/orders_scenarios.rs` asserts
+//! so the output is exact and instant. `tests/all/interop/orders.rs` asserts
 //! the same rows.
 
 mod client;

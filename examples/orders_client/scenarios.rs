@@ -1,5 +1,5 @@
 //! The orders client's scenario table: what `cargo run --example
-//! orders_client` prints and `tests/all/orders_scenarios.rs` asserts, row by row.
+//! orders_client` prints and `tests/all/interop/orders.rs` asserts, row by row.
 //!
 //! Each scenario starts a scripted server on loopback, builds the client on
 //! a `reqwest::Client` that does not follow redirects, with a `ManualClock`
@@ -12,7 +12,7 @@
 //! `create_order_once`, a code taken from the body, and a refused
 //! connection.
 
-// Shared with `tests/all/orders_scenarios.rs`.
+// Shared with `tests/all/interop/orders.rs`.
 #![allow(dead_code)]
 
 use std::fmt;

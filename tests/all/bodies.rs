@@ -1,12 +1,16 @@
-//! Request bodies are replayed exactly; response bodies of retried answers
-//! are drained within a bound; broken connections follow the safety rule.
+//! Request and response bodies: the same bytes on every attempt, error
+//! bodies drained or dropped so their connection can serve the retry, and
+//! streams that cannot be copied sent once.
+
+#[cfg(feature = "http2")]
+mod http2;
+mod responses;
+mod streams;
 
 use crate::support;
-
-use std::time::Duration;
-
 use bytes::Bytes;
-use reqwest_safe_retry::{RetryMiddleware, RetryReport, StopReason};
+use reqwest_safe_retry::{FixedJitter, RetryMiddleware, RetryReport, StopReason, TokioClock};
+use std::time::Duration;
 use support::*;
 use wiremock::{MockServer, ResponseTemplate};
 
@@ -136,50 +140,45 @@ async fn an_error_body_over_the_drain_limit_is_dropped_unread() {
     assert_eq!(connections.get(), 2, "the oversized body's connection was closed, not read");
 }
 
+/// Long enough for anything on loopback; a hang fails the test with a message.
+const BOUND: Duration = Duration::from_secs(20);
+
+async fn bounded<F: std::future::Future>(what: &str, future: F) -> F::Output {
+    tokio::time::timeout(BOUND, future).await.unwrap_or_else(|_| panic!("{what} hung"))
+}
+
+// ---- Bodies that stall ----
+
 #[tokio::test]
-async fn connection_closed_before_response_retries_get() {
-    let (url, connections) = raw_server(vec![Raw::Close, Raw::Reply(OK_CLOSE)]).await;
+async fn a_stalled_error_body_does_not_hold_up_the_retry() {
+    let (url, connections) = raw_server(vec![Raw::StalledBody, Raw::Reply(OK_CLOSE)]).await;
     let (client, clock) = client(policy().build().unwrap());
-    let response = client.get(&url).send().await.unwrap();
-    assert_eq!(response.status(), 200);
+    let response = bounded("the retry after a stalled body", client.get(&url).send()).await;
+    assert_eq!(response.unwrap().status(), 200);
     assert_eq!(connections.get(), 2);
     assert_eq!(clock.sleeps(), [100 * MS]);
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_stalled_error_body_is_dropped_when_the_wait_ends() {
+    // On tokio's clock: the drain runs for the whole 100 ms wait, then the
+    // body is dropped and the retry goes out on a new connection.
+    let (url, connections) = raw_server(vec![Raw::StalledBody, Raw::Reply(OK_CLOSE)]).await;
+    let middleware = RetryMiddleware::new(policy().build().unwrap())
+        .with_clock(TokioClock)
+        .with_jitter_source(FixedJitter::TOP);
+    let start = tokio::time::Instant::now();
+    let response = bounded("the retry", wrap(middleware).get(&url).send()).await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(start.elapsed(), 100 * MS, "no longer than the planned wait");
+    assert_eq!(connections.get(), 2);
+}
+
 #[tokio::test]
-async fn connection_closed_before_response_does_not_retry_post() {
-    let (url, connections) = raw_server(vec![Raw::Close, Raw::Reply(OK_CLOSE)]).await;
+async fn a_stalled_body_that_is_not_retried_reaches_the_caller_at_once() {
+    let (url, _) = raw_server(vec![Raw::StalledBody]).await;
     let (client, _) = client(policy().build().unwrap());
-    let slot = reqwest_safe_retry::ReportSlot::new();
-    let error =
-        client.post(&url).body("order=1").with_extension(slot.clone()).send().await.unwrap_err();
-    assert!(!error.is_connect());
-    assert_eq!(connections.get(), 1);
-    assert_eq!(slot.get().unwrap().stop, StopReason::NotSafe);
-}
-
-#[tokio::test]
-async fn read_timeout_after_sending_retries_get() {
-    let server = MockServer::start().await;
-    script(&server, "/r", vec![ResponseTemplate::new(200).set_delay(Duration::from_secs(60))])
-        .await;
-    let (client, clock) = client(policy().build().unwrap());
-    let url = format!("{}/r", server.uri());
-    let error = client.get(url).timeout(50 * MS).send().await.unwrap_err();
-    assert!(error.is_timeout());
-    assert_eq!(hits(&server).await, 4);
-    assert_eq!(clock.sleeps(), [100 * MS, 200 * MS, 400 * MS]);
-}
-
-#[tokio::test]
-async fn read_timeout_after_sending_does_not_retry_post() {
-    let server = MockServer::start().await;
-    script(&server, "/r", vec![ResponseTemplate::new(200).set_delay(Duration::from_secs(60))])
-        .await;
-    let (client, clock) = client(policy().build().unwrap());
-    let url = format!("{}/r", server.uri());
-    let error = client.post(url).body("order=1").timeout(50 * MS).send().await.unwrap_err();
-    assert!(error.is_timeout());
-    assert_eq!(hits(&server).await, 1);
-    assert!(clock.sleeps().is_empty());
+    let response = bounded("a POST's 503", client.post(&url).body("x").send()).await.unwrap();
+    assert_eq!(response.status(), 503);
+    assert_eq!(RetryReport::from_response(&response).stop, StopReason::NotSafe);
 }

@@ -1,19 +1,24 @@
-//! The retry budget, through the middleware against a loopback server.
-//!
-//! Longer than most files: the budget's every rule through the middleware,
-//! one behaviour per test, and the gate clock the cancellation test needs.
+//! The retry budget: what earns retries and what spends them, per host or
+//! shared, its reserve and its window, and that it bounds retries under load.
+
+mod bodies;
 
 use crate::support;
 
-use std::time::Duration;
-
 use reqwest_middleware::ClientWithMiddleware;
+
 use reqwest_safe_retry::{
     Decision, FixedJitter, ManualClock, RetryBudget, RetryConfig, RetryMiddleware, RetryReport,
     StopReason,
 };
+
+use std::time::Duration;
+
 use support::*;
-use wiremock::MockServer;
+
+use wiremock::matchers::{any, header};
+
+use wiremock::{Mock, MockServer, ResponseTemplate};
 
 /// Zero-length waits, so the manual clock moves only when the test moves it.
 fn instant_retries(budget: RetryBudget) -> RetryConfig {
@@ -554,4 +559,69 @@ impl reqwest_safe_retry::Clock for Gate {
     fn sleep_until(&self, deadline: std::time::Instant) -> reqwest_safe_retry::Sleep {
         self.clock.sleep_until(deadline)
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_thousand_concurrent_requests_all_complete_within_the_budget() {
+    let server = MockServer::start().await;
+    Mock::given(header("x-fail", "1"))
+        .respond_with(ResponseTemplate::new(503))
+        .with_priority(1)
+        .mount(&server)
+        .await;
+    Mock::given(any()).respond_with(ResponseTemplate::new(200)).mount(&server).await;
+
+    // Zero-length waits keep virtual time still, so the whole run falls in one
+    // budget window: the 1500 final answers earn 150 retries, each answer
+    // once (into the reserve of 5 while it is below its cap, else into the
+    // window): at most 155.
+    let config = RetryConfig::builder()
+        .with_initial_backoff(Duration::ZERO)
+        .with_max_backoff(Duration::ZERO)
+        .with_budget(RetryBudget::default())
+        .build()
+        .unwrap();
+    let retries = Counter::default();
+    let budget_stops = Counter::default();
+    let (r, b) = (retries.clone(), budget_stops.clone());
+    let middleware = RetryMiddleware::new(config)
+        .with_clock(ManualClock::new())
+        .with_jitter_source(FixedJitter::TOP)
+        .on_decision(move |event| match event.decision {
+            Decision::Retry { .. } => r.bump(),
+            Decision::Stop(StopReason::BudgetExhausted) => b.bump(),
+            _ => {}
+        });
+    let client = wrap(middleware);
+    let url = format!("{}/r", server.uri());
+
+    let tasks: Vec<_> = (0..2000)
+        .map(|n| {
+            let client = client.clone();
+            let url = url.clone();
+            let fail = if n % 4 == 0 { "1" } else { "0" };
+            tokio::spawn(async move {
+                let response = client.get(url).header("x-fail", fail).send().await.unwrap();
+                (fail == "1", response.status().as_u16(), RetryReport::from_response(&response))
+            })
+        })
+        .collect();
+    let all = futures_util::future::join_all(tasks);
+    let results =
+        tokio::time::timeout(Duration::from_secs(120), all).await.expect("no request hangs");
+
+    let mut attempts = 0;
+    for result in results {
+        let (failing, status, report) = result.expect("no task panics");
+        assert_eq!(status, if failing { 503 } else { 200 });
+        if !failing {
+            assert_eq!(report.attempts, 1);
+        }
+        attempts += report.attempts as usize;
+    }
+    let granted = retries.get();
+    assert!((100..=155).contains(&granted), "{granted} retries granted");
+    assert_eq!(attempts, 2000 + granted);
+    assert_eq!(hits(&server).await, 2000 + granted);
+    assert!(budget_stops.get() > 0);
 }

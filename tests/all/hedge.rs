@@ -1,18 +1,18 @@
 //! Hedged requests against a loopback server whose answers are delayed in
-//! tokio's paused time: every delay is virtual and exact, nothing sleeps.
+//! tokio's paused time: when a hedge is sent, which copy wins, what is
+//! cancelled, and which requests are never hedged.
+
+mod idempotency_key;
 
 use crate::support;
-
-use std::sync::Arc;
-use std::time::Duration;
-
 use reqwest_middleware::ClientWithMiddleware;
 use reqwest_safe_retry::hedge::{
     HedgeConfig, HedgeConfigBuilder, HedgeMiddleware, HedgeReport, HedgeSlot,
 };
 use reqwest_safe_retry::{ManualClock, RetryBudget, RetryConfig, RetryMiddleware};
-use support::{Counter, MS, read_request};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use std::sync::Arc;
+use std::time::Duration;
+use support::{Counter, MS, RawServer};
 use tokio::time::Instant;
 
 const SLOW: Duration = Duration::from_secs(60);
@@ -28,49 +28,46 @@ struct Server {
     requests: Counter,
     /// Requests whose connection the client closed before the answer.
     abandoned: Counter,
+    _raw: RawServer,
 }
 
 /// Answers request n after `script[n]`'s delay (the last repeats), with a
 /// body naming n, on keep-alive connections.
 async fn server(script: Vec<Answer>) -> Server {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/item", listener.local_addr().unwrap());
     let (requests, abandoned) = (Counter::default(), Counter::default());
     let (seen, lost) = (requests.clone(), abandoned.clone());
     let script = Arc::new(script);
-    tokio::spawn(async move {
-        while let Ok((mut socket, _)) = listener.accept().await {
-            let (script, seen, lost) = (script.clone(), seen.clone(), lost.clone());
-            tokio::spawn(async move {
-                while read_request(&mut socket).await {
-                    let n = seen.get();
-                    seen.bump();
-                    let Answer(delay, status) = script[n.min(script.len() - 1)];
-                    if status == 0 {
-                        // Closes the connection without an answer.
-                        return;
-                    }
-                    let mut buf = [0u8; 64];
-                    tokio::select! {
-                        () = tokio::time::sleep(delay) => {}
-                        _ = socket.read(&mut buf) => {
-                            lost.bump();
-                            return;
-                        }
-                    }
-                    let body = format!("copy {n}");
-                    let head = format!(
-                        "HTTP/1.1 {status} X\r\ncontent-length: {}\r\nretry-after: 1\r\n\r\n",
-                        body.len()
-                    );
-                    if socket.write_all((head + &body).as_bytes()).await.is_err() {
+    let raw = RawServer::start(move |mut conn| {
+        let (script, seen, lost) = (script.clone(), seen.clone(), lost.clone());
+        async move {
+            while let Some(request) = conn.request().await {
+                let n = request.index;
+                seen.bump();
+                let Answer(delay, status) = script[n.min(script.len() - 1)];
+                if status == 0 {
+                    // Closes the connection without an answer.
+                    return;
+                }
+                tokio::select! {
+                    () = tokio::time::sleep(delay) => {}
+                    () = conn.hang() => {
+                        lost.bump();
                         return;
                     }
                 }
-            });
+                let body = format!("copy {n}");
+                let head = format!(
+                    "HTTP/1.1 {status} X\r\ncontent-length: {}\r\nretry-after: 1\r\n\r\n",
+                    body.len()
+                );
+                if conn.write(head + &body).await.is_err() {
+                    return;
+                }
+            }
         }
-    });
-    Server { url, requests, abandoned }
+    })
+    .await;
+    Server { url: raw.url("/item"), requests, abandoned, _raw: raw }
 }
 
 fn client(config: HedgeConfigBuilder) -> (ClientWithMiddleware, HedgeMiddleware) {

@@ -6,32 +6,16 @@
 
 mod support;
 
-mod api;
-mod bad_input;
 mod bodies;
-mod body_read;
 mod budget;
-mod caller;
-mod custom_clock;
-mod deadline_body;
+mod deadline;
+mod errors;
 mod hedge;
-mod hedge_idempotency_header;
 mod interop;
-mod load;
-mod metrics_hook;
 mod migration;
-mod no_panic;
-mod orders_scenarios;
+mod observability;
 mod properties;
-mod real_servers;
-mod real_world;
-mod redirect_floor;
 mod redirects;
-mod reqwest_tracing;
-mod rewind;
+mod retry_after;
 mod safety;
-mod scenarios;
-mod soak_findings;
-mod tracing_events;
 mod waits;
-mod what_is_retried;

@@ -4,9 +4,6 @@
 //! against reqwest-retry itself where the claim is about it. All servers are
 //! on loopback, every wait goes to a manual clock (ours) or is zero
 //! (reqwest-retry's), and every network wait is bounded.
-//!
-//! Longer than most files: it mirrors MIGRATING.md, recipe by recipe and
-//! claim by claim, so the guide and its tests stay side by side.
 
 use crate::support;
 

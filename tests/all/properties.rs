@@ -35,15 +35,13 @@
 //! Cases: 96 by default, each run with both clients at once; set
 //! `PROPTEST_CASES` for longer runs. A failure prints the servers' log and
 //! the smallest failing case found within 1024 shrinking steps or 20 s.
-//!
-//! Longer than most files: the scripted servers, the generators and the
-//! invariants of one property test, which read best together.
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+use crate::support::{Conn, RawServer};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestError, TestRunner};
 use reqwest::Method;
@@ -51,9 +49,6 @@ use reqwest_safe_retry::{
     Decision, Jitter, ManualClock, ReportSlot, RetryBudget, RetryConfig, RetryMiddleware,
     RetryReason, SeededJitter,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::task::JoinHandle;
 
 /// The client gives up on an attempt (answer and body) after this long.
 const CLIENT_TIMEOUT: Duration = Duration::from_millis(200);
@@ -466,36 +461,27 @@ struct Shared {
 struct World {
     url: String,
     shared: Arc<Shared>,
-    accepting: Vec<JoinHandle<()>>,
+    _servers: [RawServer; 2],
     /// Keeps the refused address's port bound.
     _refusing: tokio::net::TcpSocket,
 }
 
 impl World {
     async fn start(script: Vec<Play>) -> Self {
-        let a = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let b = TcpListener::bind("127.0.0.1:0").await.unwrap();
         // Bound, never listening: refused for as long as the world lives.
         let (refused, refusing) = crate::support::hops::refusing_port();
-        let url = format!("http://{}{FIRST_HOP}", a.local_addr().unwrap());
+        let slot = Arc::new(std::sync::OnceLock::new());
+        let a = serve('a', slot.clone()).await;
+        let b = serve('b', slot.clone()).await;
         let shared = Arc::new(Shared {
             script,
-            other_host: format!("http://{}", b.local_addr().unwrap()),
+            other_host: b.url(""),
             refused,
             log: Mutex::new(Vec::new()),
         });
-        let accepting = [('a', a), ('b', b)]
-            .into_iter()
-            .map(|(name, listener)| {
-                let shared = shared.clone();
-                tokio::spawn(async move {
-                    while let Ok((socket, _)) = listener.accept().await {
-                        tokio::spawn(connection(socket, name, shared.clone()));
-                    }
-                })
-            })
-            .collect();
-        World { url, shared, accepting, _refusing: refusing }
+        // Set before any request: nothing knows the servers' URLs yet.
+        let _ = slot.set(shared.clone());
+        World { url: a.url(FIRST_HOP), shared, _servers: [a, b], _refusing: refusing }
     }
 
     fn log(&self) -> Vec<Received> {
@@ -503,12 +489,14 @@ impl World {
     }
 }
 
-impl Drop for World {
-    fn drop(&mut self) {
-        for task in &self.accepting {
-            task.abort();
-        }
-    }
+/// Server `name`, serving each connection with what the two servers
+/// share (set once both are listening, as it names the other's address).
+async fn serve(name: char, shared: Arc<std::sync::OnceLock<Arc<Shared>>>) -> RawServer {
+    RawServer::start(move |conn| {
+        let shared = shared.get().expect("set before any request").clone();
+        connection(conn, name, shared)
+    })
+    .await
 }
 
 impl Shared {
@@ -589,9 +577,16 @@ struct Request {
     credentials: [bool; 4],
 }
 
-async fn connection(mut socket: TcpStream, server: char, shared: Arc<Shared>) {
-    let mut buffer = Vec::new();
-    while let Some(request) = read_request(&mut socket, &mut buffer).await {
+async fn connection(mut conn: Conn, server: char, shared: Arc<Shared>) {
+    while let Some(request) = conn.request().await {
+        let has = |name: &str| request.header(name).is_some();
+        let request = Request {
+            referred: has("referer"),
+            credentials: CREDENTIALS.map(has),
+            path: request.path,
+            method: request.method,
+            body: request.body,
+        };
         let (play, index) = shared.record(server, request);
         let head = match &play {
             Play::Answer(status, retry_after) => {
@@ -618,68 +613,20 @@ async fn connection(mut socket: TcpStream, server: char, shared: Arc<Shared>) {
             }
             Play::Slow | Play::Close | Play::Reset => String::new(),
         };
-        if socket.write_all(head.as_bytes()).await.is_err() {
+        if conn.write(head).await.is_err() {
             return;
         }
         match play {
             Play::Answer(..) | Play::Redirect(..) => continue,
             Play::Stall { .. } | Play::Slow => {
-                // Hold the connection until the client goes away.
-                let mut rest = [0u8; 1024];
-                while matches!(socket.read(&mut rest).await, Ok(n) if n > 0) {}
+                conn.hang().await;
                 return;
             }
             Play::Close => return,
             Play::Reset => {
-                // With a zero linger, closing sends a reset at once and never
-                // blocks, which is what the deprecation warns of.
-                #[allow(deprecated)]
-                let _ = socket.set_linger(Some(Duration::ZERO));
+                conn.reset();
                 return;
             }
-        }
-    }
-}
-
-/// Reads one request: method, path, body (by `Content-Length`) and whether
-/// it has a `Referer`.
-async fn read_request(socket: &mut TcpStream, buffer: &mut Vec<u8>) -> Option<Request> {
-    let mut chunk = [0u8; 4096];
-    loop {
-        if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&buffer[..end]).into_owned();
-            let mut line = head.split(' ');
-            let method = line.next().unwrap_or_default().to_owned();
-            let path = line.next().unwrap_or_default().to_owned();
-            let length = head
-                .lines()
-                .find_map(|l| {
-                    l.to_ascii_lowercase()
-                        .strip_prefix("content-length:")
-                        .map(|v| v.trim().to_owned())
-                })
-                .and_then(|v| v.parse::<usize>().ok())
-                .unwrap_or(0);
-            while buffer.len() < end + 4 + length {
-                match socket.read(&mut chunk).await {
-                    Ok(0) | Err(_) => return None,
-                    Ok(n) => buffer.extend_from_slice(&chunk[..n]),
-                }
-            }
-            let has = |name: &str| {
-                head.lines().any(|l| {
-                    l.split_once(':').is_some_and(|(n, _)| n.trim().eq_ignore_ascii_case(name))
-                })
-            };
-            let referred = has("referer");
-            let credentials = CREDENTIALS.map(has);
-            let body = buffer[end + 4..end + 4 + length].to_vec();
-            buffer.drain(..end + 4 + length);
-            return Some(Request { method, path, body, referred, credentials });
-        }
-        match socket.read(&mut chunk).await {
-            Ok(0) | Err(_) => return None,
-            Ok(n) => buffer.extend_from_slice(&chunk[..n]),
         }
     }
 }

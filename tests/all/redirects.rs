@@ -1,29 +1,18 @@
-//! Redirects are followed inside `reqwest`, below every middleware: the
-//! middleware sees only how the last hop ended, while the request it would
-//! repeat is the original one. A request that is not safe to repeat must
-//! therefore reach its first hop once, however a later hop ends; one that is
-//! safe to repeat is retried as usual, the whole chain again. That holds for
-//! both clients: one the middleware was put on by hand, which cannot know
-//! whether a redirect happened, and the quick start's, whose redirects the
-//! middleware records.
-//!
-//! Every cell counts how often the FIRST hop received the original request.
-//! For 307 and 308 `reqwest` itself sends the body on to the later hop: that
-//! is the redirect, not a retry, and is not counted.
-//!
-//! Longer than most files: the redirect matrix for both clients, and the
-//! chains, loops and same-URL cases beside it, share their servers.
+//! Redirects: a request whose redirect ends retryably is sent again whole
+//! when it is safe to repeat and reaches its first hop once when it is not,
+//! through every kind of client.
+
+mod credentials;
+mod every_client;
 
 use crate::support;
-
-use std::sync::Arc;
-use std::time::Duration;
-
 use futures_util::future::join_all;
 use reqwest_middleware::{ClientWithMiddleware, RequestBuilder};
 use reqwest_safe_retry::{
     FixedJitter, ManualClock, ReportSlot, RetryConfig, RetryMiddleware, StopReason,
 };
+use std::sync::Arc;
+use std::time::Duration;
 use support::hops::{BOUND, Blackhole, Hop, Later, SHORT, later_hop, refusing_port};
 use support::*;
 use wiremock::matchers::{any, method, path};

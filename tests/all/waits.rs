@@ -1,21 +1,16 @@
-//! How long the middleware waits, and when it stops waiting.
+//! The waits between attempts: exponential backoff up to its cap, jitter
+//! within its range, and the clock seam (tokio's timer, a manual clock, a
+//! clock of the user's own) that every wait goes through.
 
 use crate::support;
-
-use std::sync::Arc;
-use std::time::{Duration, SystemTime};
-
 use reqwest_safe_retry::{
-    Clock, FixedJitter, Jitter, ManualClock, RetryAfterOverCap, RetryMiddleware, RetryReport,
-    Sleep, StopReason,
+    Clock, FixedJitter, Jitter, ManualClock, RetryMiddleware, RetryReport, Sleep, StopReason,
 };
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 use support::*;
 use tokio::sync::Notify;
-use wiremock::{MockServer, ResponseTemplate};
-
-fn unavailable_with_retry_after(value: &str) -> ResponseTemplate {
-    ResponseTemplate::new(503).insert_header("Retry-After", value)
-}
+use wiremock::MockServer;
 
 async fn get(
     client: &reqwest_middleware::ClientWithMiddleware,
@@ -67,182 +62,6 @@ async fn jitter_kinds_pick_inside_their_range() {
         get(&wrap(middleware), &server).await;
         assert_eq!(clock.sleeps(), want.map(|ms| ms * MS), "{jitter:?} {source:?}");
     }
-}
-
-#[tokio::test]
-async fn retry_after_seconds_replaces_the_backoff() {
-    let server = MockServer::start().await;
-    script(&server, "/r", vec![unavailable_with_retry_after("2"), ResponseTemplate::new(200)])
-        .await;
-    let (client, clock) = client(policy().with_retry_after_spread(false).build().unwrap());
-    assert_eq!(get(&client, &server).await.status(), 200);
-    assert_eq!(clock.sleeps(), [Duration::from_secs(2)]);
-}
-
-#[tokio::test]
-async fn retry_after_is_a_floor_spread_by_the_retrys_ceiling() {
-    // The jitter source picks where in [2 s, 2 s + 100 ms] the retry lands.
-    for (unit, want) in [(0.0, 2000), (0.5, 2050), (1.0, 2100)] {
-        let server = MockServer::start().await;
-        script(&server, "/r", vec![unavailable_with_retry_after("2"), ResponseTemplate::new(200)])
-            .await;
-        let clock = ManualClock::new();
-        let middleware = RetryMiddleware::new(policy().build().unwrap())
-            .with_clock(clock.clone())
-            .with_jitter_source(FixedJitter::new(unit));
-        assert_eq!(get(&wrap(middleware), &server).await.status(), 200);
-        assert_eq!(clock.sleeps(), [want * MS], "{unit}");
-    }
-    // Without jitter there is no spread.
-    let server = MockServer::start().await;
-    script(&server, "/r", vec![unavailable_with_retry_after("2"), ResponseTemplate::new(200)])
-        .await;
-    let (client, clock) = client(policy().with_jitter(Jitter::None).build().unwrap());
-    get(&client, &server).await;
-    assert_eq!(clock.sleeps(), [Duration::from_secs(2)]);
-}
-
-/// A 503 whose `Retry-After` is the RFC's example date, with `Date` if given,
-/// then a 200; on a raw server, which adds no headers of its own.
-async fn dated(date: Option<&str>) -> String {
-    let date = date.map_or(String::new(), |d| format!("Date: {d}\r\n"));
-    let head = format!(
-        "HTTP/1.1 503 Service Unavailable\r\n{date}Retry-After: Sun, 06 Nov 1994 08:49:37 GMT\r\n\
-         Content-Length: 0\r\nConnection: close\r\n\r\n"
-    );
-    let (url, _) =
-        raw_server(vec![Raw::Reply(Box::leak(head.into_boxed_str())), Raw::Reply(OK_CLOSE)]).await;
-    url
-}
-
-/// The RFC's example date, shifted by `secs`.
-fn rfc_date(secs: i64) -> SystemTime {
-    SystemTime::UNIX_EPOCH + Duration::from_secs(784_111_777u64.saturating_add_signed(secs))
-}
-
-async fn wait_for_date(date: Option<&str>, wall: SystemTime) -> Vec<Duration> {
-    let url = dated(date).await;
-    let clock = ManualClock::new().with_wall_time(wall);
-    let config = policy().with_retry_after_spread(false).build().unwrap();
-    let middleware = RetryMiddleware::new(config).with_clock(clock.clone());
-    let response = wrap(middleware).get(&url).send().await.unwrap();
-    assert_eq!(response.status(), 200);
-    clock.sleeps()
-}
-
-#[tokio::test]
-async fn retry_after_date_is_measured_against_the_responses_date() {
-    // The server says it is 08:49:32 and asks for 08:49:37: five seconds,
-    // whether the client's clock is right, 40 s slow or 40 s fast.
-    let server_now = "Sun, 06 Nov 1994 08:49:32 GMT";
-    for skew in [0, -40, 40] {
-        let sleeps = wait_for_date(Some(server_now), rfc_date(-5 + skew)).await;
-        assert_eq!(sleeps, [Duration::from_secs(5)], "clock off by {skew} s");
-    }
-}
-
-#[tokio::test]
-async fn without_a_date_header_retry_after_is_measured_from_the_clock() {
-    assert_eq!(wait_for_date(None, rfc_date(-5)).await, [Duration::from_secs(5)]);
-    // A garbage `Date` is ignored the same way.
-    assert_eq!(wait_for_date(Some("yesterday"), rfc_date(-5)).await, [Duration::from_secs(5)]);
-}
-
-#[tokio::test]
-async fn retry_after_date_in_the_past_means_no_wait() {
-    assert_eq!(wait_for_date(None, rfc_date(3600)).await, [Duration::ZERO]);
-    let server_now = "Sun, 06 Nov 1994 09:49:37 GMT";
-    assert_eq!(wait_for_date(Some(server_now), rfc_date(-5)).await, [Duration::ZERO]);
-}
-
-#[tokio::test]
-async fn retry_after_over_the_cap_returns_the_response_at_once() {
-    let server = MockServer::start().await;
-    script(&server, "/r", vec![unavailable_with_retry_after("3600"), ResponseTemplate::new(200)])
-        .await;
-    let (client, clock) = client(policy().build().unwrap());
-    let response = get(&client, &server).await;
-    assert_eq!(response.status(), 503);
-    let report = RetryReport::from_response(&response);
-    assert_eq!(report.stop, StopReason::RetryAfterTooLong(Duration::from_secs(3600)));
-    assert_eq!(hits(&server).await, 1);
-    assert!(clock.sleeps().is_empty());
-}
-
-#[tokio::test]
-async fn retry_after_over_the_cap_can_wait_the_cap_and_retry() {
-    let server = MockServer::start().await;
-    script(&server, "/r", vec![unavailable_with_retry_after("3600"), ResponseTemplate::new(200)])
-        .await;
-    let config = policy()
-        .with_max_retry_after(Duration::from_secs(5))
-        .with_retry_after_over_cap(RetryAfterOverCap::WaitTheCap)
-        .with_retry_after_spread(false);
-    let (client, clock) = client(config.build().unwrap());
-    let response = get(&client, &server).await;
-    assert_eq!(response.status(), 200);
-    assert_eq!(clock.sleeps(), [Duration::from_secs(5)]);
-    assert_eq!(hits(&server).await, 2);
-}
-
-#[tokio::test]
-async fn retry_after_up_to_a_raised_cap_is_honoured() {
-    let server = MockServer::start().await;
-    script(&server, "/r", vec![unavailable_with_retry_after("3600"), ResponseTemplate::new(200)])
-        .await;
-    let config = policy().with_max_retry_after(Duration::from_secs(3600));
-    let (client, clock) = client(config.with_retry_after_spread(false).build().unwrap());
-    assert_eq!(get(&client, &server).await.status(), 200);
-    assert_eq!(clock.sleeps(), [Duration::from_secs(3600)]);
-}
-
-#[tokio::test]
-async fn garbage_retry_after_falls_back_to_the_backoff() {
-    for value in ["soon", "-3", "1.5", "", "Sun, 99 Nov 1994 08:49:37 GMT"] {
-        let server = MockServer::start().await;
-        script(
-            &server,
-            "/r",
-            vec![unavailable_with_retry_after(value), ResponseTemplate::new(200)],
-        )
-        .await;
-        let (client, clock) = client(policy().build().unwrap());
-        assert_eq!(get(&client, &server).await.status(), 200, "{value:?}");
-        assert_eq!(clock.sleeps(), [100 * MS], "{value:?}");
-    }
-}
-
-#[tokio::test]
-async fn deadline_cuts_the_retries_short() {
-    let server = MockServer::start().await;
-    script_statuses(&server, "/r", &[503]).await;
-    let (client, clock) = client(policy().with_deadline(350 * MS).build().unwrap());
-    let response = get(&client, &server).await;
-    // 100 ms and 200 ms fit in 350 ms; the next 400 ms would not.
-    assert_eq!(clock.sleeps(), [100 * MS, 200 * MS]);
-    assert_eq!(hits(&server).await, 3);
-    let report = RetryReport::from_response(&response);
-    assert_eq!(report.stop, StopReason::DeadlineExceeded);
-}
-
-#[tokio::test]
-async fn deadline_shorter_than_the_first_wait_sends_one_attempt() {
-    let server = MockServer::start().await;
-    script_statuses(&server, "/r", &[503]).await;
-    let (client, clock) = client(policy().with_deadline(50 * MS).build().unwrap());
-    assert_eq!(get(&client, &server).await.status(), 503);
-    assert_eq!(hits(&server).await, 1);
-    assert!(clock.sleeps().is_empty());
-}
-
-#[tokio::test]
-async fn deadline_counts_retry_after_waits() {
-    let server = MockServer::start().await;
-    script(&server, "/r", vec![unavailable_with_retry_after("2"), ResponseTemplate::new(200)])
-        .await;
-    let (client, clock) = client(policy().with_deadline(Duration::from_secs(1)).build().unwrap());
-    assert_eq!(get(&client, &server).await.status(), 503);
-    assert!(clock.sleeps().is_empty());
 }
 
 /// A clock whose sleeps never end, and which says when one starts.
@@ -298,16 +117,114 @@ async fn default_clock_waits_in_tokio_time() {
     assert_eq!(start.elapsed(), 300 * MS);
 }
 
+/// A test clock as a user writes one: each sleep is recorded and moves the
+/// time on at once; nothing else moves it.
+#[derive(Debug, Clone)]
+struct Stepping {
+    start: Instant,
+    state: Arc<Mutex<(Duration, Vec<Duration>)>>,
+}
+
+impl Stepping {
+    fn new() -> Self {
+        Self { start: Instant::now(), state: Arc::default() }
+    }
+
+    fn sleeps(&self) -> Vec<Duration> {
+        self.state.lock().unwrap().1.clone()
+    }
+}
+
+impl Clock for Stepping {
+    fn now(&self) -> Instant {
+        self.start + self.state.lock().unwrap().0
+    }
+
+    fn sleep(&self, duration: Duration) -> Sleep {
+        let mut state = self.state.lock().unwrap();
+        state.0 += duration;
+        state.1.push(duration);
+        Box::pin(std::future::ready(()))
+    }
+
+    // Time never moves while an attempt is in flight: the deadline cuts an
+    // attempt only if it has already passed.
+    fn sleep_until(&self, deadline: Instant) -> Sleep {
+        if self.now() >= deadline {
+            return Box::pin(std::future::ready(()));
+        }
+        Box::pin(std::future::pending())
+    }
+}
+
+/// A test clock whose `sleep` moves its time keeps every deadline: its waits
+/// are the backoff's alone, and a call well within its deadline succeeds.
 #[tokio::test]
-async fn a_deadline_can_be_removed_from_a_copy_of_the_policy() {
-    let bounded = policy().with_deadline(Duration::from_secs(1)).build().unwrap();
-    let unbounded = bounded.to_builder().without_deadline().build().unwrap();
-    assert_eq!(RetryMiddleware::new(unbounded.clone()).config().deadline(), None);
-    // The wait that `deadline_counts_retry_after_waits` refuses is made.
-    let server = MockServer::start().await;
-    script(&server, "/r", vec![unavailable_with_retry_after("2"), ResponseTemplate::new(200)])
-        .await;
-    let (client, clock) = client(unbounded);
-    assert_eq!(get(&client, &server).await.status(), 200);
-    assert_eq!(clock.sleeps(), [2100 * MS]);
+async fn a_stepping_test_clock_waits_the_backoff_and_keeps_the_deadline() {
+    let server = wiremock::MockServer::start().await;
+    script_statuses(&server, "/r", &[503, 503, 200]).await;
+    let clock = Stepping::new();
+    let config = policy().with_deadline(Duration::from_secs(10)).build().unwrap();
+    let middleware =
+        RetryMiddleware::new(config).with_clock(clock.clone()).with_jitter_source(FixedJitter::TOP);
+    let client = wrap(middleware);
+    let response = client.get(format!("{}/r", server.uri())).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    let report = RetryReport::from_response(&response);
+    assert_eq!((report.attempts, report.stop), (3, StopReason::NothingToRetry));
+    assert_eq!(clock.sleeps(), [100 * MS, 200 * MS], "the backoff, and no deadline wait");
+
+    // And the deadline still ends the call: the next wait would pass it.
+    let server = wiremock::MockServer::start().await;
+    script_statuses(&server, "/r", &[503]).await;
+    let clock = Stepping::new();
+    let config = policy().with_deadline(250 * MS).build().unwrap();
+    let middleware =
+        RetryMiddleware::new(config).with_clock(clock.clone()).with_jitter_source(FixedJitter::TOP);
+    let response = wrap(middleware).get(format!("{}/r", server.uri())).send().await.unwrap();
+    let report = RetryReport::from_response(&response);
+    assert_eq!((report.attempts, report.stop), (2, StopReason::DeadlineExceeded));
+    assert_eq!(clock.sleeps(), [100 * MS]);
+}
+
+/// Forwards wakes to a task's own waker, and says by its reference count
+/// whether anything still holds it.
+struct Tracked(std::task::Waker);
+
+impl std::task::Wake for Tracked {
+    fn wake(self: Arc<Self>) {
+        self.0.wake_by_ref();
+    }
+}
+
+/// `call` polled with a [`Tracked`] waker of its own; returns its output and
+/// the tracker, to be read once the call is over.
+async fn tracked<F: std::future::Future>(call: F) -> (F::Output, Arc<Tracked>) {
+    let mut call = std::pin::pin!(call);
+    let mut tracker = None;
+    let output = std::future::poll_fn(|cx| {
+        let tracker = tracker.get_or_insert_with(|| Arc::new(Tracked(cx.waker().clone())));
+        let waker = std::task::Waker::from(tracker.clone());
+        call.as_mut().poll(&mut std::task::Context::from_waker(&waker))
+    })
+    .await;
+    (output, tracker.expect("polled at least once"))
+}
+
+/// Calls with a deadline race a `ManualClock`'s `sleep_until`; once each is
+/// over, nothing of it is left in the clock, whose time never moved.
+#[tokio::test]
+async fn a_manual_clock_keeps_nothing_of_finished_calls() {
+    let server = wiremock::MockServer::start().await;
+    script_statuses(&server, "/r", &[200]).await;
+    let clock = reqwest_safe_retry::ManualClock::new();
+    let config = policy().with_deadline(Duration::from_secs(10)).build().unwrap();
+    let client = wrap(RetryMiddleware::new(config).with_clock(clock.clone()));
+    let url = format!("{}/r", server.uri());
+    for n in 0..300 {
+        let (result, tracker) = tracked(client.get(&url).send()).await;
+        assert_eq!(result.unwrap().status(), 200);
+        assert_eq!(Arc::strong_count(&tracker), 1, "call {n}: its waker is still held");
+    }
+    assert_eq!(clock.elapsed(), Duration::ZERO);
 }

@@ -6,11 +6,12 @@ use std::io::ErrorKind;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::{TcpListener, TcpSocket};
+use tokio::net::TcpSocket;
 use wiremock::matchers::any;
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
-use super::{Counter, read_request};
+use super::Counter;
+use super::raw::RawServer;
 
 /// Both the per-request timeout that ends a stalled request and the connect
 /// timeout that ends an unanswered name lookup.
@@ -113,11 +114,16 @@ pub struct Hop {
     pub resolver: Option<Arc<Blackhole>>,
     _server: Option<MockServer>,
     _port: Option<TcpSocket>,
+    _raw: Option<RawServer>,
 }
 
 impl Hop {
     fn at(url: String) -> Self {
-        Self { url, arrivals: None, resolver: None, _server: None, _port: None }
+        Self { url, arrivals: None, resolver: None, _server: None, _port: None, _raw: None }
+    }
+
+    fn serving(self, server: RawServer) -> Self {
+        Self { _raw: Some(server), ..self }
     }
 }
 
@@ -168,30 +174,23 @@ enum Then {
 /// Accepts connections on loopback, reads a request from each, counts it
 /// and does `then`.
 async fn serve(then: Then) -> Hop {
-    use tokio::io::AsyncReadExt;
-
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/later", listener.local_addr().unwrap());
     let arrivals = Counter::default();
     let count = arrivals.clone();
-    tokio::spawn(async move {
-        while let Ok((mut socket, _)) = listener.accept().await {
-            let count = count.clone();
-            tokio::spawn(async move {
-                if !read_request(&mut socket).await {
-                    return;
-                }
-                count.bump();
-                match then {
-                    Then::Reset => socket.set_zero_linger().expect("SO_LINGER can be set"),
-                    Then::Stall => {
-                        let _ = socket.read(&mut [0u8; 1]).await;
-                    }
-                }
-            });
+    let server = RawServer::start(move |mut conn| {
+        let count = count.clone();
+        async move {
+            if conn.request().await.is_none() {
+                return;
+            }
+            count.bump();
+            match then {
+                Then::Reset => conn.reset(),
+                Then::Stall => conn.hang().await,
+            }
         }
-    });
-    Hop { arrivals: Some(arrivals), ..Hop::at(url) }
+    })
+    .await;
+    Hop { arrivals: Some(arrivals), ..Hop::at(server.url("/later")).serving(server) }
 }
 
 /// A resolver under which [`BLACKHOLE_HOST`] never resolves, like a name

@@ -1,8 +1,9 @@
-//! Shared pieces for the integration tests: a scripted wiremock server and a
-//! client whose clock and jitter are pinned, so every wait is exact.
-//!
-//! Longer than most files: every suite's servers and clients live here once,
-//! so no suite writes its own.
+//! Shared pieces for the integration tests: a scripted wiremock server, a
+//! client whose clock and jitter are pinned (so every wait is exact), and
+//! the servers wiremock cannot be: [`raw`], the one raw HTTP/1 server every
+//! suite scripts its misbehaving answers on ([`raw_server`] plays a list
+//! of common ones), [`hops`] for the far end of a redirect, and the TLS
+//! and HTTP/2 servers. No suite binds a listener of its own.
 
 #![allow(dead_code, unreachable_pub)]
 
@@ -10,6 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+pub use raw::{Conn, RawServer};
 use reqwest::redirect::Policy;
 use reqwest_middleware::ClientWithMiddleware;
 use reqwest_safe_retry::{
@@ -21,6 +23,7 @@ use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 #[cfg(feature = "http2")]
 pub mod h2_server;
 pub mod hops;
+pub mod raw;
 pub mod tls_server;
 
 pub const MS: Duration = Duration::from_millis(1);
@@ -162,6 +165,28 @@ pub async fn refused_address() -> String {
     url
 }
 
+/// A listener that never accepts, its queue filled until a connection is
+/// no longer answered: a connect to it times out. Returns its URL, and the
+/// listener and the connections that fill it, to keep.
+pub async fn unanswered_connects() -> (String, (tokio::net::TcpListener, Vec<tokio::net::TcpStream>))
+{
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let listener = socket.listen(1).unwrap();
+    let address = listener.local_addr().unwrap();
+    let mut queued = Vec::new();
+    loop {
+        let connect = tokio::net::TcpStream::connect(address);
+        match tokio::time::timeout(Duration::from_millis(50), connect).await {
+            Ok(stream) => queued.push(stream.unwrap()),
+            // The queue is full: the kernel no longer answers.
+            Err(_) => break,
+        }
+        assert!(queued.len() < 64, "the listener's queue never filled");
+    }
+    (format!("http://{address}/"), (listener, queued))
+}
+
 /// Counts calls to a `Fn`.
 #[derive(Clone, Default)]
 pub struct Counter(Arc<AtomicUsize>);
@@ -201,108 +226,67 @@ pub enum Raw {
 
 /// A server for what wiremock cannot play: each request gets the next
 /// behaviour (the last repeats). Returns its base URL and a count of the
-/// connections it accepted.
+/// connections it accepted; it serves until the test ends.
 pub async fn raw_server(script: Vec<Raw>) -> (String, Counter) {
-    use tokio::io::AsyncWriteExt;
-
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
     let connections = Counter::default();
     let count = connections.clone();
-    let requests = Counter::default();
     let script = Arc::new(script);
-    tokio::spawn(async move {
-        while let Ok((mut socket, _)) = listener.accept().await {
-            count.bump();
-            let (script, requests) = (script.clone(), requests.clone());
-            tokio::spawn(async move {
-                while read_request(&mut socket).await {
-                    let behaviour = script[requests.get().min(script.len() - 1)].clone();
-                    requests.bump();
-                    match behaviour {
-                        Raw::Close => break,
-                        Raw::Reply(bytes) => {
-                            let _ = socket.write_all(bytes.as_bytes()).await;
-                            break;
-                        }
-                        Raw::KeepAlive(bytes) => {
-                            if socket.write_all(bytes.as_bytes()).await.is_err() {
-                                break;
-                            }
-                        }
-                        Raw::EndlessBody | Raw::EndlessOk => {
-                            let head = if matches!(behaviour, Raw::EndlessOk) {
-                                "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
-                            } else {
-                                "HTTP/1.1 503 Service Unavailable\r\nTransfer-Encoding: chunked\r\n\r\n"
-                            };
-                            let _ = socket.write_all(head.as_bytes()).await;
-                            let chunk = format!("{:x}\r\n{}\r\n", 8192, "x".repeat(8192));
-                            // Stops when the client goes away.
-                            while socket.write_all(chunk.as_bytes()).await.is_ok() {}
-                            break;
-                        }
-                        Raw::StalledBody => {
-                            let head = "HTTP/1.1 503 Service Unavailable\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nbusy.\r\n";
-                            let _ = socket.write_all(head.as_bytes()).await;
-                            hold(&mut socket).await;
-                            break;
-                        }
-                        Raw::Stall => {
-                            hold(&mut socket).await;
-                            break;
-                        }
-                        Raw::StalledOk => {
-                            let head = "HTTP/1.1 200 OK\r\nContent-Length: 30\r\n\r\nabc";
-                            let _ = socket.write_all(head.as_bytes()).await;
-                            hold(&mut socket).await;
-                            break;
-                        }
-                    }
-                }
-                let _ = socket.shutdown().await;
-            });
-        }
-    });
-
+    let server = RawServer::start(move |conn| {
+        count.bump();
+        play(conn, script.clone())
+    })
+    .await;
+    let url = server.url("");
+    // Serves until the runtime ends, as the callers keep only the URL.
+    std::mem::forget(server);
     (url, connections)
 }
 
-/// Holds a connection open, unanswered, until the client goes away.
-pub async fn hold(socket: &mut tokio::net::TcpStream) {
-    use tokio::io::AsyncReadExt;
-
-    let mut buf = [0u8; 1024];
-    while matches!(socket.read(&mut buf).await, Ok(n) if n > 0) {}
-}
-
-/// Reads one request; false when the connection closed first.
-pub async fn read_request(socket: &mut tokio::net::TcpStream) -> bool {
-    use tokio::io::AsyncReadExt;
-
-    let mut seen = Vec::new();
-    let mut buf = [0u8; 4096];
-    loop {
-        match socket.read(&mut buf).await {
-            Ok(0) | Err(_) => return false,
-            Ok(n) => seen.extend_from_slice(&buf[..n]),
-        }
-        if let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&seen[..end]).to_ascii_lowercase();
-            let length = head
-                .lines()
-                .find_map(|l| l.strip_prefix("content-length:"))
-                .and_then(|v| v.trim().parse::<usize>().ok())
-                .unwrap_or(0);
-            while seen.len() < end + 4 + length {
-                match socket.read(&mut buf).await {
-                    Ok(0) | Err(_) => return false,
-                    Ok(n) => seen.extend_from_slice(&buf[..n]),
+/// Plays `script` on one connection.
+async fn play(mut conn: Conn, script: Arc<Vec<Raw>>) {
+    while let Some(request) = conn.request().await {
+        let behaviour = script[request.index.min(script.len() - 1)].clone();
+        match behaviour {
+            Raw::Close => break,
+            Raw::Reply(bytes) => {
+                let _ = conn.write(bytes).await;
+                break;
+            }
+            Raw::KeepAlive(bytes) => {
+                if conn.write(bytes).await.is_err() {
+                    break;
                 }
             }
-            return true;
+            Raw::EndlessBody | Raw::EndlessOk => {
+                let head = if matches!(behaviour, Raw::EndlessOk) {
+                    "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                } else {
+                    "HTTP/1.1 503 Service Unavailable\r\nTransfer-Encoding: chunked\r\n\r\n"
+                };
+                let _ = conn.write(head).await;
+                let chunk = format!("{:x}\r\n{}\r\n", 8192, "x".repeat(8192));
+                // Stops when the client goes away.
+                while conn.write(&chunk).await.is_ok() {}
+                break;
+            }
+            Raw::StalledBody => {
+                let head = "HTTP/1.1 503 Service Unavailable\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nbusy.\r\n";
+                let _ = conn.write(head).await;
+                conn.hang().await;
+                break;
+            }
+            Raw::Stall => {
+                conn.hang().await;
+                break;
+            }
+            Raw::StalledOk => {
+                let _ = conn.write("HTTP/1.1 200 OK\r\nContent-Length: 30\r\n\r\nabc").await;
+                conn.hang().await;
+                break;
+            }
         }
     }
+    conn.close().await;
 }
 
 /// A keep-alive response with `status` and a body of `length` bytes.

@@ -7,17 +7,15 @@
 //! (an unreachable network, a request hyper handed back unsent or a new
 //! connection closed before taking it) are checked on the
 //! errors themselves, in `src/classify.rs`'s unit tests; an HTTP/2 request
-//! queued on a closing connection, in `real_servers.rs`.
+//! queued on a closing connection, in `safety/tls_and_http2.rs`.
 
 use crate::support;
-
-use std::time::Duration;
-
 use reqwest::Method;
 use reqwest_middleware::ClientWithMiddleware;
 use reqwest_safe_retry::{
     FixedJitter, ManualClock, ReportSlot, RetryConfig, RetryMiddleware, RetryReport, StopReason,
 };
+use std::time::Duration;
 use support::tls_server::{Handshake, rustls_client, tls_server, trusting_builder};
 use support::*;
 use wiremock::{MockServer, ResponseTemplate};
@@ -72,7 +70,7 @@ fn returned(outcome: &str, stop: StopReason) -> Got {
 const CUT_HEAD: &str = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConn";
 
 /// README row: 502, 503, 504; a timeout after the request went out; a reset; a response cut short before its headers ended³; an HTTP/2 request queued on a connection that closed⁴
-/// (the last is `real_servers::a_request_queued_on_a_closing_connection_is_retried_when_safe`)
+/// (the last is `tls_and_http2::a_request_queued_on_a_closing_connection_is_retried_when_safe`)
 #[tokio::test]
 async fn failures_after_sending_are_retried_only_when_safe_to_repeat() {
     for status in [502, 503, 504] {
@@ -137,27 +135,6 @@ async fn failures_before_sending_are_retried_for_any_method() {
         let got = call(builder, method.clone(), &url, None).await;
         assert_eq!(got, exhausted, "{method}, connect timeout");
     }
-}
-
-/// A listener that never accepts, its queue filled until a connection is
-/// no longer answered: a connect to it times out. Returns its URL, and the
-/// listener and the connections that fill it, to keep.
-async fn unanswered_connects() -> (String, (tokio::net::TcpListener, Vec<tokio::net::TcpStream>)) {
-    let socket = tokio::net::TcpSocket::new_v4().unwrap();
-    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let listener = socket.listen(1).unwrap();
-    let address = listener.local_addr().unwrap();
-    let mut queued = Vec::new();
-    loop {
-        let connect = tokio::net::TcpStream::connect(address);
-        match tokio::time::timeout(Duration::from_millis(50), connect).await {
-            Ok(stream) => queued.push(stream.unwrap()),
-            // The queue is full: the kernel no longer answers.
-            Err(_) => break,
-        }
-        assert!(queued.len() < 64, "the listener's queue never filled");
-    }
-    (format!("http://{address}/"), (listener, queued))
 }
 
 /// README row: HTTP/2 REFUSED_STREAM or graceful GOAWAY²
@@ -252,7 +229,7 @@ async fn a_body_cut_short_is_retried_only_with_response_buffering() {
 
 #[test]
 fn the_readme_table_has_a_test_for_every_row() {
-    let readme = include_str!("../../README.md");
+    let readme = include_str!("../../../README.md");
     let table = readme.split("| outcome |").nth(1).expect("the table");
     let rows: Vec<&str> = table
         .lines()
@@ -261,7 +238,7 @@ fn the_readme_table_has_a_test_for_every_row() {
         .map(|line| line.split('|').nth(1).unwrap().trim())
         .collect();
     assert!(rows.len() >= 6, "{rows:?}");
-    let source = include_str!("what_is_retried.rs");
+    let source = include_str!("readme_table.rs");
     for row in rows {
         let marker = format!("/// README row: {row}\n");
         assert!(source.contains(&marker), "no test names the README row `{row}`");

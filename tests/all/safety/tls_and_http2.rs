@@ -1,17 +1,16 @@
 //! Failures only a real server produces: TLS handshakes broken off or
-//! rejected, and HTTP/2 streams refused, reset or turned away by GOAWAY.
-//! The servers run on loopback; every wait on them is bounded.
+//! rejected, and HTTP/2 streams refused, reset or turned away by GOAWAY, each
+//! retried only when the server cannot have processed the request or it is
+//! safe to repeat.
 
 use crate::support;
-
-use std::future::Future;
-use std::time::Duration;
-
 use reqwest::Method;
 use reqwest_middleware::ClientWithMiddleware;
 use reqwest_safe_retry::{
     FixedJitter, ManualClock, ReportSlot, RetryConfig, RetryMiddleware, RetryReport, StopReason,
 };
+use std::future::Future;
+use std::time::Duration;
 use support::tls_server::{Handshake, rustls_client, tls_server, trusting_builder};
 use support::*;
 
@@ -247,62 +246,4 @@ async fn a_request_queued_on_a_closing_connection_is_retried_when_safe() {
             assert_eq!(streams.get(), 1);
         }
     }
-}
-
-/// Five refused streams, then 200; the middleware allows two retries.
-#[cfg(feature = "http2")]
-async fn five_refusals(inner: reqwest::ClientBuilder) -> (u16, RetryReport, usize, Vec<Duration>) {
-    use support::h2_server::{Answer, h2_server};
-
-    let refuse = Answer::Reset(h2::Reason::REFUSED_STREAM);
-    let (url, streams, _) =
-        h2_server(vec![refuse, refuse, refuse, refuse, refuse, Answer::Ok]).await;
-    let (client, clock) = with_retry(inner, config(2));
-    let (result, report) = send(&client, Method::POST, &url).await;
-    let status = match result {
-        Ok(response) => response.status().as_u16(),
-        Err(e) => {
-            assert!(!e.is_connect(), "{}", chain(&e));
-            0
-        }
-    };
-    (status, report, streams.get(), clock.sleeps())
-}
-
-#[cfg(feature = "http2")]
-#[tokio::test]
-async fn through_the_built_client_every_refused_stream_is_an_attempt() {
-    // The client `client()` builds has reqwest's own retry off, whether or
-    // not the builder turned it off: each stream is one attempt (the first
-    // and two retries), three refused streams, and the error of the last.
-    for inner in [support::h2_server::h2_client(), h2_client_without_reqwest_retry()] {
-        let (status, report, streams, sleeps) = five_refusals(inner).await;
-        assert_eq!(status, 0, "the last refusal is returned as an error");
-        assert_eq!((report.attempts, report.stop), (3, StopReason::RetriesExhausted));
-        assert_eq!(streams, 3);
-        assert_eq!(sleeps, [100 * MS, 200 * MS]);
-    }
-}
-
-#[cfg(feature = "http2")]
-#[tokio::test]
-async fn on_http2_a_dropped_error_body_resets_only_its_stream() {
-    use support::h2_server::{Answer, h2_client, h2_server_counting_resets};
-
-    let (url, streams, connections, resets) =
-        h2_server_counting_resets(vec![Answer::StalledBody, Answer::Ok]).await;
-    let inner = h2_client().retry(reqwest::retry::never());
-    let (client, clock) = with_retry(inner, config(3));
-    let (result, report) = send(&client, Method::GET, &url).await;
-    assert_eq!(result.unwrap().status(), 200);
-    assert_eq!((report.attempts, clock.sleeps()), (2, vec![Duration::from_millis(100)]));
-    // The stalled body was dropped when the wait ended: its stream was
-    // cancelled and the retry went out on the same connection.
-    assert_eq!((streams.get(), connections.get()), (2, 1));
-    bounded("the stream's reset", async {
-        while resets.get() == 0 {
-            tokio::task::yield_now().await;
-        }
-    })
-    .await;
 }

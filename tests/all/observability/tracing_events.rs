@@ -1,10 +1,10 @@
-//! The tracing event emitted for each retry.
-#![cfg(feature = "tracing")]
-
-use crate::support;
+//! The `tracing` events the middleware emits: one per retry decision, at the
+//! level asked for, naming the attempt, reason and wait but no secret.
 
 use support::*;
 use wiremock::MockServer;
+
+use crate::support;
 
 #[tokio::test]
 async fn tracing_event_says_attempt_reason_and_wait_but_no_secrets() {

@@ -1,23 +1,18 @@
-//! Stream buffering (`with_request_body_buffering`): a streamed request body read
-//! into memory before the first attempt, so that it can be sent again.
-//!
-//! Without it a streamed body is sent once and never retried; that default
-//! is tested in `tests/all/bodies.rs`
-//! (`streaming_body_is_sent_once_and_its_response_returned`).
+//! Streamed request bodies: sent once by default, buffered up to a limit
+//! when asked so they can be sent again, and never sent on without their
+//! bytes across a redirect.
 
 use crate::support;
-
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
-
 use bytes::Bytes;
-use futures_util::stream::{self, Stream, StreamExt};
+use futures_util::stream;
+use futures_util::stream::Stream;
 use reqwest_safe_retry::{
-    DeadlineExceeded, FixedJitter, ReportSlot, RetryMiddleware, RetryReport, StopReason,
+    ManualClock, ReportSlot, RetryConfig, RetryMiddleware, RetryReport, StopReason,
 };
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use support::*;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use wiremock::MockServer;
 
 const KIB: usize = 1024;
@@ -34,12 +29,6 @@ fn concat(chunks: &[Bytes]) -> Vec<u8> {
 /// A streamed body yielding `chunks`, one poll each.
 fn streamed(chunks: Vec<Bytes>) -> reqwest::Body {
     reqwest::Body::wrap_stream(stream::iter(chunks.into_iter().map(Ok::<_, std::io::Error>)))
-}
-
-/// A streamed body that yields `first`, then nothing ever again.
-fn stalled(first: &'static [u8]) -> reqwest::Body {
-    let first = stream::once(async move { Ok::<_, std::io::Error>(Bytes::from_static(first)) });
-    reqwest::Body::wrap_stream(first.chain(stream::pending()))
 }
 
 #[tokio::test]
@@ -111,29 +100,29 @@ async fn a_stream_that_cannot_be_retried_is_not_buffered() {
 }
 
 /// A server that opens `gate` when the first bytes of a request arrive,
-/// reads a chunked request to its end, answers 503 and returns how many
-/// bytes it read.
-async fn gatekeeper(gate: Arc<tokio::sync::Notify>) -> (String, tokio::task::JoinHandle<usize>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let server = tokio::spawn(async move {
-        let (mut socket, _) = listener.accept().await.unwrap();
-        let mut seen = Vec::new();
-        let mut buf = vec![0u8; 64 * KIB];
-        while !seen.ends_with(b"\r\n0\r\n\r\n") {
-            let n = socket.read(&mut buf).await.unwrap();
-            assert!(n > 0, "the request ended early");
-            if seen.is_empty() {
-                gate.notify_one();
+/// reads a chunked request to its end, answers 503 and sends the bytes the
+/// request took on the wire.
+async fn gatekeeper(
+    gate: Arc<tokio::sync::Notify>,
+) -> (RawServer, tokio::sync::oneshot::Receiver<usize>) {
+    let (read, bytes) = tokio::sync::oneshot::channel();
+    let read = Arc::new(Mutex::new(Some(read)));
+    let server = RawServer::start(move |mut conn| {
+        let (gate, read) = (gate.clone(), read.clone());
+        async move {
+            assert!(conn.arrived().await, "the request never came");
+            gate.notify_one();
+            let request = conn.request().await.expect("the request ended early");
+            let answer =
+                "HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
+            conn.write(answer).await.unwrap();
+            if let Some(read) = read.lock().unwrap().take() {
+                let _ = read.send(request.wire_len);
             }
-            seen.extend_from_slice(&buf[..n]);
         }
-        let answer =
-            "HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
-        socket.write_all(answer.as_bytes()).await.unwrap();
-        seen.len()
-    });
-    (url, server)
+    })
+    .await;
+    (server, bytes)
 }
 
 /// Yields `count` chunks of `size` bytes, counting them in `produced`; past
@@ -170,7 +159,8 @@ async fn at_most_the_limit_and_one_chunk_are_read_before_sending() {
     let (limit, chunk, count) = (64 * KIB, 16 * KIB, 256); // a 4 MiB stream
     let gate = Arc::new(tokio::sync::Notify::new());
     let produced = Arc::new(AtomicUsize::new(0));
-    let (url, server) = gatekeeper(gate.clone()).await;
+    let (server, read) = gatekeeper(gate.clone()).await;
+    let url = server.url("");
     let (client, _) = client(policy().with_request_body_buffering(limit).build().unwrap());
     let body = gated(count, chunk, limit + chunk, gate, produced.clone());
     let send = client.put(&url).body(reqwest::Body::wrap_stream(body)).send();
@@ -182,7 +172,7 @@ async fn at_most_the_limit_and_one_chunk_are_read_before_sending() {
     let report = RetryReport::from_response(&response);
     assert_eq!((report.attempts, report.stop), (1, StopReason::NotReplayable));
     assert_eq!(produced.load(Ordering::SeqCst), count * chunk);
-    assert!(server.await.unwrap() > count * chunk, "the whole stream reached the server");
+    assert!(read.await.unwrap() > count * chunk, "the whole stream reached the server");
 }
 
 /// A stream that yields `order=` then fails.
@@ -228,124 +218,92 @@ async fn a_stream_that_fails_is_sent_as_far_as_it_got_then_fails_as_without_buff
     assert_eq!(seen[0], (true, false, 1, StopReason::NothingToRetry));
 }
 
-/// On tokio's clock, paused: the stream never ends, and the deadline, which
-/// counts the time spent reading it, ends the call without sending anything.
-#[tokio::test(start_paused = true)]
-async fn a_stalled_stream_under_a_deadline_ends_at_the_deadline() {
-    let (url, connections) = raw_server(vec![Raw::Reply(OK_CLOSE)]).await;
-    let config = policy()
-        .with_request_body_buffering(64 * KIB)
-        .with_deadline(Duration::from_secs(2))
-        .build()
-        .unwrap();
-    let client = wrap(RetryMiddleware::new(config).with_jitter_source(FixedJitter::TOP));
-    let slot = ReportSlot::new();
-    let start = tokio::time::Instant::now();
-    let send = client.put(&url).body(stalled(b"order=")).with_extension(slot.clone()).send();
-    let error = tokio::time::timeout(Duration::from_secs(60), send)
-        .await
-        .expect("the deadline ends the wait for the stream")
-        .unwrap_err();
-    assert_eq!(start.elapsed(), Duration::from_secs(2));
-    match &error {
-        reqwest_middleware::Error::Middleware(e) => {
-            assert!(e.is::<DeadlineExceeded>(), "{e}")
+/// One request as the server read it: method, path and body.
+type Seen = (String, String, Vec<u8>);
+
+/// A server whose `/first` answers `status` with `Location: /next`, and
+/// whose `/next` answers 503 twice, then 200. Returns it and the requests
+/// it read, chunked bodies decoded.
+async fn server(status: u16) -> (RawServer, Arc<Mutex<Vec<Seen>>>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = seen.clone();
+    let server = RawServer::start(move |mut conn| {
+        let log = log.clone();
+        async move {
+            while let Some(request) = conn.request().await {
+                let answer = {
+                    let mut log = log.lock().unwrap();
+                    let path = request.path.clone();
+                    log.push((request.method, request.path, request.body));
+                    let hops = log.iter().filter(|(_, p, _)| p == "/next").count();
+                    if path == "/first" {
+                        format!(
+                            "HTTP/1.1 {status} X\r\nLocation: /next\r\nContent-Length: 0\r\n\r\n"
+                        )
+                    } else if hops <= 2 {
+                        "HTTP/1.1 503 X\r\nContent-Length: 0\r\n\r\n".to_owned()
+                    } else {
+                        "HTTP/1.1 200 X\r\nContent-Length: 0\r\n\r\n".to_owned()
+                    }
+                };
+                if conn.write(answer).await.is_err() {
+                    return;
+                }
+            }
         }
-        other => panic!("{other}"),
-    }
-    let report = slot.get().unwrap();
-    assert_eq!((report.attempts, report.stop), (0, StopReason::DeadlineExceeded));
-    assert_eq!(connections.get(), 0, "nothing was sent");
+    })
+    .await;
+    (server, seen)
 }
 
-/// On tokio's clock, paused: reading waits no longer than the attempt
-/// timeout; then the request goes out once, and reqwest times the attempt
-/// out as it would have without buffering.
-#[tokio::test(start_paused = true)]
-async fn a_stalled_stream_under_an_attempt_timeout_is_sent_once_and_times_out() {
-    let (url, connections) = raw_server(vec![Raw::Stall]).await;
-    let config = policy()
-        .with_request_body_buffering(64 * KIB)
-        .with_attempt_timeout(Duration::from_secs(1))
-        .build()
-        .unwrap();
-    let client = wrap(RetryMiddleware::new(config).with_jitter_source(FixedJitter::TOP));
-    let slot = ReportSlot::new();
-    let start = tokio::time::Instant::now();
-    let send = client.put(&url).body(stalled(b"order=")).with_extension(slot.clone()).send();
-    let error = tokio::time::timeout(Duration::from_secs(60), send)
+/// Sends a PUT with a streamed body through the quick start's client;
+/// returns the status the caller got and what the server read.
+async fn streamed_put(status: u16) -> (u16, Vec<Seen>) {
+    let (server, seen) = server(status).await;
+    let url = server.url("/first");
+    let retry = RetryMiddleware::new(RetryConfig::default()).with_clock(ManualClock::new());
+    let client = retry.client(reqwest::Client::builder()).unwrap().build();
+    let chunks = ["order", "=1"].map(|c| Ok::<_, std::io::Error>(bytes::Bytes::from(c)));
+    let body = reqwest::Body::wrap_stream(futures_util::stream::iter(chunks));
+    let response = tokio::time::timeout(Duration::from_secs(5), client.put(&url).body(body).send())
         .await
-        .expect("the attempt timeout bounds the wait for the stream")
-        .unwrap_err();
-    assert!(error.is_timeout(), "{error}");
-    let elapsed = start.elapsed();
-    assert!(elapsed <= Duration::from_secs(2) + 100 * MS, "{elapsed:?}");
-    let report = slot.get().unwrap();
-    assert_eq!((report.attempts, report.stop), (1, StopReason::NotReplayable));
-    assert!(connections.get() <= 1);
+        .expect("the call ends")
+        .expect("an answer");
+    let seen = seen.lock().unwrap().clone();
+    (response.status().as_u16(), seen)
 }
 
-/// On tokio's clock, paused: a request's own timeout shorter than the
-/// attempt timeout bounds the wait for the stream, as it bounds the attempt;
-/// a deadline further off does not stretch it.
-#[tokio::test(start_paused = true)]
-async fn a_stalled_stream_waits_no_longer_than_the_requests_own_shorter_timeout() {
-    let (url, connections) = raw_server(vec![Raw::Stall]).await;
-    let config = policy()
-        .with_request_body_buffering(64 * KIB)
-        .with_attempt_timeout(Duration::from_secs(5))
-        .with_deadline(Duration::from_secs(30))
-        .build()
-        .unwrap();
-    let client = wrap(RetryMiddleware::new(config).with_jitter_source(FixedJitter::TOP));
-    let slot = ReportSlot::new();
-    let start = tokio::time::Instant::now();
-    let send = client
-        .put(&url)
-        .timeout(Duration::from_secs(1))
-        .body(stalled(b"order="))
-        .with_extension(slot.clone())
-        .send();
-    let error = tokio::time::timeout(Duration::from_secs(60), send)
-        .await
-        .expect("the request's timeout bounds the wait for the stream")
-        .unwrap_err();
-    assert!(error.is_timeout(), "{error}");
-    // One second reading, one second sending: not five, nor thirty.
-    let elapsed = start.elapsed();
-    assert!(elapsed <= Duration::from_secs(2) + 100 * MS, "{elapsed:?}");
-    let report = slot.get().unwrap();
-    assert_eq!((report.attempts, report.stop), (1, StopReason::NotReplayable));
-    assert!(connections.get() <= 1);
-}
-
-/// On tokio's clock, paused: a deadline nearer than the attempt timeout ends
-/// the wait for the stream at the deadline, with nothing sent.
-#[tokio::test(start_paused = true)]
-async fn a_stalled_stream_stops_at_a_deadline_nearer_than_the_attempt_timeout() {
-    let (url, connections) = raw_server(vec![Raw::Reply(OK_CLOSE)]).await;
-    let config = policy()
-        .with_request_body_buffering(64 * KIB)
-        .with_attempt_timeout(Duration::from_secs(10))
-        .with_deadline(Duration::from_secs(2))
-        .build()
-        .unwrap();
-    let client = wrap(RetryMiddleware::new(config).with_jitter_source(FixedJitter::TOP));
-    let slot = ReportSlot::new();
-    let start = tokio::time::Instant::now();
-    let send = client.put(&url).body(stalled(b"order=")).with_extension(slot.clone()).send();
-    let error = tokio::time::timeout(Duration::from_secs(60), send)
-        .await
-        .expect("the deadline ends the wait for the stream")
-        .unwrap_err();
-    assert_eq!(start.elapsed(), Duration::from_secs(2));
-    match &error {
-        reqwest_middleware::Error::Middleware(e) => {
-            assert!(e.is::<DeadlineExceeded>(), "{e}")
+#[tokio::test]
+async fn a_streamed_body_is_not_dropped_on_a_redirect_that_keeps_the_method() {
+    let mut failures = Vec::new();
+    for status in [301, 302, 307, 308] {
+        let (got, seen) = streamed_put(status).await;
+        let described: Vec<String> =
+            seen.iter().map(|(m, p, b)| format!("{m} {p} ({} body bytes)", b.len())).collect();
+        // The stream went to /first, once; then either the redirect is
+        // handed back (nothing is left to send on), or the hop gets the
+        // body, once. Never a PUT without its body, and never that again.
+        let first = seen.iter().filter(|(_, p, _)| p == "/first").count();
+        let hops: Vec<&Seen> = seen.iter().filter(|(_, p, _)| p == "/next").collect();
+        let bodiless = hops.iter().any(|(_, _, body)| body.is_empty());
+        if first != 1 || bodiless || hops.len() > 1 {
+            failures.push(format!("{status}: the caller got {got}; the server read {described:?}"));
         }
-        other => panic!("{other}"),
     }
-    let report = slot.get().unwrap();
-    assert_eq!((report.attempts, report.stop), (0, StopReason::DeadlineExceeded));
-    assert_eq!(connections.get(), 0, "nothing was sent");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The other side of the rule above: a redirect that turns the request into
+/// a GET needs no body, so reqwest follows a 303 of the streamed PUT with a
+/// GET. The call cannot be sent again (the stream is gone), so the GET's
+/// 503 is the caller's, and nothing is sent twice.
+#[tokio::test]
+async fn a_streamed_body_answered_303_is_followed_with_a_get() {
+    let (got, seen) = streamed_put(303).await;
+    let requests: Vec<(&str, &str)> =
+        seen.iter().map(|(m, p, _)| (m.as_str(), p.as_str())).collect();
+    assert_eq!(got, 503, "{requests:?}");
+    assert_eq!(requests, [("PUT", "/first"), ("GET", "/next")]);
+    // The stream reached the server whole.
+    assert_eq!(seen[0].2, b"order=1");
 }

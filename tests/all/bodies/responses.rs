@@ -1,24 +1,19 @@
 //! Response buffering: a body that breaks while the middleware reads it is
-//! retried like any other failed attempt, when the request is safe to repeat.
-//!
-//! Longer than most files: one test per way a body can break, each against a
-//! raw server of its own.
+//! retried like any other failed attempt when the request is safe to repeat,
+//! and handed to the caller otherwise.
 
 use crate::support;
-
-use std::error::Error as _;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
-
 use http::Extensions;
 use reqwest::{Request, Response};
 use reqwest_middleware::{ClientBuilder, ClientWithMiddleware, Middleware, Next};
 use reqwest_safe_retry::{
-    DeadlineExceeded, Decision, FixedJitter, ManualClock, Outcome, ReportSlot, RetryBudget,
-    RetryConfigBuilder, RetryMiddleware, RetryReason, RetryReport, StopReason, TokioClock,
+    DeadlineExceeded, Decision, FixedJitter, ManualClock, Outcome, ReportSlot, RetryConfigBuilder,
+    RetryMiddleware, RetryReason, RetryReport, StopReason, TokioClock,
 };
-use support::{MS, bare_reqwest, policy, read_request};
-use tokio::io::AsyncWriteExt;
+use std::error::Error as _;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use support::{Conn, MS, RawServer, bare_reqwest, policy};
 use tokio::sync::Notify;
 
 /// Long enough for anything on loopback; a hang fails the test with a message.
@@ -53,14 +48,14 @@ struct Go(Arc<Notify>);
 impl Go {
     /// Writes `bytes`, waits for the word (said after the write: a word said
     /// for an earlier answer does not count), then resets the connection.
-    async fn write_then_reset(&self, socket: &mut tokio::net::TcpStream, bytes: &[u8]) {
+    async fn write_then_reset(&self, mut conn: Conn, bytes: &[u8]) {
         let word = self.0.notified();
         tokio::pin!(word);
         word.as_mut().enable();
-        let _ = socket.write_all(bytes).await;
+        let _ = conn.write(bytes).await;
         // Bounded: a missed word resets anyway, and the test says what it saw.
         let _ = tokio::time::timeout(Duration::from_secs(5), word).await;
-        socket.set_zero_linger().expect("SO_LINGER can be set");
+        conn.reset();
     }
 
     fn go(&self) {
@@ -71,60 +66,56 @@ impl Go {
 /// A loopback server following `script` (the last step repeats), counting
 /// the requests it gets.
 async fn server(script: Vec<Step>, go: Go) -> (String, Arc<Mutex<usize>>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/resource?q=1", listener.local_addr().unwrap());
     let requests = Arc::new(Mutex::new(0usize));
     let count = requests.clone();
-    tokio::spawn(async move {
-        while let Ok((mut socket, _)) = listener.accept().await {
-            let (script, count, go) = (script.clone(), count.clone(), go.clone());
-            tokio::spawn(async move {
-                while read_request(&mut socket).await {
-                    let step = {
-                        let mut n = count.lock().unwrap();
-                        *n += 1;
-                        script[(*n - 1).min(script.len() - 1)].clone()
-                    };
-                    let half = &BODY[..BODY.len() / 2];
-                    let head = |length: usize| {
-                        format!(
-                            "HTTP/1.1 200 OK\r\nContent-Length: {length}\r\nX-Kept: yes\r\n\r\n"
-                        )
-                    };
-                    match step {
-                        Step::Whole => {
-                            let answer = format!("{}{BODY}", head(BODY.len()));
-                            if socket.write_all(answer.as_bytes()).await.is_err() {
-                                return;
-                            }
-                        }
-                        Step::ResetMidBody => {
-                            let answer = format!("{}{half}", head(BODY.len()));
-                            go.write_then_reset(&mut socket, answer.as_bytes()).await;
-                            return;
-                        }
-                        Step::ChunksThenReset => {
-                            let answer = format!(
-                                "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{}\r\n14\r\n{}\r\n",
-                                "a".repeat(5),
-                                "b".repeat(20)
-                            );
-                            go.write_then_reset(&mut socket, answer.as_bytes()).await;
-                            return;
-                        }
-                        Step::StallMidBody => {
-                            let _ = socket
-                                .write_all(format!("{}{half}", head(BODY.len())).as_bytes())
-                                .await;
-                            support::hold(&mut socket).await;
-                            return;
-                        }
-                    }
-                }
-            });
-        }
-    });
+    let server =
+        RawServer::start(move |conn| serve(conn, script.clone(), count.clone(), go.clone())).await;
+    let url = server.url("/resource?q=1");
+    // Serves until the test ends.
+    std::mem::forget(server);
     (url, requests)
+}
+
+/// Plays `script` on one connection.
+async fn serve(mut conn: Conn, script: Vec<Step>, count: Arc<Mutex<usize>>, go: Go) {
+    while conn.request().await.is_some() {
+        let step = {
+            let mut n = count.lock().unwrap();
+            *n += 1;
+            script[(*n - 1).min(script.len() - 1)].clone()
+        };
+        let half = &BODY[..BODY.len() / 2];
+        let head = |length: usize| {
+            format!("HTTP/1.1 200 OK\r\nContent-Length: {length}\r\nX-Kept: yes\r\n\r\n")
+        };
+        match step {
+            Step::Whole => {
+                let answer = format!("{}{BODY}", head(BODY.len()));
+                if conn.write(answer).await.is_err() {
+                    return;
+                }
+            }
+            Step::ResetMidBody => {
+                let answer = format!("{}{half}", head(BODY.len()));
+                go.write_then_reset(conn, answer.as_bytes()).await;
+                return;
+            }
+            Step::ChunksThenReset => {
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{}\r\n14\r\n{}\r\n",
+                    "a".repeat(5),
+                    "b".repeat(20)
+                );
+                go.write_then_reset(conn, answer.as_bytes()).await;
+                return;
+            }
+            Step::StallMidBody => {
+                let _ = conn.write(format!("{}{half}", head(BODY.len()))).await;
+                conn.hang().await;
+                return;
+            }
+        }
+    }
 }
 
 /// Below the retry middleware: says "go" once an attempt has its headers.
@@ -386,31 +377,6 @@ async fn a_status_that_would_be_retried_is_not_read() {
     let response = bounded("the GET", client.get(&url).send()).await.unwrap();
     assert_eq!(response.status(), 503);
     assert_eq!(RetryReport::from_response(&response).stop, StopReason::RetriesExhausted);
-}
-
-#[tokio::test]
-async fn a_broken_body_earns_nothing_and_a_whole_one_earns_a_retry() {
-    // No reserve, a whole retry earned per final answer: only answers pay.
-    let go = Go::default();
-    let script = vec![Step::ResetMidBody, Step::Whole, Step::ResetMidBody, Step::Whole];
-    let (url, requests) = server(script, go.clone()).await;
-    let budget = RetryBudget::default().with_reserve(0).with_ratio(1.0);
-    let (client, _, reasons) = client(buffering().with_budget(budget), &go);
-    // A broken body is a failure: it pays for nothing, not even its own retry.
-    let slot = ReportSlot::new();
-    let call = client.get(&url).with_extension(slot.clone()).send();
-    let error = bounded("the first GET", call).await.unwrap_err();
-    assert_eq!(kinds(reqwest_error(&error)), (false, true, false), "{error:?}");
-    let report = slot.get().unwrap();
-    assert_eq!((report.attempts, report.stop), (1, StopReason::BudgetExhausted));
-    // A body read whole is a final answer: it earns the next call's retry.
-    let whole = bounded("the second GET", client.get(&url).send()).await.unwrap();
-    assert_eq!(whole.text().await.unwrap(), BODY);
-    let retried = bounded("the third GET", client.get(&url).send()).await.unwrap();
-    assert_eq!(RetryReport::from_response(&retried).attempts, 2);
-    assert_eq!(retried.text().await.unwrap(), BODY);
-    assert_eq!(*requests.lock().unwrap(), 4);
-    assert_eq!(*reasons.lock().unwrap(), [RetryReason::ConnectionLost]);
 }
 
 #[tokio::test]

@@ -3,50 +3,31 @@
 //! loopback server answers in tokio's paused time: every delay is virtual
 //! and exact, nothing sleeps.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
-
+use crate::support::RawServer;
 use reqwest_middleware::ClientWithMiddleware;
 use reqwest_safe_retry::hedge::{HedgeConfig, HedgeConfigBuilder, HedgeMiddleware, HedgeReport};
-use tokio::io::AsyncWriteExt;
-
-use crate::support::read_request;
+use std::time::Duration;
 
 const MS: Duration = Duration::from_millis(1);
+
 const SLOW: Duration = Duration::from_secs(60);
 
 /// A server that answers its first request after [`SLOW`] and every later
 /// one at once, each with a body naming it (`copy 0`, `copy 1`...).
-struct Server {
-    url: String,
-    requests: Arc<AtomicUsize>,
-}
-
-async fn server() -> Server {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/orders", listener.local_addr().unwrap());
-    let requests = Arc::new(AtomicUsize::new(0));
-    let seen = requests.clone();
-    tokio::spawn(async move {
-        while let Ok((mut socket, _)) = listener.accept().await {
-            let seen = seen.clone();
-            tokio::spawn(async move {
-                while read_request(&mut socket).await {
-                    let n = seen.fetch_add(1, Ordering::SeqCst);
-                    if n == 0 {
-                        tokio::time::sleep(SLOW).await;
-                    }
-                    let body = format!("copy {n}");
-                    let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", body.len());
-                    if socket.write_all((head + &body).as_bytes()).await.is_err() {
-                        return;
-                    }
-                }
-            });
+async fn server() -> RawServer {
+    RawServer::start(|mut conn| async move {
+        while let Some(request) = conn.request().await {
+            if request.index == 0 {
+                tokio::time::sleep(SLOW).await;
+            }
+            let body = format!("copy {}", request.index);
+            let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", body.len());
+            if conn.write(head + &body).await.is_err() {
+                return;
+            }
         }
-    });
-    Server { url, requests }
+    })
+    .await
 }
 
 /// A client hedging after 100 ms, without a budget, with `config`.
@@ -70,17 +51,17 @@ async fn a_post_keyed_with_the_configured_idempotency_header_is_hedged() {
     let server = server().await;
     let client = client(HedgeConfig::builder().with_idempotency_header("X-Request-Id"));
     let start = tokio::time::Instant::now();
-    let (body, report) = post(&client, &server.url).await;
+    let (body, report) = post(&client, &server.url("/orders")).await;
     assert_eq!((body.as_str(), report), ("copy 1", (2, 2)), "the hedge answered");
     assert!(start.elapsed() < SLOW, "{:?}", start.elapsed());
-    assert_eq!(server.requests.load(Ordering::SeqCst), 2);
+    assert_eq!(server.requests(), 2);
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_post_keyed_with_a_header_not_configured_is_not_hedged() {
     let server = server().await;
     let client = client(HedgeConfig::builder());
-    let (body, report) = post(&client, &server.url).await;
+    let (body, report) = post(&client, &server.url("/orders")).await;
     assert_eq!((body.as_str(), report), ("copy 0", (1, 1)), "sent once, slow");
-    assert_eq!(server.requests.load(Ordering::SeqCst), 1);
+    assert_eq!(server.requests(), 1);
 }

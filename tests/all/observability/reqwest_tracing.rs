@@ -1,11 +1,7 @@
 //! Where reqwest-tracing's span goes relative to this middleware: placed
 //! before it (outside) there is one span per call, placed after it (inside)
 //! one span per attempt, each of which can say which attempt it is.
-#![cfg(feature = "tracing")]
-
-use crate::support;
-
-use std::sync::{Arc, Mutex};
+//! #![cfg(feature = "tracing")]
 
 use http::Extensions;
 use reqwest::{Request, Response};
@@ -14,6 +10,7 @@ use reqwest_safe_retry::{AttemptNumber, FixedJitter, ManualClock, RetryMiddlewar
 use reqwest_tracing::{
     ReqwestOtelSpanBackend, TracingMiddleware, default_on_request_end, reqwest_otel_span,
 };
+use std::sync::{Arc, Mutex};
 use support::*;
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
@@ -21,6 +18,8 @@ use tracing::{Event, Span, Subscriber};
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 use tracing_subscriber::registry::LookupSpan;
 use wiremock::MockServer;
+
+use crate::support;
 
 /// The name reqwest-tracing gives every span it opens.
 const SPAN: &str = "HTTP request";

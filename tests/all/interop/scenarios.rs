@@ -4,15 +4,14 @@
 //! process (a middleware of its own), and every row through one middleware,
 //! so the budget earned and spent by earlier rows is in play for later ones.
 
-// `examples/demo.rs`'s `scenarios` module, named after the demo here so that
-// it does not share its parent's name.
-#[path = "../../examples/scenarios/mod.rs"]
-mod demo;
-
-use std::time::Duration;
-
 use demo::{Row, Scenario, api_client_table, roundtripper_table};
 use reqwest_safe_retry::{FixedJitter, ManualClock, ReportSlot, RetryConfig, StopReason};
+use std::time::Duration;
+
+// `examples/demo.rs`'s `scenarios` module, named after the demo here so that
+// it does not share its parent's name.
+#[path = "../../../examples/scenarios/mod.rs"]
+mod demo;
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -21,7 +20,9 @@ const MS: Duration = Duration::from_millis(1);
 type Expected = (&'static str, &'static str, u32, usize, &'static [u64], Option<StopReason>);
 
 const FINAL: Option<StopReason> = Some(StopReason::NothingToRetry);
+
 const EXHAUSTED: Option<StopReason> = Some(StopReason::RetriesExhausted);
+
 const NOT_SAFE: Option<StopReason> = Some(StopReason::NotSafe);
 
 /// The seed's rows with the crate's defaults: its attempts and outcomes,

@@ -1,15 +1,15 @@
 //! The orders client's scenario table, row by row, through the same code
 //! `cargo run --example orders_client` prints.
 
-#[path = "../../examples/orders_client/client.rs"]
-mod client;
-#[path = "../../examples/orders_client/scenarios.rs"]
-mod scenarios;
-
-use std::time::Duration;
-
 use client::{ErrorCode, Order};
 use scenarios::{Outcome, Received, Row, Scenario, table};
+use std::time::Duration;
+
+#[path = "../../../examples/orders_client/client.rs"]
+mod client;
+
+#[path = "../../../examples/orders_client/scenarios.rs"]
+mod scenarios;
 
 async fn row(label: &str) -> Row {
     let scenario: Scenario =

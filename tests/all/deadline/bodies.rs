@@ -1,18 +1,22 @@
-//! The deadline bounds the body of the response the middleware returns, in
-//! every configuration, and replaces no timeout of the user's. A server
-//! answers 200, sends 3 of 30 bytes, and holds the connection: the read
-//! fails at the deadline. Where no timeout of reqwest's can carry the
-//! deadline, the deadline is the manual clock's and the test moves it; where
-//! one can, the deadline goes on the request as a shorter timeout and
-//! reqwest's own timer ends the read (100 ms, real).
+//! Bodies under the deadline: a response body read after the call ends at
+//! the deadline, and a request stream that stalls is cut by the deadline or
+//! the attempt timeout, whichever is nearer.
 
 use crate::support;
 
-use std::time::Duration;
+use bytes::Bytes;
+
+use futures_util::stream;
+
+use futures_util::stream::StreamExt;
 
 use reqwest_safe_retry::{
-    DeadlineExceeded, ManualClock, RetryConfig, RetryConfigBuilder, RetryMiddleware, RetryReport,
+    DeadlineExceeded, FixedJitter, ManualClock, ReportSlot, RetryConfig, RetryConfigBuilder,
+    RetryMiddleware, RetryReport, StopReason,
 };
+
+use std::time::Duration;
+
 use support::*;
 
 /// The quick start's client on `builder` with `config`, on `clock`.
@@ -168,4 +172,134 @@ async fn a_body_read_whole_within_the_deadline_can_be_read_after_it() {
     let response = client.get(&url).send().await.expect("answered");
     clock.advance(Duration::from_secs(5));
     assert_eq!(response.text().await.expect("in memory"), "ok");
+}
+
+const KIB: usize = 1024;
+
+/// A streamed body that yields `first`, then nothing ever again.
+fn stalled(first: &'static [u8]) -> reqwest::Body {
+    let first = stream::once(async move { Ok::<_, std::io::Error>(Bytes::from_static(first)) });
+    reqwest::Body::wrap_stream(first.chain(stream::pending()))
+}
+
+/// On tokio's clock, paused: the stream never ends, and the deadline, which
+/// counts the time spent reading it, ends the call without sending anything.
+#[tokio::test(start_paused = true)]
+async fn a_stalled_stream_under_a_deadline_ends_at_the_deadline() {
+    let (url, connections) = raw_server(vec![Raw::Reply(OK_CLOSE)]).await;
+    let config = policy()
+        .with_request_body_buffering(64 * KIB)
+        .with_deadline(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let client = wrap(RetryMiddleware::new(config).with_jitter_source(FixedJitter::TOP));
+    let slot = ReportSlot::new();
+    let start = tokio::time::Instant::now();
+    let send = client.put(&url).body(stalled(b"order=")).with_extension(slot.clone()).send();
+    let error = tokio::time::timeout(Duration::from_secs(60), send)
+        .await
+        .expect("the deadline ends the wait for the stream")
+        .unwrap_err();
+    assert_eq!(start.elapsed(), Duration::from_secs(2));
+    match &error {
+        reqwest_middleware::Error::Middleware(e) => {
+            assert!(e.is::<DeadlineExceeded>(), "{e}")
+        }
+        other => panic!("{other}"),
+    }
+    let report = slot.get().unwrap();
+    assert_eq!((report.attempts, report.stop), (0, StopReason::DeadlineExceeded));
+    assert_eq!(connections.get(), 0, "nothing was sent");
+}
+
+/// On tokio's clock, paused: reading waits no longer than the attempt
+/// timeout; then the request goes out once, and reqwest times the attempt
+/// out as it would have without buffering.
+#[tokio::test(start_paused = true)]
+async fn a_stalled_stream_under_an_attempt_timeout_is_sent_once_and_times_out() {
+    let (url, connections) = raw_server(vec![Raw::Stall]).await;
+    let config = policy()
+        .with_request_body_buffering(64 * KIB)
+        .with_attempt_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let client = wrap(RetryMiddleware::new(config).with_jitter_source(FixedJitter::TOP));
+    let slot = ReportSlot::new();
+    let start = tokio::time::Instant::now();
+    let send = client.put(&url).body(stalled(b"order=")).with_extension(slot.clone()).send();
+    let error = tokio::time::timeout(Duration::from_secs(60), send)
+        .await
+        .expect("the attempt timeout bounds the wait for the stream")
+        .unwrap_err();
+    assert!(error.is_timeout(), "{error}");
+    let elapsed = start.elapsed();
+    assert!(elapsed <= Duration::from_secs(2) + 100 * MS, "{elapsed:?}");
+    let report = slot.get().unwrap();
+    assert_eq!((report.attempts, report.stop), (1, StopReason::NotReplayable));
+    assert!(connections.get() <= 1);
+}
+
+/// On tokio's clock, paused: a request's own timeout shorter than the
+/// attempt timeout bounds the wait for the stream, as it bounds the attempt;
+/// a deadline further off does not stretch it.
+#[tokio::test(start_paused = true)]
+async fn a_stalled_stream_waits_no_longer_than_the_requests_own_shorter_timeout() {
+    let (url, connections) = raw_server(vec![Raw::Stall]).await;
+    let config = policy()
+        .with_request_body_buffering(64 * KIB)
+        .with_attempt_timeout(Duration::from_secs(5))
+        .with_deadline(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let client = wrap(RetryMiddleware::new(config).with_jitter_source(FixedJitter::TOP));
+    let slot = ReportSlot::new();
+    let start = tokio::time::Instant::now();
+    let send = client
+        .put(&url)
+        .timeout(Duration::from_secs(1))
+        .body(stalled(b"order="))
+        .with_extension(slot.clone())
+        .send();
+    let error = tokio::time::timeout(Duration::from_secs(60), send)
+        .await
+        .expect("the request's timeout bounds the wait for the stream")
+        .unwrap_err();
+    assert!(error.is_timeout(), "{error}");
+    // One second reading, one second sending: not five, nor thirty.
+    let elapsed = start.elapsed();
+    assert!(elapsed <= Duration::from_secs(2) + 100 * MS, "{elapsed:?}");
+    let report = slot.get().unwrap();
+    assert_eq!((report.attempts, report.stop), (1, StopReason::NotReplayable));
+    assert!(connections.get() <= 1);
+}
+
+/// On tokio's clock, paused: a deadline nearer than the attempt timeout ends
+/// the wait for the stream at the deadline, with nothing sent.
+#[tokio::test(start_paused = true)]
+async fn a_stalled_stream_stops_at_a_deadline_nearer_than_the_attempt_timeout() {
+    let (url, connections) = raw_server(vec![Raw::Reply(OK_CLOSE)]).await;
+    let config = policy()
+        .with_request_body_buffering(64 * KIB)
+        .with_attempt_timeout(Duration::from_secs(10))
+        .with_deadline(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let client = wrap(RetryMiddleware::new(config).with_jitter_source(FixedJitter::TOP));
+    let slot = ReportSlot::new();
+    let start = tokio::time::Instant::now();
+    let send = client.put(&url).body(stalled(b"order=")).with_extension(slot.clone()).send();
+    let error = tokio::time::timeout(Duration::from_secs(60), send)
+        .await
+        .expect("the deadline ends the wait for the stream")
+        .unwrap_err();
+    assert_eq!(start.elapsed(), Duration::from_secs(2));
+    match &error {
+        reqwest_middleware::Error::Middleware(e) => {
+            assert!(e.is::<DeadlineExceeded>(), "{e}")
+        }
+        other => panic!("{other}"),
+    }
+    let report = slot.get().unwrap();
+    assert_eq!((report.attempts, report.stop), (0, StopReason::DeadlineExceeded));
+    assert_eq!(connections.get(), 0, "nothing was sent");
 }

@@ -1,0 +1,198 @@
+//! What a response whose body breaks while the middleware reads it does to
+//! the budget: it earns nothing, and a whole body earns a retry.
+
+use crate::support;
+
+use http::Extensions;
+
+use reqwest::{Request, Response};
+
+use reqwest_middleware::{ClientBuilder, ClientWithMiddleware, Middleware, Next};
+
+use reqwest_safe_retry::{
+    Decision, FixedJitter, ManualClock, ReportSlot, RetryBudget, RetryConfigBuilder,
+    RetryMiddleware, RetryReason, RetryReport, StopReason,
+};
+
+use std::sync::{Arc, Mutex};
+
+use std::time::Duration;
+
+use support::*;
+
+use tokio::sync::Notify;
+
+/// Long enough for anything on loopback; a hang fails the test with a message.
+const BOUND: Duration = Duration::from_secs(20);
+
+async fn bounded<F: std::future::Future>(what: &str, future: F) -> F::Output {
+    tokio::time::timeout(BOUND, future).await.unwrap_or_else(|_| panic!("{what} hung"))
+}
+
+const BODY: &str = "the whole body, every byte of it";
+
+/// What the server does with one request.
+#[derive(Clone)]
+enum Step {
+    /// 200 with [`BODY`], `Content-Length`, an `X-Kept` header; keep-alive.
+    Whole,
+    /// 200 announcing [`BODY`]'s length, half of it, then (once the client
+    /// has the headers) a reset.
+    ResetMidBody,
+}
+
+/// Tells the server when to reset: when the client has the headers (below
+/// the retry middleware) or when the test says so.
+#[derive(Clone, Default)]
+struct Go(Arc<Notify>);
+
+impl Go {
+    /// Writes `bytes`, waits for the word (said after the write: a word said
+    /// for an earlier answer does not count), then resets the connection.
+    async fn write_then_reset(&self, mut conn: Conn, bytes: &[u8]) {
+        let word = self.0.notified();
+        tokio::pin!(word);
+        word.as_mut().enable();
+        let _ = conn.write(bytes).await;
+        // Bounded: a missed word resets anyway, and the test says what it saw.
+        let _ = tokio::time::timeout(Duration::from_secs(5), word).await;
+        conn.reset();
+    }
+
+    fn go(&self) {
+        self.0.notify_waiters();
+    }
+}
+
+/// A loopback server following `script` (the last step repeats), counting
+/// the requests it gets.
+async fn server(script: Vec<Step>, go: Go) -> (String, Arc<Mutex<usize>>) {
+    let requests = Arc::new(Mutex::new(0usize));
+    let count = requests.clone();
+    let server =
+        RawServer::start(move |conn| serve(conn, script.clone(), count.clone(), go.clone())).await;
+    let url = server.url("/resource?q=1");
+    // Serves until the test ends.
+    std::mem::forget(server);
+    (url, requests)
+}
+
+/// Plays `script` on one connection.
+async fn serve(mut conn: Conn, script: Vec<Step>, count: Arc<Mutex<usize>>, go: Go) {
+    while conn.request().await.is_some() {
+        let step = {
+            let mut n = count.lock().unwrap();
+            *n += 1;
+            script[(*n - 1).min(script.len() - 1)].clone()
+        };
+        let half = &BODY[..BODY.len() / 2];
+        let head = |length: usize| {
+            format!("HTTP/1.1 200 OK\r\nContent-Length: {length}\r\nX-Kept: yes\r\n\r\n")
+        };
+        match step {
+            Step::Whole => {
+                let answer = format!("{}{BODY}", head(BODY.len()));
+                if conn.write(answer).await.is_err() {
+                    return;
+                }
+            }
+            Step::ResetMidBody => {
+                let answer = format!("{}{half}", head(BODY.len()));
+                go.write_then_reset(conn, answer.as_bytes()).await;
+                return;
+            }
+        }
+    }
+}
+
+/// Below the retry middleware: says "go" once an attempt has its headers.
+struct HeadersArrived(Go);
+
+#[async_trait::async_trait]
+impl Middleware for HeadersArrived {
+    async fn handle(
+        &self,
+        request: Request,
+        extensions: &mut Extensions,
+        next: Next<'_>,
+    ) -> reqwest_middleware::Result<Response> {
+        let outcome = next.run(request, extensions).await;
+        if outcome.is_ok() {
+            self.0.go();
+        }
+        outcome
+    }
+}
+
+/// The retry reasons of every retry taken.
+type Reasons = Arc<Mutex<Vec<RetryReason>>>;
+
+/// A client with `config` over a reqwest client that does not follow
+/// redirects, the manual clock, jitter at the top, and `go` said when
+/// headers arrive.
+fn client(config: RetryConfigBuilder, go: &Go) -> (ClientWithMiddleware, ManualClock, Reasons) {
+    client_over(bare_reqwest(), config, go)
+}
+
+/// As [`client`], over `inner`.
+fn client_over(
+    inner: reqwest::Client,
+    config: RetryConfigBuilder,
+    go: &Go,
+) -> (ClientWithMiddleware, ManualClock, Reasons) {
+    let clock = ManualClock::new();
+    let reasons = Reasons::default();
+    let seen = reasons.clone();
+    let middleware = RetryMiddleware::new(config.build().unwrap())
+        .with_clock(clock.clone())
+        .with_jitter_source(FixedJitter::TOP)
+        .on_decision(move |event| {
+            if let Decision::Retry { reason, .. } = event.decision {
+                seen.lock().unwrap().push(reason);
+            }
+        });
+    let client =
+        ClientBuilder::new(inner).with(middleware).with(HeadersArrived(go.clone())).build();
+    (client, clock, reasons)
+}
+
+fn buffering() -> RetryConfigBuilder {
+    policy().with_response_body_buffering(1024)
+}
+
+/// `is_body()`, `is_decode()`, `is_timeout()`.
+fn kinds(error: &reqwest::Error) -> (bool, bool, bool) {
+    (error.is_body(), error.is_decode(), error.is_timeout())
+}
+
+fn reqwest_error(error: &reqwest_middleware::Error) -> &reqwest::Error {
+    match error {
+        reqwest_middleware::Error::Reqwest(error) => error,
+        other => panic!("not reqwest's error: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_broken_body_earns_nothing_and_a_whole_one_earns_a_retry() {
+    // No reserve, a whole retry earned per final answer: only answers pay.
+    let go = Go::default();
+    let script = vec![Step::ResetMidBody, Step::Whole, Step::ResetMidBody, Step::Whole];
+    let (url, requests) = server(script, go.clone()).await;
+    let budget = RetryBudget::default().with_reserve(0).with_ratio(1.0);
+    let (client, _, reasons) = client(buffering().with_budget(budget), &go);
+    // A broken body is a failure: it pays for nothing, not even its own retry.
+    let slot = ReportSlot::new();
+    let call = client.get(&url).with_extension(slot.clone()).send();
+    let error = bounded("the first GET", call).await.unwrap_err();
+    assert_eq!(kinds(reqwest_error(&error)), (false, true, false), "{error:?}");
+    let report = slot.get().unwrap();
+    assert_eq!((report.attempts, report.stop), (1, StopReason::BudgetExhausted));
+    // A body read whole is a final answer: it earns the next call's retry.
+    let whole = bounded("the second GET", client.get(&url).send()).await.unwrap();
+    assert_eq!(whole.text().await.unwrap(), BODY);
+    let retried = bounded("the third GET", client.get(&url).send()).await.unwrap();
+    assert_eq!(RetryReport::from_response(&retried).attempts, 2);
+    assert_eq!(retried.text().await.unwrap(), BODY);
+    assert_eq!(*requests.lock().unwrap(), 4);
+    assert_eq!(*reasons.lock().unwrap(), [RetryReason::ConnectionLost]);
+}
