@@ -7,10 +7,104 @@
 
 use std::time::Duration;
 
+use crate::error::ConfigError;
+
+/// How the wait before a retry grows: from `initial` (the first retry's
+/// ceiling), doubling per retry up to `max`, with [`Jitter`] picking the
+/// wait below each ceiling.
+///
+/// | setting | default | why |
+/// |---|---|---|
+/// | `initial` | 500 ms | the first wait's ceiling; long enough for a connection pool or a pod to turn over |
+/// | `max` | 30 s | no single wait longer than a user would sit through |
+/// | `jitter` | [`Jitter::Full`] | spreads clients the most, so a recovering server is not hit in waves |
+///
+/// ```
+/// use std::time::Duration;
+/// use reqwest_safe_retry::{Backoff, Jitter, RetryConfig};
+///
+/// let backoff = Backoff::default()
+///     .with_initial(Duration::from_millis(100))
+///     .with_max(Duration::from_secs(5))
+///     .with_jitter(Jitter::Equal);
+/// let config = RetryConfig::builder().with_backoff(backoff).build()?;
+/// assert_eq!(config.backoff().initial(), Duration::from_millis(100));
+/// # Ok::<(), reqwest_safe_retry::ConfigError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backoff {
+    initial: Duration,
+    max: Duration,
+    jitter: Jitter,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Self { initial: Duration::from_millis(500), max: Duration::from_secs(30), jitter: Jitter::Full }
+    }
+}
+
+impl Backoff {
+    /// The ceiling of the first retry's wait; no greater than
+    /// [`max`](Self::with_max).
+    pub fn with_initial(mut self, initial: Duration) -> Self {
+        self.initial = initial;
+        self
+    }
+
+    /// The longest wait, whatever the retry.
+    pub fn with_max(mut self, max: Duration) -> Self {
+        self.max = max;
+        self
+    }
+
+    /// How the wait is picked below each ceiling.
+    pub fn with_jitter(mut self, jitter: Jitter) -> Self {
+        self.jitter = jitter;
+        self
+    }
+
+    /// The ceiling of the first retry's wait.
+    pub fn initial(&self) -> Duration {
+        self.initial
+    }
+
+    /// The longest wait.
+    pub fn max(&self) -> Duration {
+        self.max
+    }
+
+    /// How the wait is picked below each ceiling.
+    pub fn jitter(&self) -> Jitter {
+        self.jitter
+    }
+
+    /// The wait before retry `retry` (0 for the first), from `previous`
+    /// (the last one picked, or `initial`) and a random `unit` in `[0, 1]`.
+    pub(crate) fn wait(&self, retry: u32, previous: Duration, unit: f64) -> Duration {
+        backoff(self.jitter, self.initial, self.max, retry, previous, unit)
+    }
+
+    /// The ceiling of retry `retry`'s wait (0 for the first).
+    pub(crate) fn ceiling(&self, retry: u32) -> Duration {
+        ceiling(self.initial, self.max, retry)
+    }
+
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+        if self.initial > self.max {
+            return Err(ConfigError::new(
+                "backoff.initial",
+                format!("{:?} is greater than the maximum ({:?})", self.initial, self.max),
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// How the wait before a retry is picked below the exponential ceiling.
 ///
 /// The ceiling for retry `n` (counting from zero) is
-/// `min(max_backoff, initial_backoff × 2ⁿ)`. Jitter spreads the clients that
+/// `min(max, initial × 2ⁿ)` of the [`Backoff`]. Jitter spreads the clients that
 /// failed together so that they do not come back together: without it, a
 /// thousand clients that saw the same outage retry in lock-step and knock the
 /// recovering server over again.
@@ -25,7 +119,7 @@ pub enum Jitter {
     /// Always waits a real amount, at the cost of more clustering than `Full`.
     Equal,
     /// AWS's "decorrelated" jitter: uniform in
-    /// `[initial_backoff, min(max_backoff, 3 × previous wait)]`, so each wait
+    /// `[initial, min(max, 3 × previous wait)]`, so each wait
     /// grows from the one before rather than from the retry number.
     Decorrelated,
     /// No randomness: always the ceiling. Predictable, and the worst choice

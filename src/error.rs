@@ -17,11 +17,12 @@ impl ConfigError {
         Self { field, message }
     }
 
-    /// The name of the offending setting: the name of its setter on
-    /// [`RetryConfigBuilder`](crate::RetryConfigBuilder) without `with_`
-    /// (`request_body_buffering` for `with_request_body_buffering`), or
-    /// `budget.` and the name of a [`RetryBudget`](crate::RetryBudget)
-    /// setter without `with_` (`budget.reserve`).
+    /// The name of the offending setting, as the user typed it: the name
+    /// of its setter on [`RetryConfigBuilder`](crate::RetryConfigBuilder)
+    /// without `with_` (`deadline` for `with_deadline`), and for a setting of
+    /// a value type, a dot and the name of that type's setter without
+    /// `with_` (`backoff.initial` for `with_backoff(Backoff::default().with_initial(..))`,
+    /// `budget.reserve`, `body_buffering.request`).
     pub fn field(&self) -> &'static str {
         self.field
     }
@@ -58,7 +59,7 @@ pub enum ClientError {
 /// default, which may be shorter), nor when the time ran out during a wait,
 /// after the previous outcome was discarded, or while a streamed body was
 /// read before the first attempt (see
-/// [`with_request_body_buffering`](crate::RetryConfigBuilder::with_request_body_buffering)).
+/// [request body buffering](crate::BodyBuffering::with_request)).
 /// Then the caller gets this error,
 /// inside [`reqwest_middleware::Error::Middleware`]:
 ///

@@ -5,8 +5,8 @@
 //! exists — `http.request.method`, `http.request.resend_count`,
 //! `server.address`, `error.type` — and say the rest plainly: `attempt`,
 //! `retry.reason` or `retry.stop` (the stable labels of
-//! [`RetryReason::as_str`](crate::RetryReason::as_str) and
-//! [`StopReason::as_str`](crate::StopReason::as_str)), `wait_ms`. Headers,
+//! [`RetryReason::as_str`](crate::report::RetryReason::as_str) and
+//! [`StopReason::as_str`](crate::report::StopReason::as_str)), `wait_ms`. Headers,
 //! bodies, paths and queries are never logged.
 
 use http::Method;
@@ -69,7 +69,7 @@ fn emit(
     match decision {
         Decision::Retry { after, reason } => {
             let error_type = match &reason {
-                crate::RetryReason::Status(status) => status.as_str(),
+                crate::report::RetryReason::Status(status) => status.as_str(),
                 other => other.as_str(),
             };
             event_at!(
@@ -85,7 +85,7 @@ fn emit(
             )
         }
         // A first answer that is final is the common case, not news.
-        Decision::Stop(crate::StopReason::NothingToRetry) if attempt == 1 => {}
+        Decision::Stop(crate::report::StopReason::NothingToRetry) if attempt == 1 => {}
         Decision::Stop(stop) => event_at!(
             stop_level(level, stop),
             attempt,
@@ -103,9 +103,9 @@ fn emit(
 /// is logged at debug, or at trace if that is the level. Every other stop
 /// gives up on a failure, at `level`.
 #[cfg(feature = "tracing")]
-fn stop_level(level: tracing::Level, stop: crate::StopReason) -> tracing::Level {
+fn stop_level(level: tracing::Level, stop: crate::report::StopReason) -> tracing::Level {
     match stop {
-        crate::StopReason::NothingToRetry if level != tracing::Level::TRACE => {
+        crate::report::StopReason::NothingToRetry if level != tracing::Level::TRACE => {
             tracing::Level::DEBUG
         }
         _ => level,

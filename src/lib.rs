@@ -73,20 +73,20 @@
 //! ## Back off, with jitter
 //!
 //! Waits grow exponentially — the ceiling before retry *n* is
-//! `min(max_backoff, initial_backoff × 2ⁿ)` — so a struggling server gets more
+//! `min(max, initial × 2ⁿ)` of the [`Backoff`] — so a struggling server gets more
 //! room each time. Growth alone keeps clients that failed together in lock-step;
 //! [`Jitter::Full`], the default, draws each wait uniformly under the ceiling so
 //! they arrive spread out. The arithmetic cannot overflow for any retry number.
 //!
 //! ```
 //! use std::time::Duration;
-//! use reqwest_safe_retry::{Jitter, RetryConfig};
+//! use reqwest_safe_retry::{Backoff, Jitter, RetryConfig};
 //!
-//! let config = RetryConfig::builder()
-//!     .with_initial_backoff(Duration::from_millis(100))
-//!     .with_max_backoff(Duration::from_secs(5))
-//!     .with_jitter(Jitter::Equal)
-//!     .build()?;
+//! let backoff = Backoff::default()
+//!     .with_initial(Duration::from_millis(100))
+//!     .with_max(Duration::from_secs(5))
+//!     .with_jitter(Jitter::Equal);
+//! let config = RetryConfig::builder().with_backoff(backoff).build()?;
 //! # Ok::<(), reqwest_safe_retry::ConfigError>(())
 //! ```
 //!
@@ -101,7 +101,7 @@
 //! granted for time passing, so the extra load of an outage stays bounded for
 //! any number of processes (1.10 at a request a second over a minute), with
 //! no coordination between them. When the budget is spent the outcome is
-//! returned as it is, with [`StopReason::BudgetExhausted`].
+//! returned as it is, with [`StopReason::BudgetExhausted`](crate::report::StopReason::BudgetExhausted).
 //!
 //! ```
 //! use std::time::Duration;
@@ -122,8 +122,8 @@
 //! instant. A date is measured against the response's `Date` header, so a
 //! client whose clock is off still waits what the server meant. A server
 //! must not be able to park a caller for an hour: above
-//! [`RetryConfig::max_retry_after`] (30 s by default) the response is handed
-//! back at once with [`StopReason::RetryAfterTooLong`], and the caller decides.
+//! the [`RetryAfter`] cap (30 s by default) the response is handed
+//! back at once with [`StopReason::RetryAfterTooLong`](crate::report::StopReason::RetryAfterTooLong), and the caller decides.
 //! A malformed value is ignored and the backoff used.
 //!
 //! ## Respect the caller's time
@@ -146,7 +146,7 @@
 //! | client timeout | `reqwest::ClientBuilder::timeout` | each attempt that has no timeout of its own, its redirects included, from sending to the end of the body | `reqwest::Error`, `is_timeout()`; retried when safe |
 //! | request timeout | `RequestBuilder::timeout` | each attempt, likewise | the same |
 //! | attempt timeout | [`RetryConfigBuilder::with_attempt_timeout`] | each attempt: put on the request as its timeout unless the request's own is shorter | the same |
-//! | deadline | [`RetryConfigBuilder::with_deadline`], or [`RetryDeadline`] per request | the whole call: every attempt and its redirects, the one in flight included, and every wait | a timeout, or [`DeadlineExceeded`]; stop reason [`StopReason::DeadlineExceeded`] |
+//! | deadline | [`RetryConfigBuilder::with_deadline`], or [`RetryDeadline`] per request | the whole call: every attempt and its redirects, the one in flight included, and every wait | a timeout, or [`DeadlineExceeded`]; stop reason [`StopReason::DeadlineExceeded`](crate::report::StopReason::DeadlineExceeded) |
 //!
 //! The middleware cannot see the client's timeout, and reqwest lets a
 //! request's timeout replace it, so an attempt timeout, once set, replaces
@@ -168,9 +168,9 @@
 //! reqwest (or an inner middleware) produced it — `is_timeout()`,
 //! `is_connect()` and `status()` answer as without the middleware. The one
 //! error of the crate's own is [`DeadlineExceeded`], for a deadline reqwest
-//! could not report. A [`RetryReport`] says how many attempts were made,
+//! could not report. A [`RetryReport`](crate::report::RetryReport) says how many attempts were made,
 //! how long was spent waiting and why the middleware stopped: read it with
-//! [`RetryReport::from_response`], or through a [`ReportSlot`] when the
+//! [`RetryReport::from_response`](crate::report::RetryReport::from_response), or through a [`ReportSlot`](crate::report::ReportSlot) when the
 //! outcome is an error.
 //!
 //! ```no_run
@@ -191,8 +191,8 @@
 //!
 //! # Testing
 //!
-//! Time comes only through a [`Clock`] and randomness only through a
-//! [`JitterSource`]. The default [`TokioClock`] follows tokio's paused time; with
+//! Time comes only through a [`Clock`](crate::clock::Clock) and randomness only through a
+//! [`JitterSource`](crate::jitter::JitterSource). The default [`TokioClock`](crate::clock::TokioClock) follows tokio's paused time; with
 //! the `test-util` feature, `ManualClock` returns from every wait at once and
 //! records it, and `FixedJitter` pins the draw, so waits are exact:
 //!
@@ -226,9 +226,9 @@
 //! | `server.address` | every event | the host, and nothing else of the URL |
 //! | `attempt` | every event | the attempt just made, from 1 (0: the deadline passed before anything was sent) |
 //! | `error.type` | retries | the status (`"503"`), or the reason's label |
-//! | `retry.reason` | retries | [`RetryReason::as_str`]: `status`, `timeout`, ... |
+//! | `retry.reason` | retries | [`RetryReason::as_str`](crate::report::RetryReason::as_str): `status`, `timeout`, ... |
 //! | `wait_ms` | retries | the wait before the next attempt |
-//! | `retry.stop` | stops | [`StopReason::as_str`]: `retries_exhausted`, `budget_exhausted`, ... |
+//! | `retry.stop` | stops | [`StopReason::as_str`](crate::report::StopReason::as_str): `retries_exhausted`, `budget_exhausted`, ... |
 //!
 //! Retries, as reqwest-retry counts them, are `attempt - 1`;
 //! `http.request.resend_count` adds the redirects followed, so a GET answered
@@ -236,7 +236,7 @@
 //!
 //! A first answer that is final — nearly every call — emits nothing, and
 //! headers, bodies, paths and queries are never logged. The labels of
-//! [`RetryReason::as_str`] and [`StopReason::as_str`] are stable across
+//! [`RetryReason::as_str`](crate::report::RetryReason::as_str) and [`StopReason::as_str`](crate::report::StopReason::as_str) are stable across
 //! releases and carry no duration or status code.
 //!
 //! The crate depends on no metrics library: [`RetryMiddleware::on_decision`]
@@ -266,7 +266,7 @@
 //! Where a tracing middleware such as reqwest-tracing's goes decides what its
 //! span covers: outside this one, one span per call; inside it, one per
 //! attempt, which can read the attempt under way from the request's
-//! [`AttemptNumber`] extension (absent on the first attempt).
+//! [`AttemptNumber`](crate::report::AttemptNumber) extension (absent on the first attempt).
 //!
 //! # Examples
 //!
@@ -294,8 +294,8 @@
 //! # Beyond retries
 //!
 //! [`hedge::HedgeMiddleware`] sends a backup copy of a slow request that is safe to
-//! repeat and returns the first final answer; [`RetryConfigBuilder::with_response_body_buffering`]
-//! retries a response whose body breaks mid-read; [`RetryConfigBuilder::with_request_body_buffering`]
+//! repeat and returns the first final answer; [response body buffering](BodyBuffering::with_response)
+//! retries a response whose body breaks mid-read; [request body buffering](BodyBuffering::with_request)
 //! lets a streamed request body be retried.
 // Times, durations, counts and budgets saturate or are checked: no
 // arithmetic in the crate can overflow, wrap or divide by zero, whatever
@@ -308,7 +308,7 @@ mod body;
 mod budget;
 mod builder;
 mod classify;
-mod clock;
+pub mod clock;
 mod config;
 mod deadline;
 mod error;
@@ -317,34 +317,28 @@ mod extensions;
 mod future;
 pub mod hedge;
 mod hosts;
-mod jitter;
+pub mod jitter;
 mod middleware;
 mod policy;
 mod predicate;
 mod reason;
 mod redirect;
-mod report;
+pub mod report;
 mod retry_after;
 mod safety;
 mod shared;
 
-pub use backoff::Jitter;
+pub use backoff::{Backoff, Jitter};
+pub use body::BodyBuffering;
 pub use budget::{BudgetScope, RetryBudget};
 pub use builder::RetryConfigBuilder;
-#[cfg(feature = "test-util")]
-pub use clock::ManualClock;
-pub use clock::{Clock, Sleep, TokioClock};
-pub use config::{RetryAfterOverCap, RetryConfig};
+pub use config::RetryConfig;
 pub use error::{ClientError, ConfigError, DeadlineExceeded};
 pub use extensions::{MaxRetries, RetryDeadline, SafeToRetry};
-#[cfg(feature = "test-util")]
-pub use jitter::FixedJitter;
-pub use jitter::{JitterSource, SeededJitter, ThreadRngJitter};
 pub use middleware::RetryMiddleware;
 pub use predicate::{Attempt, Outcome, Verdict};
-pub use reason::{Decision, RetryReason, Retryability, StopReason};
-pub use report::{AttemptNumber, ReportSlot, RetryEvent, RetryReport};
-pub use retry_after::parse_retry_after;
+pub use reason::Retryability;
+pub use retry_after::{RetryAfter, RetryAfterOverCap, parse_retry_after};
 
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]

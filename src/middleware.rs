@@ -49,7 +49,7 @@ impl Default for RetryMiddleware {
 }
 
 impl RetryMiddleware {
-    /// A middleware with this policy, the [`TokioClock`](crate::TokioClock) and thread-local
+    /// A middleware with this policy, the [`TokioClock`](crate::clock::TokioClock) and thread-local
     /// randomness.
     pub fn new(config: RetryConfig) -> Self {
         Self { shared: Arc::new(Shared::new(config)) }
@@ -332,7 +332,7 @@ impl Shared {
     async fn buffer_request_body(&self, pending: &mut Option<Request>, policy: &Policy<'_>) {
         if let Some(buffer) = RequestBuffer::new(
             pending,
-            self.config.request_body_buffering,
+            self.config.body_buffering.request(),
             policy.may_retry(),
             policy.deadline_at(),
             self.config.attempt_timeout,
@@ -405,7 +405,7 @@ impl Shared {
     /// any: only where its failure could be retried (the request is safe to
     /// repeat, retries are allowed, and its body can be sent again).
     fn reading(&self, policy: &Policy<'_>, request: Option<&Request>) -> Option<usize> {
-        self.config.response_body_buffering.filter(|_| {
+        self.config.body_buffering.response().filter(|_| {
             policy.may_retry_body_failures()
                 && request.is_some_and(|request| {
                     request.body().is_none_or(|body| body.as_bytes().is_some())

@@ -9,7 +9,24 @@ use crate::reason::Retryability;
 
 /// A custom retry predicate; see
 /// [`RetryConfigBuilder::with_predicate`](crate::RetryConfigBuilder::with_predicate).
-pub(crate) type Predicate = Arc<dyn Fn(&Attempt<'_>) -> Option<Verdict> + Send + Sync>;
+#[derive(Clone)]
+pub(crate) struct Predicate(pub(crate) Arc<PredicateFn>);
+
+type PredicateFn = dyn Fn(&Attempt<'_>) -> Option<Verdict> + Send + Sync;
+
+impl std::ops::Deref for Predicate {
+    type Target = PredicateFn;
+
+    fn deref(&self) -> &PredicateFn {
+        &*self.0
+    }
+}
+
+impl std::fmt::Debug for Predicate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<fn>")
+    }
+}
 
 /// A predicate's answer about one attempt: how far its outcome may be
 /// retried and, if the predicate chooses, how long to wait first.
@@ -22,11 +39,11 @@ pub(crate) type Predicate = Arc<dyn Fn(&Attempt<'_>) -> Option<Verdict> + Send +
 ///   [`server_asked_until`](Self::server_asked_until)): a wait the *server*
 ///   named in a header the crate does not read itself, such as a rate
 ///   limit's reset time. It is treated exactly like `Retry-After`: capped by
-///   [`with_max_retry_after`](crate::RetryConfigBuilder::with_max_retry_after)
+///   the [`RetryAfter`](crate::RetryAfter) cap
 ///   (over the cap, the response is returned with
-///   [`StopReason::RetryAfterTooLong`](crate::StopReason::RetryAfterTooLong),
+///   [`StopReason::RetryAfterTooLong`](crate::report::StopReason::RetryAfterTooLong),
 ///   or the cap is waited, as
-///   [`with_retry_after_over_cap`](crate::RetryConfigBuilder::with_retry_after_over_cap)
+///   its [`over_cap`](crate::RetryAfter::with_over_cap)
 ///   says), spread upwards like `Retry-After`, and priced like it by the
 ///   budget.
 /// - [`after`](Self::after): a wait the *predicate* chose. It is waited
@@ -78,7 +95,7 @@ impl Verdict {
     /// Wait exactly `wait` before the retry, instead of the backoff or the
     /// server's `Retry-After`. The wait is the predicate's choice, so no rule
     /// about the server's waits applies: it is not capped by
-    /// `max_retry_after`, not spread, and the budget pays for the retry. The
+    /// the [`RetryAfter`](crate::RetryAfter) cap, not spread, and the budget pays for the retry. The
     /// deadline still applies, and so do the rules of safety: a wait does not
     /// make a request repeatable.
     ///
@@ -106,7 +123,7 @@ impl Verdict {
     /// The server asked for no retry before `at` (a reset time given as a
     /// Unix timestamp, say). It is treated as a `Retry-After` date:
     /// measured against the response's `Date` when it has a valid one, else
-    /// against the [`Clock`](crate::Clock)'s wall time, and then as
+    /// against the [`Clock`](crate::clock::Clock)'s wall time, and then as
     /// [`server_asked`](Self::server_asked). An instant in the past asks for
     /// no wait.
     pub fn server_asked_until(mut self, at: SystemTime) -> Self {
@@ -146,7 +163,7 @@ impl From<Retryability> for Verdict {
 #[non_exhaustive]
 pub enum Outcome<'a> {
     /// The server answered; the body has not been read, unless
-    /// [response buffering](crate::RetryConfigBuilder::with_response_body_buffering)
+    /// [response buffering](crate::BodyBuffering::with_response)
     /// read it into memory.
     Response(&'a Response),
     /// The attempt failed without a response, or its body failed while

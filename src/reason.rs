@@ -60,7 +60,7 @@ pub enum StopReason {
     RetriesExhausted,
     /// The body cannot be cloned (a stream), so the request was sent once.
     NotReplayable,
-    /// The server's `Retry-After` asked for longer than `max_retry_after`.
+    /// The server's `Retry-After` asked for longer than the [`RetryAfter`](crate::RetryAfter) cap.
     RetryAfterTooLong(Duration),
     /// The deadline left no time for another wait and attempt, or passed
     /// while an attempt was in flight.

@@ -8,7 +8,7 @@ use http::{Extensions, Method};
 use reqwest::Response;
 use reqwest_middleware::Result;
 
-use crate::reason::{Decision, StopReason};
+pub use crate::reason::{Decision, RetryReason, StopReason};
 
 /// How a request went: attempts made, time spent waiting, why it stopped.
 ///

@@ -5,11 +5,110 @@ use std::time::{Duration, SystemTime};
 use http::header::{DATE, RETRY_AFTER};
 use http::{HeaderMap, HeaderValue};
 
+/// How a wait the server asks for is honoured: its `Retry-After`, or one a
+/// predicate hands on ([`Verdict::server_asked`](crate::Verdict::server_asked)).
+///
+/// | setting | default | why |
+/// |---|---|---|
+/// | `cap` | 30 s | a server may ask us to wait, not to hang; longer asks are returned to the caller |
+/// | `over_cap` | [`RetryAfterOverCap::ReturnResponse`] | the caller, not the middleware, decides whether to wait longer than the cap |
+/// | `spread` | on | `Retry-After` is a floor: clients told the same thing come back spread over the retry's backoff ceiling, not in one instant |
+///
+/// ```
+/// use std::time::Duration;
+/// use reqwest_safe_retry::{RetryAfter, RetryAfterOverCap, RetryConfig};
+///
+/// // Wait at most 5 s, then try again.
+/// let retry_after = RetryAfter::default()
+///     .with_cap(Duration::from_secs(5))
+///     .with_over_cap(RetryAfterOverCap::WaitTheCap);
+/// let config = RetryConfig::builder().with_retry_after(retry_after).build()?;
+/// assert_eq!(config.retry_after().cap(), Duration::from_secs(5));
+/// # Ok::<(), reqwest_safe_retry::ConfigError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryAfter {
+    cap: Duration,
+    over_cap: RetryAfterOverCap,
+    spread: bool,
+}
+
+impl Default for RetryAfter {
+    fn default() -> Self {
+        Self { cap: Duration::from_secs(30), over_cap: RetryAfterOverCap::ReturnResponse, spread: true }
+    }
+}
+
+impl RetryAfter {
+    /// The longest wait honoured. A server asking for more gets its
+    /// response handed to the caller at once, rather than retried early,
+    /// unless [`over_cap`](Self::with_over_cap) says otherwise.
+    pub fn with_cap(mut self, cap: Duration) -> Self {
+        self.cap = cap;
+        self
+    }
+
+    /// What to do when the server asks for more than the cap: return the
+    /// response at once (the default) or wait the cap and retry.
+    pub fn with_over_cap(mut self, over_cap: RetryAfterOverCap) -> Self {
+        self.over_cap = over_cap;
+        self
+    }
+
+    /// Whether to spread a wait the server asked for (on by default).
+    ///
+    /// `Retry-After` says "not before", and a fleet told "5 seconds", or the
+    /// same date, would otherwise come back in the same instant. With the
+    /// spread on, the wait is the server's value plus a random part of this
+    /// retry's backoff ceiling (see [`Backoff`](crate::Backoff)), drawn from
+    /// the jitter source: up to 500 ms more before the first retry, by
+    /// default. With [`Jitter::None`](crate::Jitter::None) there is no
+    /// spread. Off, the wait is exactly the server's value, as many clients
+    /// do.
+    pub fn with_spread(mut self, spread: bool) -> Self {
+        self.spread = spread;
+        self
+    }
+
+    /// The longest wait honoured.
+    pub fn cap(&self) -> Duration {
+        self.cap
+    }
+
+    /// What happens when the server asks for more than the cap.
+    pub fn over_cap(&self) -> RetryAfterOverCap {
+        self.over_cap
+    }
+
+    /// Whether a wait the server asked for is spread.
+    pub fn spread(&self) -> bool {
+        self.spread
+    }
+}
+
+/// What the middleware does when a server asks for a longer wait than the
+/// [`RetryAfter`] cap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum RetryAfterOverCap {
+    /// Hand the response to the caller at once, with
+    /// [`StopReason::RetryAfterTooLong`](crate::report::StopReason::RetryAfterTooLong)
+    /// saying how long the server asked for. The default: retrying before
+    /// the server said it would be ready is likely wasted, and whether to
+    /// wait an hour is the caller's call.
+    #[default]
+    ReturnResponse,
+    /// Wait the cap, then retry, as if the server had asked for exactly the
+    /// cap (spread as any `Retry-After` wait is). The retry may well meet the
+    /// same answer; the retry count and the budget still bound how often.
+    WaitTheCap,
+}
+
 /// The wait a `Retry-After` value asks for, measured from `now`.
 ///
 /// The middleware calls this with the time of the response's own `Date`
 /// header when it has a valid one (so a client whose clock is off waits what
-/// the server meant), and otherwise with its [`Clock`](crate::Clock)'s wall
+/// the server meant), and otherwise with its [`Clock`](crate::clock::Clock)'s wall
 /// time; it is public for clients that read the header themselves.
 ///
 /// ```

@@ -38,7 +38,7 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    /// The parts of a middleware with this policy, the [`TokioClock`],
+    /// The parts of a middleware with this policy, the [`TokioClock`](crate::clock::TokioClock),
     /// thread-local randomness, no hook, and debug-level events.
     pub(crate) fn new(config: RetryConfig) -> Self {
         let budget =

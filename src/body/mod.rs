@@ -10,12 +10,14 @@
 //! and knows nothing of the policy, which decides what is read and when.
 
 mod bounded;
+mod buffering;
 mod drain;
 mod replay;
 mod request;
 mod response;
 
 pub(crate) use bounded::bounded;
+pub use buffering::BodyBuffering;
 pub(crate) use drain::discard;
 pub(crate) use request::RequestBuffer;
 pub(crate) use response::read_whole;

@@ -1,6 +1,6 @@
 //! Reading a streamed request body into memory before the first attempt, so
 //! that the request can be sent again. What a caller gets is stated once, on
-//! [`with_request_body_buffering`](crate::RetryConfigBuilder::with_request_body_buffering).
+//! [request body buffering](crate::BodyBuffering::with_request).
 
 use std::future::poll_fn;
 use std::pin::Pin;

@@ -1,7 +1,7 @@
 //! Reading the body of a final response inside the attempt, so that a body
 //! that breaks while it is read is retried like any other failed attempt.
 //! What a caller gets is stated once, on
-//! [`with_response_body_buffering`](crate::RetryConfigBuilder::with_response_body_buffering).
+//! [`BodyBuffering::with_response`](crate::BodyBuffering::with_response).
 
 use hyper::body::Frame;
 use reqwest::{Response, ResponseBuilderExt};

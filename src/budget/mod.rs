@@ -114,7 +114,7 @@ pub enum BudgetScope {
 /// own traffic earned is what bounds the fleet: the `herd` example measures
 /// processes from 1 to 1000 and rates from 0.1 to 1000 requests a second.
 ///
-/// Time is read only through the middleware's [`Clock`](crate::Clock), and a
+/// Time is read only through the middleware's [`Clock`](crate::clock::Clock), and a
 /// clock that steps back cannot move an account's time back: each account
 /// keeps the newest slot it has seen. Counts are kept in thousandths of a
 /// retry, so no floating point is involved after construction. Recording an

@@ -151,15 +151,11 @@ impl HedgeConfigBuilder {
     }
 
     /// Pays for hedges from `budget`, one budget per host by default.
-    pub fn with_budget(mut self, budget: RetryBudget) -> Self {
-        self.config.budget = Some(budget);
-        self
-    }
-
-    /// Sends hedges without a budget: only the delay and `max_copies` bound
-    /// them. An outage can then multiply the load by `max_copies`.
-    pub fn without_budget(mut self) -> Self {
-        self.config.budget = None;
+    /// `None` sends hedges without a budget: only the delay and
+    /// `max_copies` bound them, and an outage can then multiply the load by
+    /// `max_copies`.
+    pub fn with_budget(mut self, budget: impl Into<Option<RetryBudget>>) -> Self {
+        self.config.budget = budget.into();
         self
     }
 
@@ -271,7 +267,7 @@ mod tests {
             .build()
             .unwrap();
         assert_eq!(quantile.delay(), HedgeDelay::Quantile { quantile: 0.5, fallback: 7 * ms });
-        let unbudgeted = HedgeConfig::builder().with_max_copies(1).without_budget().build();
+        let unbudgeted = HedgeConfig::builder().with_max_copies(1).with_budget(None).build();
         assert_eq!(unbudgeted.unwrap().budget(), None);
         let budget = RetryBudget::default().with_reserve(3);
         let budgeted = HedgeConfig::builder().with_budget(budget).build().unwrap();

@@ -71,7 +71,7 @@ impl<'a> Policy<'a> {
             attempts: 0,
             redirects: 0,
             redirected: false,
-            previous_wait: config.initial_backoff,
+            previous_wait: config.backoff.initial(),
             total_wait: Duration::ZERO,
         }
     }

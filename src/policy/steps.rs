@@ -10,13 +10,14 @@ use http::StatusCode;
 use reqwest::{Request, Response};
 use reqwest_middleware::Result;
 
-use crate::backoff::{Jitter, backoff, ceiling, scale};
+use crate::backoff::{Jitter, scale};
 use crate::classify::{self, Reach};
-use crate::config::{RetryAfterOverCap, RetryConfig};
+use crate::config::RetryConfig;
 use crate::deadline::MIN_ATTEMPT;
 use crate::jitter::JitterSource;
 use crate::predicate::{Attempt, Outcome, Wait};
 use crate::reason::{RetryReason, StopReason};
+use crate::retry_after::RetryAfterOverCap;
 
 /// An outcome that may be retried: how far, why, and whose wait.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -144,18 +145,17 @@ pub(super) fn wait(
         Wait::AskedUntil(at) => Some(crate::retry_after::until(at, headers, wall_time)),
     };
     let Some(asked) = asked else {
-        let (initial, max) = (config.initial_backoff, config.max_backoff);
-        let unit = pacing.jitter.unit();
-        let after = backoff(config.jitter, initial, max, pacing.retry, pacing.previous, unit);
+        let after = config.backoff.wait(pacing.retry, pacing.previous, pacing.jitter.unit());
         return Ok(Chosen { after, paced: false, backoff: Some(after) });
     };
-    let within_cap = asked <= config.max_retry_after;
-    let asked = match config.retry_after_over_cap {
+    let rules = config.retry_after;
+    let within_cap = asked <= rules.cap();
+    let asked = match rules.over_cap() {
         _ if within_cap => asked,
         RetryAfterOverCap::ReturnResponse => return Err(StopReason::RetryAfterTooLong(asked)),
-        RetryAfterOverCap::WaitTheCap => config.max_retry_after,
+        RetryAfterOverCap::WaitTheCap => rules.cap(),
     };
-    let spread = config.retry_after_spread && config.jitter != Jitter::None;
+    let spread = rules.spread() && config.backoff.jitter() != Jitter::None;
     let paced = spread && pacing.retry == 0 && within_cap && !asked.is_zero() && {
         refused_before_work(retryable, outcome)
     };
@@ -163,7 +163,7 @@ pub(super) fn wait(
         return Ok(Chosen { after: asked, paced, backoff: None });
     }
     // The server's word is a floor, not an appointment.
-    let ceiling = ceiling(config.initial_backoff, config.max_backoff, pacing.retry);
+    let ceiling = config.backoff.ceiling(pacing.retry);
     let after = asked.saturating_add(scale(ceiling, pacing.jitter.unit()));
     Ok(Chosen { after, paced, backoff: None })
 }

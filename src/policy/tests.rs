@@ -7,9 +7,10 @@ use reqwest::{Request, Response, Url};
 use reqwest_middleware::Result;
 
 use super::steps::{self, Admission, Chosen, Pacing, Retryable};
-use crate::backoff::Jitter;
+use crate::backoff::{Backoff, Jitter};
 use crate::classify::Reach;
-use crate::config::{RetryAfterOverCap, RetryConfig};
+use crate::config::RetryConfig;
+use crate::retry_after::{RetryAfter, RetryAfterOverCap};
 use crate::predicate::{Outcome, Verdict, Wait};
 use crate::reason::{RetryReason, Retryability, StopReason};
 
@@ -36,7 +37,7 @@ fn retryable(reach: Reach, status: u16, wait: Wait) -> Retryable {
 
 #[test]
 fn classify_sorts_statuses_by_the_built_in_rules() {
-    let strict = RetryConfig::builder().with_429_for_any_method(false).build().unwrap();
+    let strict = RetryConfig::builder().with_retry_429_any_method(false).build().unwrap();
     let cases: [(u16, &RetryConfig, Option<Reach>); 7] = [
         (200, &RetryConfig::default(), None),
         (404, &RetryConfig::default(), None),
@@ -151,22 +152,24 @@ fn wait_for(
     outcome: &Result<Response>,
 ) -> std::result::Result<Chosen, StopReason> {
     let jitter = move || unit;
-    let pacing = Pacing { config, jitter: &jitter, retry, previous: config.initial_backoff };
+    let pacing = Pacing { config, jitter: &jitter, retry, previous: config.backoff.initial() };
     steps::wait(&pacing, retryable, outcome, || SystemTime::UNIX_EPOCH + 1000 * S)
 }
 
 #[test]
 fn the_wait_is_the_backoff_unless_the_server_or_predicate_names_one() {
-    let config = RetryConfig::builder().with_initial_backoff(100 * MS).build().unwrap();
+    let fast = Backoff::default().with_initial(100 * MS);
+    let config = RetryConfig::builder().with_backoff(fast).build().unwrap();
     let no_spread = RetryConfig::builder()
-        .with_initial_backoff(100 * MS)
-        .with_retry_after_spread(false)
+        .with_backoff(fast)
+        .with_retry_after(RetryAfter::default().with_spread(false))
         .build()
         .unwrap();
     let clamp = RetryConfig::builder()
-        .with_max_retry_after(5 * S)
-        .with_retry_after_over_cap(RetryAfterOverCap::WaitTheCap)
-        .with_jitter(Jitter::None)
+        .with_retry_after(
+            RetryAfter::default().with_cap(5 * S).with_over_cap(RetryAfterOverCap::WaitTheCap),
+        )
+        .with_backoff(Backoff::default().with_jitter(Jitter::None))
         .build()
         .unwrap();
     let backoff = |after| Ok(Chosen { after, paced: false, backoff: Some(after) });
