@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use reqwest_middleware::{ClientBuilder, ClientWithMiddleware};
 use reqwest_safe_retry::hedge::{HedgeConfig, HedgeMiddleware};
-use reqwest_safe_retry::{ManualClock, RetryConfig, RetryMiddleware};
+use reqwest_safe_retry::{RetryConfig, RetryMiddleware, clock::ManualClock};
 use support::Scripted;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,8 +9,10 @@ use std::time::Duration;
 use http::StatusCode;
 
 use reqwest_middleware::ClientWithMiddleware;
+use reqwest_safe_retry::Backoff;
 use reqwest_safe_retry::{
-    MaxRetries, Outcome, ReportSlot, RetryConfig, RetryMiddleware, Retryability, SafeToRetry,
+    MaxRetries, Outcome, RetryConfig, RetryMiddleware, Retryability, SafeToRetry,
+    report::ReportSlot,
 };
 use wiremock::matchers::path;
 use wiremock::{Mock, MockServer, ResponseTemplate};
@@ -53,7 +55,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             StatusCode::INTERNAL_SERVER_ERROR,
             StatusCode::SERVICE_UNAVAILABLE,
         ])
-        .with_initial_backoff(Duration::from_millis(10))
+        .with_backoff(Backoff::default().with_initial(Duration::from_millis(10)))
         .with_predicate(|attempt| match attempt.outcome {
             Outcome::Response(r) if r.status() == 409 => Some(Retryability::WhenSafe),
             _ => None,

@@ -13,7 +13,7 @@
 
 mod scenarios;
 
-use reqwest_safe_retry::FixedJitter;
+use reqwest_safe_retry::jitter::FixedJitter;
 
 #[tokio::main]
 async fn main() {

@@ -11,7 +11,10 @@ use std::time::Duration;
 use http::Extensions;
 use reqwest::{Request, Response};
 use reqwest_middleware::{ClientBuilder, Middleware, Next};
-use reqwest_safe_retry::{AttemptNumber, RetryConfig, RetryMiddleware, RetryReport};
+use reqwest_safe_retry::Backoff;
+use reqwest_safe_retry::{
+    RetryConfig, RetryMiddleware, report::AttemptNumber, report::RetryReport,
+};
 use tracing::Instrument;
 use wiremock::matchers::any;
 use wiremock::{Mock, MockServer, ResponseTemplate};
@@ -63,7 +66,7 @@ async fn main() {
     Mock::given(any()).respond_with(ResponseTemplate::new(200)).mount(&server).await;
 
     let config = RetryConfig::builder()
-        .with_initial_backoff(Duration::from_millis(20))
+        .with_backoff(Backoff::default().with_initial(Duration::from_millis(20)))
         .build()
         .expect("a valid configuration");
     let client = ClientBuilder::new(reqwest::Client::new())

@@ -40,7 +40,11 @@ pub struct Backoff {
 
 impl Default for Backoff {
     fn default() -> Self {
-        Self { initial: Duration::from_millis(500), max: Duration::from_secs(30), jitter: Jitter::Full }
+        Self {
+            initial: Duration::from_millis(500),
+            max: Duration::from_secs(30),
+            jitter: Jitter::Full,
+        }
     }
 }
 

@@ -220,7 +220,9 @@ impl RetryConfigBuilder {
         if let Some(budget) = &config.budget {
             budget.validate()?;
         }
-        for (limit, field) in [(config.deadline, "deadline"), (config.attempt_timeout, "attempt_timeout")] {
+        for (limit, field) in
+            [(config.deadline, "deadline"), (config.attempt_timeout, "attempt_timeout")]
+        {
             if limit == Some(Duration::ZERO) {
                 return Err(ConfigError::new(
                     field,
@@ -256,7 +258,8 @@ mod tests {
         let s = Duration::from_secs;
         let cases: Vec<(RetryConfigBuilder, &str)> = vec![
             (
-                RetryConfig::builder().with_backoff(Backoff::default().with_initial(s(2)).with_max(s(1))),
+                RetryConfig::builder()
+                    .with_backoff(Backoff::default().with_initial(s(2)).with_max(s(1))),
                 "backoff.initial",
             ),
             (
@@ -273,11 +276,13 @@ mod tests {
             (RetryConfig::builder().with_deadline(Duration::ZERO), "deadline"),
             (RetryConfig::builder().with_attempt_timeout(Duration::ZERO), "attempt_timeout"),
             (
-                RetryConfig::builder().with_body_buffering(BodyBuffering::default().with_request(0)),
+                RetryConfig::builder()
+                    .with_body_buffering(BodyBuffering::default().with_request(0)),
                 "body_buffering.request",
             ),
             (
-                RetryConfig::builder().with_body_buffering(BodyBuffering::default().with_response(0)),
+                RetryConfig::builder()
+                    .with_body_buffering(BodyBuffering::default().with_response(0)),
                 "body_buffering.response",
             ),
             (
@@ -302,7 +307,8 @@ mod tests {
             // `with_`, then the value type's.
             let (outer, inner) = field.split_once('.').unwrap_or((field, ""));
             let declared = |source: &str, setter: &str| {
-                source.contains(&format!("pub fn with_{setter}(")) || source.contains(&format!("pub fn with_{setter}<"))
+                source.contains(&format!("pub fn with_{setter}("))
+                    || source.contains(&format!("pub fn with_{setter}<"))
             };
             assert!(declared(include_str!("builder.rs"), outer), "`{field}`: no `with_{outer}`");
             let inner_source = match outer {
@@ -311,7 +317,10 @@ mod tests {
                 "body_buffering" => include_str!("body/buffering.rs"),
                 _ => "",
             };
-            assert!(inner.is_empty() || declared(inner_source, inner), "`{field}`: no `with_{inner}`");
+            assert!(
+                inner.is_empty() || declared(inner_source, inner),
+                "`{field}`: no `with_{inner}`"
+            );
         }
     }
 
@@ -342,11 +351,15 @@ mod tests {
         let timed =
             again.to_builder().with_attempt_timeout(Duration::from_secs(2)).build().unwrap();
         assert_eq!(timed.attempt_timeout(), Some(Duration::from_secs(2)));
-        assert_eq!(timed.to_builder().with_attempt_timeout(None).build().unwrap().attempt_timeout(), None);
+        assert_eq!(
+            timed.to_builder().with_attempt_timeout(None).build().unwrap().attempt_timeout(),
+            None
+        );
         let buffering = BodyBuffering::default().with_request(1).with_response(2);
         let buffered = timed.to_builder().with_body_buffering(buffering).build().unwrap();
         assert_eq!(buffered.to_builder().build().unwrap().body_buffering(), buffering);
-        let off = buffered.to_builder().with_body_buffering(BodyBuffering::default()).build().unwrap();
+        let off =
+            buffered.to_builder().with_body_buffering(BodyBuffering::default()).build().unwrap();
         assert_eq!(off.body_buffering().request(), None);
         assert_eq!(off.to_builder().with_budget(None).build().unwrap().budget(), None);
     }

@@ -184,7 +184,10 @@ mod tests {
         assert_eq!(config.budget(), Some(&RetryBudget::default()));
         assert!(config.predicate().is_none());
         assert_eq!(config.body_buffering(), BodyBuffering::default());
-        assert_eq!((config.body_buffering().request(), config.body_buffering().response()), (None, None));
+        assert_eq!(
+            (config.body_buffering().request(), config.body_buffering().response()),
+            (None, None)
+        );
         let strict = RetryConfig::builder().with_retry_429_any_method(false).build().unwrap();
         assert!(!strict.retry_429_any_method());
     }
@@ -192,7 +195,8 @@ mod tests {
     #[test]
     fn each_setting_reads_back_as_set() {
         let s = Duration::from_secs;
-        let backoff = Backoff::default().with_initial(s(1)).with_max(s(20)).with_jitter(Jitter::Equal);
+        let backoff =
+            Backoff::default().with_initial(s(1)).with_max(s(20)).with_jitter(Jitter::Equal);
         let retry_after = RetryAfter::default()
             .with_cap(s(10))
             .with_over_cap(RetryAfterOverCap::WaitTheCap)

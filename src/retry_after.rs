@@ -35,7 +35,11 @@ pub struct RetryAfter {
 
 impl Default for RetryAfter {
     fn default() -> Self {
-        Self { cap: Duration::from_secs(30), over_cap: RetryAfterOverCap::ReturnResponse, spread: true }
+        Self {
+            cap: Duration::from_secs(30),
+            over_cap: RetryAfterOverCap::ReturnResponse,
+            spread: true,
+        }
     }
 }
 

@@ -15,6 +15,7 @@ use reqwest::{Request, Response};
 use reqwest_middleware::{ClientBuilder, ClientWithMiddleware, Middleware, Next};
 use reqwest_retry::RetryTransientMiddleware;
 use reqwest_retry::policies::ExponentialBackoff;
+use reqwest_safe_retry::Backoff;
 use reqwest_safe_retry::{RetryConfig, RetryMiddleware};
 
 /// Which retry layer sits in the stack.
@@ -57,11 +58,11 @@ impl Stack {
                 ),
             ),
             Stack::Ours | Stack::OursNoBudget => {
-                let mut config = RetryConfig::builder()
-                    .with_initial_backoff(Duration::ZERO)
-                    .with_max_backoff(Duration::ZERO);
+                let mut config = RetryConfig::builder().with_backoff(
+                    Backoff::default().with_initial(Duration::ZERO).with_max(Duration::ZERO),
+                );
                 if self == Stack::OursNoBudget {
-                    config = config.without_budget();
+                    config = config.with_budget(None);
                 }
                 let retry = RetryMiddleware::new(config.build().expect("a valid configuration"));
                 retry.client(client).expect("a client")

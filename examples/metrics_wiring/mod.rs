@@ -14,8 +14,8 @@ use metrics::{
 };
 use reqwest_middleware::ClientBuilder;
 use reqwest_safe_retry::{
-    Decision, FixedJitter, ManualClock, RetryConfig, RetryEvent, RetryMiddleware, RetryReason,
-    RetryReport, StopReason,
+    RetryConfig, RetryMiddleware, clock::ManualClock, jitter::FixedJitter, report::Decision,
+    report::RetryEvent, report::RetryReason, report::RetryReport, report::StopReason,
 };
 use wiremock::matchers::{any, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};

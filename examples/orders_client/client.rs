@@ -46,8 +46,9 @@ use reqwest::header::{ACCEPT, CONTENT_TYPE, USER_AGENT};
 use reqwest::{Method, StatusCode, Url};
 use reqwest_middleware::ClientWithMiddleware;
 use reqwest_safe_retry::{
-    Clock, ConfigError, Jitter, JitterSource, ReportSlot, RetryAfterOverCap, RetryBudget,
-    RetryConfig, RetryMiddleware, Sleep, ThreadRngJitter, TokioClock,
+    Backoff, ConfigError, Jitter, RetryAfter, RetryAfterOverCap, RetryBudget, RetryConfig,
+    RetryMiddleware, clock::Clock, clock::Sleep, clock::TokioClock, jitter::JitterSource,
+    jitter::ThreadRngJitter, report::ReportSlot,
 };
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -76,9 +77,12 @@ pub(crate) fn retry_config(
 ) -> Result<RetryConfig, ConfigError> {
     let config = RetryConfig::builder()
         .with_max_retries(max_retries)
-        .with_initial_backoff(Duration::from_millis(200))
-        .with_max_backoff(Duration::from_secs(5))
-        .with_jitter(Jitter::Full)
+        .with_backoff(
+            Backoff::default()
+                .with_initial(Duration::from_millis(200))
+                .with_max(Duration::from_secs(5))
+                .with_jitter(Jitter::Full),
+        )
         // 429 stays retryable for any method (the crate's default); the
         // others only for requests that are safe to repeat.
         .with_retryable_statuses([
@@ -90,16 +94,17 @@ pub(crate) fn retry_config(
         ])
         // The server's `Retry-After`, exactly, up to 5 s; asked for longer,
         // wait 5 s and try again rather than hand the 429 back.
-        .with_max_retry_after(Duration::from_secs(5))
-        .with_retry_after_over_cap(RetryAfterOverCap::WaitTheCap)
-        // The notes wait exactly what the server said: turned off here, and
-        // named, since the crate's default spreads the clients it asks.
-        .with_retry_after_spread(false);
-    match budget {
-        Some(budget) => config.with_budget(budget),
-        None => config.without_budget(),
-    }
-    .build()
+        //
+        // The notes wait exactly what the server said: the spread is turned
+        // off here, and named, since the crate's default spreads the clients
+        // it asks.
+        .with_retry_after(
+            RetryAfter::default()
+                .with_cap(Duration::from_secs(5))
+                .with_over_cap(RetryAfterOverCap::WaitTheCap)
+                .with_spread(false),
+        );
+    config.with_budget(budget).build()
 }
 
 /// An order, as the client hands it out.

@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use reqwest_safe_retry::{FixedJitter, ManualClock, ReportSlot};
+use reqwest_safe_retry::{clock::ManualClock, jitter::FixedJitter, report::ReportSlot};
 use wiremock::matchers::{method, path, query_param};
 use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 

@@ -10,7 +10,8 @@ use std::time::Duration;
 use reqwest::Method;
 use reqwest_middleware::ClientWithMiddleware;
 use reqwest_safe_retry::{
-    Clock, FixedJitter, ManualClock, ReportSlot, RetryConfig, RetryMiddleware, StopReason,
+    RetryConfig, RetryMiddleware, clock::Clock, clock::ManualClock, jitter::FixedJitter,
+    report::ReportSlot, report::StopReason,
 };
 use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 
@@ -320,7 +321,7 @@ impl Clock for WaitGate {
         self.clock.wall_time()
     }
 
-    fn sleep(&self, duration: Duration) -> reqwest_safe_retry::Sleep {
+    fn sleep(&self, duration: Duration) -> reqwest_safe_retry::clock::Sleep {
         let mut sleep = self.clock.sleep(duration);
         if !self.closed.load(Ordering::SeqCst) {
             return sleep;
@@ -332,7 +333,7 @@ impl Clock for WaitGate {
         Box::pin(std::future::pending())
     }
 
-    fn sleep_until(&self, deadline: std::time::Instant) -> reqwest_safe_retry::Sleep {
+    fn sleep_until(&self, deadline: std::time::Instant) -> reqwest_safe_retry::clock::Sleep {
         self.clock.sleep_until(deadline)
     }
 }

@@ -10,9 +10,9 @@ use super::steps::{self, Admission, Chosen, Pacing, Retryable};
 use crate::backoff::{Backoff, Jitter};
 use crate::classify::Reach;
 use crate::config::RetryConfig;
-use crate::retry_after::{RetryAfter, RetryAfterOverCap};
 use crate::predicate::{Outcome, Verdict, Wait};
 use crate::reason::{RetryReason, Retryability, StopReason};
+use crate::retry_after::{RetryAfter, RetryAfterOverCap};
 
 const MS: Duration = Duration::from_millis(1);
 const S: Duration = Duration::from_secs(1);

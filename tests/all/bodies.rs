@@ -9,7 +9,10 @@ mod streams;
 
 use crate::support;
 use bytes::Bytes;
-use reqwest_safe_retry::{FixedJitter, RetryMiddleware, RetryReport, StopReason, TokioClock};
+use reqwest_safe_retry::{
+    RetryMiddleware, clock::TokioClock, jitter::FixedJitter, report::RetryReport,
+    report::StopReason,
+};
 use std::time::Duration;
 use support::*;
 use wiremock::{MockServer, ResponseTemplate};
@@ -93,7 +96,7 @@ async fn endless_error_body_is_not_read_to_the_end() {
 async fn a_drained_error_body_frees_its_connection_for_the_retry() {
     let (url, connections) = raw_server(vec![keep_alive(503, 10_000), keep_alive(200, 2)]).await;
     let middleware = RetryMiddleware::new(policy().build().unwrap())
-        .with_jitter_source(reqwest_safe_retry::FixedJitter::TOP);
+        .with_jitter_source(reqwest_safe_retry::jitter::FixedJitter::TOP);
     let client = wrap(middleware);
     let response = client.get(&url).send().await.unwrap();
     assert_eq!(response.status(), 200);
@@ -124,7 +127,7 @@ async fn an_error_body_exactly_at_the_drain_limit_is_read() {
     for (n, (error, expected)) in cases.into_iter().enumerate() {
         let (url, connections) = raw_server(vec![error, keep_alive(200, 2)]).await;
         let middleware = RetryMiddleware::new(policy().with_drain_limit(LIMIT).build().unwrap())
-            .with_jitter_source(reqwest_safe_retry::FixedJitter::TOP);
+            .with_jitter_source(reqwest_safe_retry::jitter::FixedJitter::TOP);
         let response = wrap(middleware).get(&url).send().await.unwrap();
         assert_eq!(response.status(), 200);
         assert_eq!(connections.get(), expected, "case {n}");

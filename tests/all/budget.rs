@@ -7,9 +7,10 @@ use crate::support;
 
 use reqwest_middleware::ClientWithMiddleware;
 
+use reqwest_safe_retry::{Backoff, RetryAfter};
 use reqwest_safe_retry::{
-    Decision, FixedJitter, ManualClock, RetryBudget, RetryConfig, RetryMiddleware, RetryReport,
-    StopReason,
+    RetryBudget, RetryConfig, RetryMiddleware, clock::ManualClock, jitter::FixedJitter,
+    report::Decision, report::RetryReport, report::StopReason,
 };
 
 use std::time::Duration;
@@ -23,8 +24,7 @@ use wiremock::{Mock, MockServer, ResponseTemplate};
 /// Zero-length waits, so the manual clock moves only when the test moves it.
 fn instant_retries(budget: RetryBudget) -> RetryConfig {
     RetryConfig::builder()
-        .with_initial_backoff(Duration::ZERO)
-        .with_max_backoff(Duration::ZERO)
+        .with_backoff(Backoff::default().with_initial(Duration::ZERO).with_max(Duration::ZERO))
         .with_budget(budget)
         .build()
         .unwrap()
@@ -118,7 +118,10 @@ async fn a_quiet_client_still_gets_its_retry() {
         script.extend([503, 200]);
     }
     script_statuses(&server, "/r", &script).await;
-    let config = RetryConfig::builder().with_initial_backoff(Duration::ZERO).build().unwrap();
+    let config = RetryConfig::builder()
+        .with_backoff(Backoff::default().with_initial(Duration::ZERO))
+        .build()
+        .unwrap();
     let (middleware, clock) = middleware(config);
     let client = wrap(middleware);
     let url = format!("{}/r", server.uri());
@@ -139,7 +142,10 @@ async fn a_fresh_client_gets_its_configured_retries() {
     // first call of a fresh process rides out an isolated failure in full.
     let server = MockServer::start().await;
     script_statuses(&server, "/r", &[503, 503, 503, 200]).await;
-    let config = RetryConfig::builder().with_initial_backoff(Duration::ZERO).build().unwrap();
+    let config = RetryConfig::builder()
+        .with_backoff(Backoff::default().with_initial(Duration::ZERO))
+        .build()
+        .unwrap();
     let (fresh, _) = middleware(config);
     let first = report(&wrap(fresh), &format!("{}/r", server.uri())).await;
     assert_eq!((first.attempts, first.stop), (4, StopReason::NothingToRetry));
@@ -147,7 +153,7 @@ async fn a_fresh_client_gets_its_configured_retries() {
     let server = MockServer::start().await;
     script_statuses(&server, "/r", &[503, 503, 503, 503, 503, 503, 200]).await;
     let config = RetryConfig::builder()
-        .with_initial_backoff(Duration::ZERO)
+        .with_backoff(Backoff::default().with_initial(Duration::ZERO))
         .with_max_retries(6)
         .build()
         .unwrap();
@@ -158,7 +164,7 @@ async fn a_fresh_client_gets_its_configured_retries() {
     let server = MockServer::start().await;
     script_statuses(&server, "/r", &[503, 503, 200]).await;
     let config = RetryConfig::builder()
-        .with_initial_backoff(Duration::ZERO)
+        .with_backoff(Backoff::default().with_initial(Duration::ZERO))
         .with_budget(RetryBudget::default().with_reserve(1))
         .build()
         .unwrap();
@@ -173,7 +179,10 @@ async fn the_first_call_after_a_long_quiet_spell_gets_its_retries() {
     let mut script = vec![200; 20];
     script.extend([503, 503, 503, 200]);
     script_statuses(&server, "/r", &script).await;
-    let config = RetryConfig::builder().with_initial_backoff(Duration::ZERO).build().unwrap();
+    let config = RetryConfig::builder()
+        .with_backoff(Backoff::default().with_initial(Duration::ZERO))
+        .build()
+        .unwrap();
     let (middleware, clock) = middleware(config);
     let client = wrap(middleware);
     let url = format!("{}/r", server.uri());
@@ -291,7 +300,7 @@ async fn a_first_429_whose_wait_the_server_chose_costs_the_budget_nothing() {
     )
     .await;
     let config = RetryConfig::builder()
-        .with_retry_after_spread(false)
+        .with_retry_after(RetryAfter::default().with_spread(false))
         .with_budget(RetryBudget::default().with_ratio(0.0).with_reserve(0))
         .build()
         .unwrap();
@@ -339,7 +348,10 @@ async fn a_429_asking_for_more_than_the_cap_is_paid_for_even_when_the_cap_is_wai
     ] {
         let (_server, url) = limited(asked).await;
         let config = RetryConfig::builder()
-            .with_retry_after_over_cap(reqwest_safe_retry::RetryAfterOverCap::WaitTheCap)
+            .with_retry_after(
+                RetryAfter::default()
+                    .with_over_cap(reqwest_safe_retry::RetryAfterOverCap::WaitTheCap),
+            )
             .with_budget(RetryBudget::default().with_ratio(0.0).with_reserve(reserve))
             .build()
             .unwrap();
@@ -383,7 +395,7 @@ async fn two_refused_calls_to_one_host_share_its_reserve() {
     let client = middleware.client(reqwest::Client::builder()).unwrap().build();
     let mut reports = Vec::new();
     for method in [reqwest::Method::GET, reqwest::Method::POST] {
-        let slot = reqwest_safe_retry::ReportSlot::new();
+        let slot = reqwest_safe_retry::report::ReportSlot::new();
         let result = client.request(method, &url).with_extension(slot.clone()).send().await;
         assert!(result.unwrap_err().is_connect());
         let report = slot.get().unwrap();
@@ -508,9 +520,8 @@ async fn without_a_budget_only_the_count_bounds_retries() {
     let server = MockServer::start().await;
     let url = down(&server).await;
     let config = RetryConfig::builder()
-        .with_initial_backoff(Duration::ZERO)
-        .with_max_backoff(Duration::ZERO)
-        .without_budget()
+        .with_backoff(Backoff::default().with_initial(Duration::ZERO).with_max(Duration::ZERO))
+        .with_budget(None)
         .build()
         .unwrap();
     let (middleware, _) = middleware(config);
@@ -539,7 +550,7 @@ impl Gate {
     }
 }
 
-impl reqwest_safe_retry::Clock for Gate {
+impl reqwest_safe_retry::clock::Clock for Gate {
     fn now(&self) -> std::time::Instant {
         self.clock.now()
     }
@@ -548,7 +559,7 @@ impl reqwest_safe_retry::Clock for Gate {
         self.clock.wall_time()
     }
 
-    fn sleep(&self, duration: Duration) -> reqwest_safe_retry::Sleep {
+    fn sleep(&self, duration: Duration) -> reqwest_safe_retry::clock::Sleep {
         if self.open.load(std::sync::atomic::Ordering::SeqCst) {
             return self.clock.sleep(duration);
         }
@@ -556,7 +567,7 @@ impl reqwest_safe_retry::Clock for Gate {
         Box::pin(std::future::pending())
     }
 
-    fn sleep_until(&self, deadline: std::time::Instant) -> reqwest_safe_retry::Sleep {
+    fn sleep_until(&self, deadline: std::time::Instant) -> reqwest_safe_retry::clock::Sleep {
         self.clock.sleep_until(deadline)
     }
 }
@@ -576,8 +587,7 @@ async fn two_thousand_concurrent_requests_all_complete_within_the_budget() {
     // once (into the reserve of 5 while it is below its cap, else into the
     // window): at most 155.
     let config = RetryConfig::builder()
-        .with_initial_backoff(Duration::ZERO)
-        .with_max_backoff(Duration::ZERO)
+        .with_backoff(Backoff::default().with_initial(Duration::ZERO).with_max(Duration::ZERO))
         .with_budget(RetryBudget::default())
         .build()
         .unwrap();

@@ -6,9 +6,10 @@ mod attempts;
 mod bodies;
 
 use crate::support;
+use reqwest_safe_retry::RetryAfter;
 use reqwest_safe_retry::{
-    Clock, DeadlineExceeded, ManualClock, ReportSlot, RetryDeadline, RetryMiddleware, RetryReport,
-    Sleep, StopReason,
+    DeadlineExceeded, RetryDeadline, RetryMiddleware, clock::Clock, clock::ManualClock,
+    clock::Sleep, report::ReportSlot, report::RetryReport, report::StopReason,
 };
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -62,7 +63,7 @@ async fn deadline_shorter_than_the_first_wait_sends_one_attempt() {
 #[tokio::test]
 async fn a_deadline_can_be_removed_from_a_copy_of_the_policy() {
     let bounded = policy().with_deadline(Duration::from_secs(1)).build().unwrap();
-    let unbounded = bounded.to_builder().without_deadline().build().unwrap();
+    let unbounded = bounded.to_builder().with_deadline(None).build().unwrap();
     assert_eq!(RetryMiddleware::new(unbounded.clone()).config().deadline(), None);
     // The wait that `deadline_counts_retry_after_waits` refuses is made.
     let server = MockServer::start().await;
@@ -155,7 +156,7 @@ async fn slow_attempts_count_against_the_deadline() {
     let ticking = clock.clone();
     let config = policy()
         .with_max_retries(50)
-        .with_retry_after_spread(false)
+        .with_retry_after(RetryAfter::default().with_spread(false))
         .with_deadline(Duration::from_millis(450))
         .build()
         .unwrap();

@@ -6,7 +6,7 @@ mod bad_input;
 mod no_panic;
 
 use crate::support;
-use reqwest_safe_retry::{ReportSlot, RetryReport, StopReason};
+use reqwest_safe_retry::{report::ReportSlot, report::RetryReport, report::StopReason};
 use std::time::Duration;
 use support::*;
 use wiremock::{MockServer, ResponseTemplate};

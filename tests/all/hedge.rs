@@ -9,7 +9,7 @@ use reqwest_middleware::ClientWithMiddleware;
 use reqwest_safe_retry::hedge::{
     HedgeConfig, HedgeConfigBuilder, HedgeMiddleware, HedgeReport, HedgeSlot,
 };
-use reqwest_safe_retry::{ManualClock, RetryBudget, RetryConfig, RetryMiddleware};
+use reqwest_safe_retry::{RetryBudget, RetryConfig, RetryMiddleware, clock::ManualClock};
 use std::sync::Arc;
 use std::time::Duration;
 use support::{Counter, MS, RawServer};
@@ -234,7 +234,7 @@ async fn each_hedge_sent_or_refused_is_logged_with_its_number() {
 #[tokio::test(start_paused = true)]
 async fn no_more_than_max_copies_are_sent() {
     let server = server(vec![Answer(SLOW, 200)]).await;
-    let (client, _) = client(fixed(100 * MS).with_max_copies(3).without_budget());
+    let (client, _) = client(fixed(100 * MS).with_max_copies(3).with_budget(None));
     let (_, body, r, took) = get(&client, &server.url).await;
     // Copies at 0, 100 and 200 ms, all slow: the first answers first.
     assert_eq!((body.as_str(), pair(r)), ("copy 0", report(3, 1)));
@@ -245,7 +245,7 @@ async fn no_more_than_max_copies_are_sent() {
 #[tokio::test(start_paused = true)]
 async fn a_429_stops_further_hedges_and_a_final_answer_still_wins() {
     let server = server(vec![Answer(SLOW, 200), Answer(50 * MS, 429)]).await;
-    let (client, _) = client(fixed(100 * MS).with_max_copies(3).without_budget());
+    let (client, _) = client(fixed(100 * MS).with_max_copies(3).with_budget(None));
     let (status, body, r, _) = get(&client, &server.url).await;
     assert_eq!((status, body.as_str(), pair(r)), (200, "copy 0", report(2, 1)));
     assert_eq!(server.requests.get(), 2, "no third copy after the 429");
@@ -254,7 +254,7 @@ async fn a_429_stops_further_hedges_and_a_final_answer_still_wins() {
 #[tokio::test(start_paused = true)]
 async fn a_429_is_returned_once_no_copy_is_left() {
     let server = server(vec![Answer(SLOW, 503), Answer(50 * MS, 429)]).await;
-    let (client, _) = client(fixed(100 * MS).with_max_copies(3).without_budget());
+    let (client, _) = client(fixed(100 * MS).with_max_copies(3).with_budget(None));
     let (status, body, r, took) = get(&client, &server.url).await;
     // Both struggled: the first such answer is the one returned, when the
     // last copy has answered too.
@@ -304,8 +304,8 @@ async fn inside_the_retry_middleware_each_attempt_is_hedged() {
     ])
     .await;
     let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
-        .with(RetryMiddleware::new(RetryConfig::builder().without_budget().build().unwrap()))
-        .with(HedgeMiddleware::new(fixed(100 * MS).without_budget().build().unwrap()))
+        .with(RetryMiddleware::new(RetryConfig::builder().with_budget(None).build().unwrap()))
+        .with(HedgeMiddleware::new(fixed(100 * MS).with_budget(None).build().unwrap()))
         .build();
     let (status, body, r, _) = get(&client, &server.url).await;
     assert_eq!((status, body.as_str(), pair(r)), (200, "copy 3", report(2, 2)));
@@ -384,7 +384,7 @@ async fn final_answers_earn_the_hedges() {
 #[tokio::test]
 async fn under_a_manual_clock_a_hedge_waits_for_the_test_to_move_time() {
     let delay = Duration::from_secs(1);
-    let config = HedgeConfig::builder().with_delay(delay).without_budget().build().unwrap();
+    let config = HedgeConfig::builder().with_delay(delay).with_budget(None).build().unwrap();
     // The first copy is answered late, the second at once.
     let server = server(vec![Answer(SLOW, 200), Answer(Duration::ZERO, 200)]).await;
     let clock = ManualClock::new();

@@ -10,9 +10,11 @@ use http::Extensions;
 use reqwest::{Method, Request, Response};
 use reqwest_middleware::{ClientBuilder, ClientWithMiddleware, Middleware, Next};
 use reqwest_safe_retry::{
-    AttemptNumber, FixedJitter, ManualClock, ReportSlot, RetryConfig, RetryDeadline,
-    RetryMiddleware, RetryReason, RetryReport, StopReason, TokioClock, *,
+    RetryConfig, RetryDeadline, RetryMiddleware, clock::ManualClock, clock::TokioClock,
+    jitter::FixedJitter, report::AttemptNumber, report::ReportSlot, report::RetryReason,
+    report::RetryReport, report::StopReason, *,
 };
+use reqwest_safe_retry::{clock::*, jitter::*, report::*};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -135,7 +137,7 @@ fn traits_are_object_safe() {
 /// The policy for every test here: waits of 100, 200, 400 ms..., at most
 /// `max_retries` retries, no budget. No client here follows redirects.
 fn config(max_retries: u32) -> RetryConfig {
-    policy().with_max_retries(max_retries).without_budget().build().unwrap()
+    policy().with_max_retries(max_retries).with_budget(None).build().unwrap()
 }
 
 /// `inner` behind the retry middleware, with a manual clock and jitter at the top.

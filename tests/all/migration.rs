@@ -15,10 +15,11 @@ use reqwest::{Method, Request, Response, StatusCode};
 use reqwest_middleware::{ClientBuilder, ClientWithMiddleware, Extension, Middleware, Next};
 use reqwest_retry::RetryTransientMiddleware;
 use reqwest_retry::policies::ExponentialBackoff;
+use reqwest_safe_retry::{Backoff, BodyBuffering, RetryAfter};
 use reqwest_safe_retry::{
-    Decision, FixedJitter, Jitter, ManualClock, Outcome, ReportSlot, RetryAfterOverCap,
-    RetryConfig, RetryConfigBuilder, RetryMiddleware, RetryReport, Retryability, SafeToRetry,
-    StopReason, Verdict,
+    Jitter, Outcome, RetryAfterOverCap, RetryConfig, RetryConfigBuilder, RetryMiddleware,
+    Retryability, SafeToRetry, Verdict, clock::ManualClock, jitter::FixedJitter, report::Decision,
+    report::ReportSlot, report::RetryReport, report::StopReason,
 };
 use support::tls_server::{Handshake, rustls_client, tls_server, untrusting_client};
 use support::*;
@@ -36,18 +37,24 @@ use wiremock::{MockServer, ResponseTemplate};
 fn like_reqwest_retry() -> RetryConfigBuilder {
     RetryConfig::builder()
         // ExponentialBackoff::builder(): 1 s doubling up to 30 min, full jitter.
-        .with_initial_backoff(Duration::from_secs(1))
-        .with_max_backoff(Duration::from_secs(30 * 60))
-        .with_jitter(Jitter::Full)
+        .with_backoff(
+            Backoff::default()
+                .with_initial(Duration::from_secs(1))
+                .with_max(Duration::from_secs(30 * 60))
+                .with_jitter(Jitter::Full),
+        )
         // reqwest-retry has no default count: use the one you passed it.
         .with_max_retries(3)
         // No retry budget there.
-        .without_budget()
+        .with_budget(None)
         // Retry-After ignored: whatever the server asks for is over a cap of
         // zero, so the wait is zero plus the spread, which with full jitter
         // is the backoff itself.
-        .with_max_retry_after(Duration::ZERO)
-        .with_retry_after_over_cap(RetryAfterOverCap::WaitTheCap)
+        .with_retry_after(
+            RetryAfter::default()
+                .with_cap(Duration::ZERO)
+                .with_over_cap(RetryAfterOverCap::WaitTheCap),
+        )
         // Its classification.
         .with_predicate(|attempt| {
             Some(if reqwest_retry_would_retry(&attempt.outcome) {
@@ -131,7 +138,7 @@ fn every_connect_error() -> RetryConfigBuilder {
 // guide: no_budget
 /// Every retry the count allows, however many fail: no budget.
 fn no_budget() -> RetryConfigBuilder {
-    RetryConfig::builder().without_budget()
+    RetryConfig::builder().with_budget(None)
 }
 // guide: end
 
@@ -189,7 +196,7 @@ fn port_409_and_501_final() -> RetryConfigBuilder {
 /// is the primary limit, lifted at `x-ratelimit-reset` (Unix seconds); a
 /// 429 with neither asks for at least a minute. All refuse before any work
 /// is done, so any method may wait them out. They are waits the server
-/// asked for, so the cap applies: a wait longer than `max_retry_after` is
+/// asked for, so the cap applies: a wait longer than the `RetryAfter` cap is
 /// returned to the caller.
 fn github_rate_limits() -> RetryConfigBuilder {
     RetryConfig::builder().with_predicate(|attempt| {
@@ -892,7 +899,7 @@ async fn an_upload_is_retried_only_when_buffered_and_safe_to_repeat() {
         let (server, url) = scripted(&[status, 201]).await;
         let mut config = RetryConfig::builder();
         if buffering {
-            config = config.with_request_body_buffering(64 * 1024);
+            config = config.with_body_buffering(BodyBuffering::default().with_request(64 * 1024));
         }
         let (client, _) = ours(reqwest::Client::builder(), config.build().unwrap());
         let slot = ReportSlot::new();
@@ -1086,7 +1093,8 @@ async fn github_rate_limits_return_a_reset_beyond_the_cap() {
         script(&server, "/r", vec![primary_limit(reset), ResponseTemplate::new(201)]).await;
         let mut config = github_rate_limits();
         if let Some(cap) = cap {
-            config = config.with_max_retry_after(Duration::from_secs(cap));
+            config =
+                config.with_retry_after(RetryAfter::default().with_cap(Duration::from_secs(cap)));
         }
         let (client, clock) = github(config);
         let (result, report) = send(&client, Method::POST, &format!("{}/r", server.uri())).await;
@@ -1213,7 +1221,8 @@ async fn a_wait_the_server_asked_for_is_capped_as_retry_after_is() {
     };
     // Over the cap, waiting the cap when told to: 30 s, spread.
     let (server, url) = scripted(&[403, 200]).await;
-    let config = asked_for(3600).with_retry_after_over_cap(RetryAfterOverCap::WaitTheCap);
+    let config = asked_for(3600)
+        .with_retry_after(RetryAfter::default().with_over_cap(RetryAfterOverCap::WaitTheCap));
     let (client, clock) = github(config);
     let (result, _) = send(&client, Method::GET, &url).await;
     assert_eq!((summary(&result), hits(&server).await), ("200".to_owned(), 2));
@@ -1221,7 +1230,8 @@ async fn a_wait_the_server_asked_for_is_capped_as_retry_after_is() {
 
     // Not spread when spreading is off.
     let (server, url) = scripted(&[403, 200]).await;
-    let (client, clock) = github(asked_for(2).with_retry_after_spread(false));
+    let (client, clock) =
+        github(asked_for(2).with_retry_after(RetryAfter::default().with_spread(false)));
     let (result, _) = send(&client, Method::GET, &url).await;
     assert_eq!((summary(&result), hits(&server).await), ("200".to_owned(), 2));
     assert_eq!(clock.sleeps(), [Duration::from_secs(2)]);
@@ -1272,12 +1282,12 @@ impl Gate {
     }
 }
 
-impl reqwest_safe_retry::Clock for Gate {
+impl reqwest_safe_retry::clock::Clock for Gate {
     fn now(&self) -> std::time::Instant {
         self.clock.now()
     }
 
-    fn sleep(&self, wait: Duration) -> reqwest_safe_retry::Sleep {
+    fn sleep(&self, wait: Duration) -> reqwest_safe_retry::clock::Sleep {
         self.waits.lock().unwrap().push(wait);
         let mut open = self.open.subscribe();
         Box::pin(async move {
@@ -1285,7 +1295,7 @@ impl reqwest_safe_retry::Clock for Gate {
         })
     }
 
-    fn sleep_until(&self, deadline: std::time::Instant) -> reqwest_safe_retry::Sleep {
+    fn sleep_until(&self, deadline: std::time::Instant) -> reqwest_safe_retry::clock::Sleep {
         self.clock.sleep_until(deadline)
     }
 }
@@ -1317,7 +1327,7 @@ async fn fifty_callers_at_a_rate_limit_all_wait_it_out_spread() {
         let gate = Gate::new();
         let middleware = RetryMiddleware::new(config.build().unwrap())
             .with_clock(gate.clone())
-            .with_jitter_source(reqwest_safe_retry::SeededJitter::new(7));
+            .with_jitter_source(reqwest_safe_retry::jitter::SeededJitter::new(7));
         let client = middleware.client(reqwest::Client::builder()).unwrap().build();
         let (url, done) = (format!("{}/r", server.uri()), Counter::default());
         let calls = (0..50).map(|_| async {

@@ -10,7 +10,8 @@ mod tracing_events;
 use crate::support;
 use metrics_wiring::{Recorded, WARM_UP, exchange};
 use reqwest_safe_retry::{
-    Decision, ManualClock, ReportSlot, RetryMiddleware, RetryReason, RetryReport, StopReason,
+    RetryMiddleware, clock::ManualClock, report::Decision, report::ReportSlot, report::RetryReason,
+    report::RetryReport, report::StopReason,
 };
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -52,7 +53,7 @@ async fn hook_sees_every_decision() {
     let log = seen.clone();
     let middleware = RetryMiddleware::new(policy().build().unwrap())
         .with_clock(ManualClock::new())
-        .with_jitter_source(reqwest_safe_retry::FixedJitter::TOP)
+        .with_jitter_source(reqwest_safe_retry::jitter::FixedJitter::TOP)
         .on_decision(move |event| log.lock().unwrap().push((event.attempt, event.decision)));
     wrap(middleware).get(format!("{}/r", server.uri())).send().await.unwrap();
     let retry = Decision::Retry {

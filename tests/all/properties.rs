@@ -45,9 +45,10 @@ use crate::support::{Conn, RawServer};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestError, TestRunner};
 use reqwest::Method;
+use reqwest_safe_retry::{Backoff, RetryAfter};
 use reqwest_safe_retry::{
-    Decision, Jitter, ManualClock, ReportSlot, RetryBudget, RetryConfig, RetryMiddleware,
-    RetryReason, SeededJitter,
+    Jitter, RetryBudget, RetryConfig, RetryMiddleware, clock::ManualClock, jitter::SeededJitter,
+    report::Decision, report::ReportSlot, report::RetryReason,
 };
 
 /// The client gives up on an attempt (answer and body) after this long.
@@ -237,7 +238,7 @@ impl fmt::Display for ClientKind {
 /// The manual clock's starting wall time, so Retry-After dates can be made
 /// relative to it.
 fn wall_start() -> SystemTime {
-    reqwest_safe_retry::Clock::wall_time(&ManualClock::new())
+    reqwest_safe_retry::clock::Clock::wall_time(&ManualClock::new())
 }
 
 fn retry_after() -> impl Strategy<Value = Option<String>> {
@@ -634,17 +635,20 @@ async fn connection(mut conn: Conn, server: char, shared: Arc<Shared>) {
 fn config(case: &Case) -> RetryConfig {
     let mut builder = RetryConfig::builder()
         .with_max_retries(case.max_retries)
-        .with_initial_backoff(case.initial)
-        .with_max_backoff(case.max)
-        .with_jitter(case.jitter)
-        .with_max_retry_after(case.max_retry_after);
+        .with_backoff(
+            Backoff::default()
+                .with_initial(case.initial)
+                .with_max(case.max)
+                .with_jitter(case.jitter),
+        )
+        .with_retry_after(RetryAfter::default().with_cap(case.max_retry_after));
     if let Some(deadline) = case.deadline {
         builder = builder.with_deadline(deadline);
     }
     builder = if case.budget {
         builder.with_budget(RetryBudget::default())
     } else {
-        builder.without_budget()
+        builder.with_budget(None)
     };
     builder.build().expect("the generated policies are valid")
 }

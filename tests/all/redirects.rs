@@ -8,8 +8,10 @@ mod every_client;
 use crate::support;
 use futures_util::future::join_all;
 use reqwest_middleware::{ClientWithMiddleware, RequestBuilder};
+use reqwest_safe_retry::Backoff;
 use reqwest_safe_retry::{
-    FixedJitter, ManualClock, ReportSlot, RetryConfig, RetryMiddleware, StopReason,
+    RetryConfig, RetryMiddleware, clock::ManualClock, jitter::FixedJitter, report::ReportSlot,
+    report::StopReason,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,7 +47,9 @@ fn client_for(
     if let Some(resolver) = resolver {
         inner = inner.dns_resolver(resolver).connect_timeout(SHORT);
     }
-    let config = RetryConfig::builder().with_initial_backoff(100 * MS).without_budget();
+    let config = RetryConfig::builder()
+        .with_backoff(Backoff::default().with_initial(100 * MS))
+        .with_budget(None);
     let clock = ManualClock::new();
     let middleware = RetryMiddleware::new(config.build().unwrap())
         .with_clock(clock.clone())
@@ -523,10 +527,10 @@ async fn the_hops_of_a_call_share_its_deadline() {
     Mock::given(path("/next")).respond_with(ResponseTemplate::new(503)).mount(&server).await;
     let deadline = Duration::from_secs(2);
     let config = RetryConfig::builder()
-        .with_initial_backoff(500 * MS)
+        .with_backoff(Backoff::default().with_initial(500 * MS))
         .with_max_retries(10)
         .with_deadline(deadline)
-        .without_budget();
+        .with_budget(None);
     let clock = ManualClock::new();
     let middleware = RetryMiddleware::new(config.build().unwrap())
         .with_clock(clock.clone())

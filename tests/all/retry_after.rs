@@ -5,10 +5,11 @@
 use crate::support;
 use http::HeaderValue;
 use proptest::prelude::*;
+use reqwest_safe_retry::RetryAfter;
 use reqwest_safe_retry::parse_retry_after;
 use reqwest_safe_retry::{
-    Clock, FixedJitter, Jitter, ManualClock, RetryAfterOverCap, RetryMiddleware, RetryReport,
-    Sleep, StopReason,
+    Jitter, RetryAfterOverCap, RetryMiddleware, clock::Clock, clock::ManualClock, clock::Sleep,
+    jitter::FixedJitter, report::RetryReport, report::StopReason,
 };
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -31,7 +32,9 @@ async fn retry_after_seconds_replaces_the_backoff() {
     let server = MockServer::start().await;
     script(&server, "/r", vec![unavailable_with_retry_after("2"), ResponseTemplate::new(200)])
         .await;
-    let (client, clock) = client(policy().with_retry_after_spread(false).build().unwrap());
+    let (client, clock) = client(
+        policy().with_retry_after(RetryAfter::default().with_spread(false)).build().unwrap(),
+    );
     assert_eq!(get(&client, &server).await.status(), 200);
     assert_eq!(clock.sleeps(), [Duration::from_secs(2)]);
 }
@@ -54,7 +57,9 @@ async fn retry_after_is_a_floor_spread_by_the_retrys_ceiling() {
     let server = MockServer::start().await;
     script(&server, "/r", vec![unavailable_with_retry_after("2"), ResponseTemplate::new(200)])
         .await;
-    let (client, clock) = client(policy().with_jitter(Jitter::None).build().unwrap());
+    let (client, clock) = client(
+        policy().with_backoff(support::backoff().with_jitter(Jitter::None)).build().unwrap(),
+    );
     get(&client, &server).await;
     assert_eq!(clock.sleeps(), [Duration::from_secs(2)]);
 }
@@ -80,7 +85,8 @@ fn rfc_date(secs: i64) -> SystemTime {
 async fn wait_for_date(date: Option<&str>, wall: SystemTime) -> Vec<Duration> {
     let url = dated(date).await;
     let clock = ManualClock::new().with_wall_time(wall);
-    let config = policy().with_retry_after_spread(false).build().unwrap();
+    let config =
+        policy().with_retry_after(RetryAfter::default().with_spread(false)).build().unwrap();
     let middleware = RetryMiddleware::new(config).with_clock(clock.clone());
     let response = wrap(middleware).get(&url).send().await.unwrap();
     assert_eq!(response.status(), 200);
@@ -131,10 +137,12 @@ async fn retry_after_over_the_cap_can_wait_the_cap_and_retry() {
     let server = MockServer::start().await;
     script(&server, "/r", vec![unavailable_with_retry_after("3600"), ResponseTemplate::new(200)])
         .await;
-    let config = policy()
-        .with_max_retry_after(Duration::from_secs(5))
-        .with_retry_after_over_cap(RetryAfterOverCap::WaitTheCap)
-        .with_retry_after_spread(false);
+    let config = policy().with_retry_after(
+        RetryAfter::default()
+            .with_cap(Duration::from_secs(5))
+            .with_over_cap(RetryAfterOverCap::WaitTheCap)
+            .with_spread(false),
+    );
     let (client, clock) = client(config.build().unwrap());
     let response = get(&client, &server).await;
     assert_eq!(response.status(), 200);
@@ -147,8 +155,8 @@ async fn retry_after_up_to_a_raised_cap_is_honoured() {
     let server = MockServer::start().await;
     script(&server, "/r", vec![unavailable_with_retry_after("3600"), ResponseTemplate::new(200)])
         .await;
-    let config = policy().with_max_retry_after(Duration::from_secs(3600));
-    let (client, clock) = client(config.with_retry_after_spread(false).build().unwrap());
+    let retry_after = RetryAfter::default().with_cap(Duration::from_secs(3600)).with_spread(false);
+    let (client, clock) = client(policy().with_retry_after(retry_after).build().unwrap());
     assert_eq!(get(&client, &server).await.status(), 200);
     assert_eq!(clock.sleeps(), [Duration::from_secs(3600)]);
 }
@@ -237,7 +245,8 @@ impl reqwest_middleware::Middleware for RetryAfterDate {
 #[tokio::test(start_paused = true)]
 async fn a_retry_after_date_is_measured_against_the_provided_wall_time() {
     let clock = Minimal::default();
-    let config = policy().with_retry_after_spread(false).build().unwrap();
+    let config =
+        policy().with_retry_after(RetryAfter::default().with_spread(false)).build().unwrap();
     let calls = Counter::default();
     let date = httpdate::fmt_http_date(SystemTime::now() + Duration::from_secs(10));
     let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
@@ -258,7 +267,11 @@ async fn a_retry_after_date_is_measured_against_the_provided_wall_time() {
 async fn zero_retry_after_forever_stops_at_the_retry_count() {
     let server = MockServer::start().await;
     script(&server, "/r", vec![ResponseTemplate::new(503).insert_header("Retry-After", "0")]).await;
-    let config = policy().with_max_retries(50).with_retry_after_spread(false).build().unwrap();
+    let config = policy()
+        .with_max_retries(50)
+        .with_retry_after(RetryAfter::default().with_spread(false))
+        .build()
+        .unwrap();
     let (client, clock) = client(config);
     let response = client.get(format!("{}/r", server.uri())).send().await.unwrap();
     let report = RetryReport::from_response(&response);

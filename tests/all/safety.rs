@@ -10,7 +10,8 @@ mod tls_and_http2;
 use crate::support;
 use reqwest::Method;
 use reqwest_safe_retry::{
-    ManualClock, MaxRetries, RetryMiddleware, RetryReport, SafeToRetry, StopReason,
+    MaxRetries, RetryMiddleware, SafeToRetry, clock::ManualClock, report::RetryReport,
+    report::StopReason,
 };
 use support::*;
 use wiremock::{Mock, MockServer, ResponseTemplate};
@@ -115,7 +116,7 @@ async fn post_429_is_retried_without_a_key_when_the_middleware_follows_redirects
 async fn post_refused_is_retried_without_a_key_when_the_middleware_follows_redirects() {
     let (client, clock) = Kind::Handing.client(policy());
     let (url, _port) = support::hops::refusing_port();
-    let slot = reqwest_safe_retry::ReportSlot::new();
+    let slot = reqwest_safe_retry::report::ReportSlot::new();
     let result = client.post(url).body("order=1").with_extension(slot.clone()).send().await;
     assert!(result.unwrap_err().is_connect());
     let report = slot.get().unwrap();
@@ -150,7 +151,7 @@ async fn a_redirected_429_is_not_taken_for_the_first_hop() {
         .await;
     script_statuses(&server, "/elsewhere", &[429, 200]).await;
     let config = policy().build().unwrap();
-    let clock = reqwest_safe_retry::ManualClock::new();
+    let clock = reqwest_safe_retry::clock::ManualClock::new();
     let middleware = reqwest_safe_retry::RetryMiddleware::new(config).with_clock(clock.clone());
     let client =
         reqwest_middleware::ClientBuilder::new(reqwest::Client::new()).with(middleware).build();
@@ -165,7 +166,7 @@ async fn a_redirected_429_is_not_taken_for_the_first_hop() {
 async fn post_429_can_be_made_to_require_a_key() {
     let server = MockServer::start().await;
     script_statuses(&server, "/r", &[429, 201]).await;
-    let (client, _) = client(policy().with_429_for_any_method(false).build().unwrap());
+    let (client, _) = client(policy().with_retry_429_any_method(false).build().unwrap());
     let response = client.post(format!("{}/r", server.uri())).send().await.unwrap();
     assert_eq!((response.status().as_u16(), hits(&server).await), (429, 1));
 }
@@ -184,7 +185,7 @@ async fn connection_refused_is_not_retried_for_post_when_redirects_may_be_follow
     // The refusal may have met a later hop, after the POST was processed.
     let url = refused_address().await;
     let (client, clock) = Kind::Following.client(policy());
-    let slot = reqwest_safe_retry::ReportSlot::new();
+    let slot = reqwest_safe_retry::report::ReportSlot::new();
     let error =
         client.post(&url).body("order=1").with_extension(slot.clone()).send().await.unwrap_err();
     assert!(error.is_connect());

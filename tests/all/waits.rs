@@ -4,7 +4,8 @@
 
 use crate::support;
 use reqwest_safe_retry::{
-    Clock, FixedJitter, Jitter, ManualClock, RetryMiddleware, RetryReport, Sleep, StopReason,
+    Jitter, RetryMiddleware, clock::Clock, clock::ManualClock, clock::Sleep, jitter::FixedJitter,
+    report::RetryReport, report::StopReason,
 };
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -23,7 +24,11 @@ async fn get(
 async fn waits_double_up_to_the_cap() {
     let server = MockServer::start().await;
     script_statuses(&server, "/r", &[503]).await;
-    let config = policy().with_max_retries(5).with_max_backoff(300 * MS).build().unwrap();
+    let config = policy()
+        .with_max_retries(5)
+        .with_backoff(support::backoff().with_max(300 * MS))
+        .build()
+        .unwrap();
     let (client, clock) = client(config);
     let response = get(&client, &server).await;
     assert_eq!(response.status(), 503);
@@ -56,7 +61,7 @@ async fn jitter_kinds_pick_inside_their_range() {
         let server = MockServer::start().await;
         script_statuses(&server, "/r", &[503]).await;
         let clock = ManualClock::new();
-        let config = policy().with_jitter(jitter).build().unwrap();
+        let config = policy().with_backoff(support::backoff().with_jitter(jitter)).build().unwrap();
         let middleware =
             RetryMiddleware::new(config).with_clock(clock.clone()).with_jitter_source(source);
         get(&wrap(middleware), &server).await;
@@ -104,7 +109,8 @@ async fn dropping_the_request_during_a_wait_sends_nothing_more() {
 
 #[tokio::test(start_paused = true)]
 async fn default_clock_waits_in_tokio_time() {
-    let config = policy().with_jitter(Jitter::None).build().unwrap();
+    let config =
+        policy().with_backoff(support::backoff().with_jitter(Jitter::None)).build().unwrap();
     let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
         .with(RetryMiddleware::new(config))
         .with(Answers::new(&[503, 503, 200]))
@@ -217,7 +223,7 @@ async fn tracked<F: std::future::Future>(call: F) -> (F::Output, Arc<Tracked>) {
 async fn a_manual_clock_keeps_nothing_of_finished_calls() {
     let server = wiremock::MockServer::start().await;
     script_statuses(&server, "/r", &[200]).await;
-    let clock = reqwest_safe_retry::ManualClock::new();
+    let clock = reqwest_safe_retry::clock::ManualClock::new();
     let config = policy().with_deadline(Duration::from_secs(10)).build().unwrap();
     let client = wrap(RetryMiddleware::new(config).with_clock(clock.clone()));
     let url = format!("{}/r", server.uri());

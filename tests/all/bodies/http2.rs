@@ -5,7 +5,8 @@ use crate::support;
 use reqwest::Method;
 use reqwest_middleware::ClientWithMiddleware;
 use reqwest_safe_retry::{
-    FixedJitter, ManualClock, ReportSlot, RetryConfig, RetryMiddleware, RetryReport,
+    RetryConfig, RetryMiddleware, clock::ManualClock, jitter::FixedJitter, report::ReportSlot,
+    report::RetryReport,
 };
 use std::future::Future;
 use std::time::Duration;
@@ -14,7 +15,7 @@ use support::*;
 /// The policy for every test here: waits of 100, 200, 400 ms..., at most
 /// `max_retries` retries, no budget. No client here follows redirects.
 fn config(max_retries: u32) -> RetryConfig {
-    policy().with_max_retries(max_retries).without_budget().build().unwrap()
+    policy().with_max_retries(max_retries).with_budget(None).build().unwrap()
 }
 
 /// `inner` behind the retry middleware, with a manual clock and jitter at the top.

@@ -6,9 +6,11 @@ use crate::support;
 use http::Extensions;
 use reqwest::{Request, Response};
 use reqwest_middleware::{ClientBuilder, ClientWithMiddleware, Middleware, Next};
+use reqwest_safe_retry::BodyBuffering;
 use reqwest_safe_retry::{
-    DeadlineExceeded, Decision, FixedJitter, ManualClock, Outcome, ReportSlot, RetryConfigBuilder,
-    RetryMiddleware, RetryReason, RetryReport, StopReason, TokioClock,
+    DeadlineExceeded, Outcome, RetryConfigBuilder, RetryMiddleware, clock::ManualClock,
+    clock::TokioClock, jitter::FixedJitter, report::Decision, report::ReportSlot,
+    report::RetryReason, report::RetryReport, report::StopReason,
 };
 use std::error::Error as _;
 use std::sync::{Arc, Mutex};
@@ -170,7 +172,7 @@ fn client_over(
 }
 
 fn buffering() -> RetryConfigBuilder {
-    policy().with_response_body_buffering(1024)
+    policy().with_body_buffering(BodyBuffering::default().with_response(1024))
 }
 
 /// `is_body()`, `is_decode()`, `is_timeout()`.
@@ -263,7 +265,10 @@ async fn over_the_limit_the_response_streams_and_a_later_error_is_the_callers() 
     let go = Go::default();
     let (url, requests) = server(vec![Step::ChunksThenReset, Step::Whole], go.clone()).await;
     // Read 5 bytes, then a 20-byte chunk goes over the limit: returned.
-    let (client, clock, _) = client(policy().with_response_body_buffering(10), &Go::default());
+    let (client, clock, _) = client(
+        policy().with_body_buffering(BodyBuffering::default().with_response(10)),
+        &Go::default(),
+    );
     let mut response = bounded("the GET", client.get(&url).send()).await.unwrap();
     assert_eq!(RetryReport::from_response(&response).stop, StopReason::NothingToRetry);
     assert_eq!(response.url().as_str(), url);
@@ -281,7 +286,8 @@ async fn over_the_limit_the_response_streams_and_a_later_error_is_the_callers() 
 async fn a_body_declared_longer_than_the_limit_is_not_read() {
     let go = Go::default();
     let (url, requests) = server(vec![Step::ResetMidBody, Step::Whole], go.clone()).await;
-    let (client, _, _) = client(policy().with_response_body_buffering(4), &go);
+    let (client, _, _) =
+        client(policy().with_body_buffering(BodyBuffering::default().with_response(4)), &go);
     let response = bounded("the GET", client.get(&url).send()).await.unwrap();
     assert_eq!(response.content_length(), Some(BODY.len() as u64));
     assert!(bounded("its body", response.bytes()).await.is_err());

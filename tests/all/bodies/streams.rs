@@ -6,8 +6,10 @@ use crate::support;
 use bytes::Bytes;
 use futures_util::stream;
 use futures_util::stream::Stream;
+use reqwest_safe_retry::BodyBuffering;
 use reqwest_safe_retry::{
-    ManualClock, ReportSlot, RetryConfig, RetryMiddleware, RetryReport, StopReason,
+    RetryConfig, RetryMiddleware, clock::ManualClock, report::ReportSlot, report::RetryReport,
+    report::StopReason,
 };
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -35,7 +37,12 @@ fn streamed(chunks: Vec<Bytes>) -> reqwest::Body {
 async fn a_stream_within_the_limit_is_retried_with_the_same_body() {
     let server = MockServer::start().await;
     script_statuses(&server, "/r", &[503, 200]).await;
-    let (client, clock) = client(policy().with_request_body_buffering(64 * KIB).build().unwrap());
+    let (client, clock) = client(
+        policy()
+            .with_body_buffering(BodyBuffering::default().with_request(64 * KIB))
+            .build()
+            .unwrap(),
+    );
     let body = chunks(5, 10 * KIB);
     let response = client
         .put(format!("{}/r", server.uri()))
@@ -55,7 +62,12 @@ async fn a_stream_within_the_limit_is_retried_with_the_same_body() {
 async fn a_stream_over_the_limit_is_sent_whole_once() {
     let server = MockServer::start().await;
     script_statuses(&server, "/r", &[503, 200]).await;
-    let (client, clock) = client(policy().with_request_body_buffering(64 * KIB).build().unwrap());
+    let (client, clock) = client(
+        policy()
+            .with_body_buffering(BodyBuffering::default().with_request(64 * KIB))
+            .build()
+            .unwrap(),
+    );
     let body = chunks(128, 8 * KIB); // 1 MiB
     let response = client
         .put(format!("{}/r", server.uri()))
@@ -82,12 +94,19 @@ async fn a_stream_that_cannot_be_retried_is_not_buffered() {
     let url = format!("{}/r", server.uri());
     let body = chunks(2, KIB);
     for retries in [0, 1] {
-        let config = policy().with_request_body_buffering(64 * KIB).with_max_retries(retries);
+        let config = policy()
+            .with_body_buffering(BodyBuffering::default().with_request(64 * KIB))
+            .with_max_retries(retries);
         let (client, _) = client(config.build().unwrap());
         let response = client.put(&url).body(streamed(body.clone())).send().await.unwrap();
         assert_eq!(response.status(), 200);
     }
-    let (client, _) = client(policy().with_request_body_buffering(64 * KIB).build().unwrap());
+    let (client, _) = client(
+        policy()
+            .with_body_buffering(BodyBuffering::default().with_request(64 * KIB))
+            .build()
+            .unwrap(),
+    );
     let request = client.put(&url).body(streamed(body.clone()));
     let response =
         request.with_extension(reqwest_safe_retry::MaxRetries::new(0)).send().await.unwrap();
@@ -161,7 +180,9 @@ async fn at_most_the_limit_and_one_chunk_are_read_before_sending() {
     let produced = Arc::new(AtomicUsize::new(0));
     let (server, read) = gatekeeper(gate.clone()).await;
     let url = server.url("");
-    let (client, _) = client(policy().with_request_body_buffering(limit).build().unwrap());
+    let (client, _) = client(
+        policy().with_body_buffering(BodyBuffering::default().with_request(limit)).build().unwrap(),
+    );
     let body = gated(count, chunk, limit + chunk, gate, produced.clone());
     let send = client.put(&url).body(reqwest::Body::wrap_stream(body)).send();
     let response = tokio::time::timeout(Duration::from_secs(30), send)
@@ -195,7 +216,9 @@ async fn a_stream_that_fails_is_sent_as_far_as_it_got_then_fails_as_without_buff
         let server = MockServer::start().await;
         script_statuses(&server, "/r", &[503, 200]).await;
         let config = match buffering {
-            Some(limit) => policy().with_request_body_buffering(limit),
+            Some(limit) => {
+                policy().with_body_buffering(BodyBuffering::default().with_request(limit))
+            }
             None => policy(),
         };
         let (client, clock) = client(config.build().unwrap());

@@ -9,9 +9,11 @@ use reqwest::{Request, Response};
 
 use reqwest_middleware::{ClientBuilder, ClientWithMiddleware, Middleware, Next};
 
+use reqwest_safe_retry::BodyBuffering;
 use reqwest_safe_retry::{
-    Decision, FixedJitter, ManualClock, ReportSlot, RetryBudget, RetryConfigBuilder,
-    RetryMiddleware, RetryReason, RetryReport, StopReason,
+    RetryBudget, RetryConfigBuilder, RetryMiddleware, clock::ManualClock, jitter::FixedJitter,
+    report::Decision, report::ReportSlot, report::RetryReason, report::RetryReport,
+    report::StopReason,
 };
 
 use std::sync::{Arc, Mutex};
@@ -157,7 +159,7 @@ fn client_over(
 }
 
 fn buffering() -> RetryConfigBuilder {
-    policy().with_response_body_buffering(1024)
+    policy().with_body_buffering(BodyBuffering::default().with_response(1024))
 }
 
 /// `is_body()`, `is_decode()`, `is_timeout()`.

@@ -4,8 +4,8 @@
 
 use crate::support;
 use reqwest_safe_retry::{
-    DeadlineExceeded, FixedJitter, ManualClock, ReportSlot, RetryDeadline, RetryMiddleware,
-    RetryReport, StopReason, TokioClock,
+    DeadlineExceeded, RetryDeadline, RetryMiddleware, clock::ManualClock, clock::TokioClock,
+    jitter::FixedJitter, report::ReportSlot, report::RetryReport, report::StopReason,
 };
 use std::time::Duration;
 use support::*;

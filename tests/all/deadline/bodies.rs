@@ -10,9 +10,10 @@ use futures_util::stream;
 
 use futures_util::stream::StreamExt;
 
+use reqwest_safe_retry::BodyBuffering;
 use reqwest_safe_retry::{
-    DeadlineExceeded, FixedJitter, ManualClock, ReportSlot, RetryConfig, RetryConfigBuilder,
-    RetryMiddleware, RetryReport, StopReason,
+    DeadlineExceeded, RetryConfig, RetryConfigBuilder, RetryMiddleware, clock::ManualClock,
+    jitter::FixedJitter, report::ReportSlot, report::RetryReport, report::StopReason,
 };
 
 use std::time::Duration;
@@ -101,7 +102,7 @@ async fn with_response_buffering_the_read_inside_the_attempt_ends_at_the_deadlin
     let clock = ManualClock::new();
     let config = RetryConfig::builder()
         .with_deadline(Duration::from_secs(1))
-        .with_response_body_buffering(1024);
+        .with_body_buffering(BodyBuffering::default().with_response(1024));
     let client = client(reqwest::Client::builder(), config, &clock);
     let (url, _) = raw_server(vec![Raw::StalledOk]).await;
     let sent = past_the_deadline(client.get(&url).send(), &clock).await;
@@ -166,7 +167,7 @@ async fn a_body_read_whole_within_the_deadline_can_be_read_after_it() {
     let clock = ManualClock::new();
     let config = RetryConfig::builder()
         .with_deadline(Duration::from_secs(1))
-        .with_response_body_buffering(1024);
+        .with_body_buffering(BodyBuffering::default().with_response(1024));
     let client = client(reqwest::Client::builder(), config, &clock);
     let (url, _) = raw_server(vec![Raw::Reply(OK_CLOSE)]).await;
     let response = client.get(&url).send().await.expect("answered");
@@ -188,7 +189,7 @@ fn stalled(first: &'static [u8]) -> reqwest::Body {
 async fn a_stalled_stream_under_a_deadline_ends_at_the_deadline() {
     let (url, connections) = raw_server(vec![Raw::Reply(OK_CLOSE)]).await;
     let config = policy()
-        .with_request_body_buffering(64 * KIB)
+        .with_body_buffering(BodyBuffering::default().with_request(64 * KIB))
         .with_deadline(Duration::from_secs(2))
         .build()
         .unwrap();
@@ -219,7 +220,7 @@ async fn a_stalled_stream_under_a_deadline_ends_at_the_deadline() {
 async fn a_stalled_stream_under_an_attempt_timeout_is_sent_once_and_times_out() {
     let (url, connections) = raw_server(vec![Raw::Stall]).await;
     let config = policy()
-        .with_request_body_buffering(64 * KIB)
+        .with_body_buffering(BodyBuffering::default().with_request(64 * KIB))
         .with_attempt_timeout(Duration::from_secs(1))
         .build()
         .unwrap();
@@ -246,7 +247,7 @@ async fn a_stalled_stream_under_an_attempt_timeout_is_sent_once_and_times_out() 
 async fn a_stalled_stream_waits_no_longer_than_the_requests_own_shorter_timeout() {
     let (url, connections) = raw_server(vec![Raw::Stall]).await;
     let config = policy()
-        .with_request_body_buffering(64 * KIB)
+        .with_body_buffering(BodyBuffering::default().with_request(64 * KIB))
         .with_attempt_timeout(Duration::from_secs(5))
         .with_deadline(Duration::from_secs(30))
         .build()
@@ -279,7 +280,7 @@ async fn a_stalled_stream_waits_no_longer_than_the_requests_own_shorter_timeout(
 async fn a_stalled_stream_stops_at_a_deadline_nearer_than_the_attempt_timeout() {
     let (url, connections) = raw_server(vec![Raw::Reply(OK_CLOSE)]).await;
     let config = policy()
-        .with_request_body_buffering(64 * KIB)
+        .with_body_buffering(BodyBuffering::default().with_request(64 * KIB))
         .with_attempt_timeout(Duration::from_secs(10))
         .with_deadline(Duration::from_secs(2))
         .build()

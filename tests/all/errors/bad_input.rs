@@ -4,10 +4,11 @@
 use crate::support::RawServer;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
+use reqwest_safe_retry::Backoff;
 use reqwest_safe_retry::hedge::HedgeConfig;
 use reqwest_safe_retry::{
-    BudgetScope, FixedJitter, Jitter, ManualClock, RetryAfterOverCap, RetryBudget, RetryConfig,
-    RetryMiddleware,
+    BodyBuffering, BudgetScope, Jitter, RetryAfter, RetryAfterOverCap, RetryBudget, RetryConfig,
+    RetryMiddleware, clock::ManualClock, jitter::FixedJitter,
 };
 use std::time::Duration;
 
@@ -87,21 +88,24 @@ fn any_retry_configuration_builds_or_says_what_is_wrong() {
         let (cap, wait_the_cap, spread) = rest;
         let mut builder = RetryConfig::builder()
             .with_max_retries(retries)
-            .with_initial_backoff(initial)
-            .with_max_backoff(max)
-            .with_jitter(jitter)
+            .with_backoff(
+                Backoff::default().with_initial(initial).with_max(max).with_jitter(jitter),
+            )
             .with_idempotency_header(header.as_str())
-            .with_429_for_any_method(any_method)
-            .with_max_retry_after(cap)
-            .with_retry_after_spread(spread)
+            .with_retry_429_any_method(any_method)
+            .with_retry_after(
+                RetryAfter::default().with_cap(cap).with_spread(spread).with_over_cap(
+                    match wait_the_cap {
+                        true => RetryAfterOverCap::WaitTheCap,
+                        false => RetryAfterOverCap::ReturnResponse,
+                    },
+                ),
+            )
             .with_drain_limit(more.0);
         if !statuses.is_empty() {
             let statuses =
                 statuses.iter().filter_map(|code| http::StatusCode::from_u16(*code).ok());
             builder = builder.with_retryable_statuses(statuses.collect::<Vec<_>>());
-        }
-        if wait_the_cap {
-            builder = builder.with_retry_after_over_cap(RetryAfterOverCap::WaitTheCap);
         }
         if let Some(deadline) = times.0 {
             builder = builder.with_deadline(deadline);
@@ -109,16 +113,15 @@ fn any_retry_configuration_builds_or_says_what_is_wrong() {
         if let Some(timeout) = times.1 {
             builder = builder.with_attempt_timeout(timeout);
         }
-        builder = match more.1 {
-            Some(budget) => builder.with_budget(budget),
-            None => builder.without_budget(),
-        };
+        builder = builder.with_budget(more.1);
+        let mut buffering = BodyBuffering::default();
         if let Some(limit) = bodies.0 {
-            builder = builder.with_request_body_buffering(limit);
+            buffering = buffering.with_request(limit);
         }
         if let Some(limit) = bodies.1 {
-            builder = builder.with_response_body_buffering(limit);
+            buffering = buffering.with_response(limit);
         }
+        builder = builder.with_body_buffering(buffering);
         match builder.build() {
             // A valid configuration makes a middleware, and its budget.
             Ok(config) => drop(RetryMiddleware::new(config)),
@@ -159,7 +162,7 @@ fn any_hedge_configuration_builds_or_says_what_is_wrong() {
             };
             builder = match budget {
                 Some(budget) => builder.with_budget(budget),
-                None => builder.without_budget(),
+                None => builder.with_budget(None),
             };
             match builder.build() {
                 Ok(config) => drop(reqwest_safe_retry::hedge::HedgeMiddleware::new(config)),

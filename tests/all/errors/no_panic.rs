@@ -9,6 +9,7 @@ use http::StatusCode;
 use proptest::prelude::*;
 
 use reqwest_safe_retry::RetryConfig;
+use reqwest_safe_retry::{Backoff, RetryAfter};
 
 fn cases() -> ProptestConfig {
     let cases = std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(2048);
@@ -29,10 +30,10 @@ proptest! {
 
     #[test]
     fn inverted_bounds_are_an_error_not_a_panic(a in any_duration(), b in any_duration()) {
-        let built = RetryConfig::builder().with_initial_backoff(a).with_max_backoff(b).build();
+        let built = RetryConfig::builder().with_backoff(Backoff::default().with_initial(a).with_max(b)).build();
         prop_assert_eq!(built.is_ok(), a <= b);
         if let Err(error) = built {
-            prop_assert_eq!(error.field(), "initial_backoff");
+            prop_assert_eq!(error.field(), "backoff.initial");
         }
     }
 
@@ -145,8 +146,8 @@ fn extreme() -> impl Strategy<Value = Extreme> {
 /// the server's 503 or the crate's deadline error, within its count.
 async fn run_extreme(url: &str, case: Extreme) {
     use reqwest_safe_retry::{
-        DeadlineExceeded, FixedJitter, ManualClock, RetryAfterOverCap, RetryBudget,
-        RetryMiddleware, RetryReport,
+        DeadlineExceeded, RetryAfterOverCap, RetryBudget, RetryMiddleware, clock::ManualClock,
+        jitter::FixedJitter, report::RetryReport,
     };
     let wall = SystemTime::UNIX_EPOCH.checked_add(Duration::from_secs(case.wall_secs)).unwrap();
     let clock = ManualClock::new().with_wall_time(wall);
@@ -159,11 +160,13 @@ async fn run_extreme(url: &str, case: Extreme) {
     };
     let mut config = RetryConfig::builder()
         .with_max_retries(case.retries)
-        .with_initial_backoff(case.backoff.0)
-        .with_max_backoff(case.backoff.1)
-        .with_jitter(case.jitter)
-        .with_max_retry_after(case.cap)
-        .with_retry_after_over_cap(over_cap)
+        .with_backoff(
+            Backoff::default()
+                .with_initial(case.backoff.0)
+                .with_max(case.backoff.1)
+                .with_jitter(case.jitter),
+        )
+        .with_retry_after(RetryAfter::default().with_cap(case.cap).with_over_cap(over_cap))
         .with_budget(
             RetryBudget::default().with_ratio(ratio).with_reserve(reserve).with_window(window),
         );

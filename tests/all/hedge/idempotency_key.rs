@@ -32,7 +32,8 @@ async fn server() -> RawServer {
 
 /// A client hedging after 100 ms, without a budget, with `config`.
 fn client(config: HedgeConfigBuilder) -> ClientWithMiddleware {
-    let hedge = HedgeMiddleware::new(config.with_delay(100 * MS).without_budget().build().unwrap());
+    let hedge =
+        HedgeMiddleware::new(config.with_delay(100 * MS).with_budget(None).build().unwrap());
     reqwest_middleware::ClientBuilder::new(reqwest::Client::new()).with(hedge).build()
 }
 

@@ -5,7 +5,9 @@
 //! so the budget earned and spent by earlier rows is in play for later ones.
 
 use demo::{Row, Scenario, api_client_table, roundtripper_table};
-use reqwest_safe_retry::{FixedJitter, ManualClock, ReportSlot, RetryConfig, StopReason};
+use reqwest_safe_retry::{
+    RetryConfig, clock::ManualClock, jitter::FixedJitter, report::ReportSlot, report::StopReason,
+};
 use std::time::Duration;
 
 // `examples/demo.rs`'s `scenarios` module, named after the demo here so that

@@ -6,7 +6,9 @@
 use http::Extensions;
 use reqwest::{Request, Response};
 use reqwest_middleware::{ClientBuilder, ClientWithMiddleware, Result};
-use reqwest_safe_retry::{AttemptNumber, FixedJitter, ManualClock, RetryMiddleware};
+use reqwest_safe_retry::{
+    RetryMiddleware, clock::ManualClock, jitter::FixedJitter, report::AttemptNumber,
+};
 use reqwest_tracing::{
     ReqwestOtelSpanBackend, TracingMiddleware, default_on_request_end, reqwest_otel_span,
 };

@@ -47,7 +47,7 @@ async fn the_log_level_is_configurable() {
     let captured = capture_logs(tracing::Level::WARN);
     let middleware =
         reqwest_safe_retry::RetryMiddleware::new(policy().with_max_retries(1).build().unwrap())
-            .with_clock(reqwest_safe_retry::ManualClock::new())
+            .with_clock(reqwest_safe_retry::clock::ManualClock::new())
             .with_log_level(tracing::Level::WARN);
     wrap(middleware).get(format!("{}/r", server.uri())).send().await.unwrap();
     let log = captured.text();
@@ -103,7 +103,7 @@ async fn every_log_level_is_the_one_asked_for() {
         let captured = capture_logs(Level::TRACE);
         let config = policy().with_max_retries(1).build().unwrap();
         let middleware = reqwest_safe_retry::RetryMiddleware::new(config)
-            .with_clock(reqwest_safe_retry::ManualClock::new())
+            .with_clock(reqwest_safe_retry::clock::ManualClock::new())
             .with_log_level(level);
         let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
             .with(middleware)

@@ -4,7 +4,7 @@
 use crate::support;
 use http::{HeaderMap, HeaderValue};
 use reqwest_middleware::{ClientWithMiddleware, Middleware, Next};
-use reqwest_safe_retry::{ManualClock, RetryConfig, RetryMiddleware};
+use reqwest_safe_retry::{RetryConfig, RetryMiddleware, clock::ManualClock};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use support::hops::BOUND;

@@ -11,8 +11,8 @@ use reqwest::redirect::Policy;
 use reqwest_middleware::{ClientWithMiddleware, Middleware, Next};
 
 use reqwest_safe_retry::{
-    AttemptNumber, DeadlineExceeded, FixedJitter, ManualClock, ReportSlot, RetryConfig,
-    RetryMiddleware, StopReason,
+    DeadlineExceeded, RetryConfig, RetryMiddleware, clock::ManualClock, jitter::FixedJitter,
+    report::AttemptNumber, report::ReportSlot, report::StopReason,
 };
 
 use std::sync::Arc;
@@ -491,7 +491,7 @@ async fn every_resend_count_includes_redirects() {
         retry.client(reqwest::Client::builder()).unwrap().with(Numbers(numbers.clone())).build();
     let response = client.get(format!("{}/start", server.uri())).send().await.unwrap();
     assert_eq!(response.status(), 200);
-    let report = reqwest_safe_retry::RetryReport::from_response(&response);
+    let report = reqwest_safe_retry::report::RetryReport::from_response(&response);
     assert_eq!((report.attempts, report.redirects, report.resend_count()), (2, 2, 3));
     assert_eq!(*events.lock().unwrap(), [1, 3], "the 503 was the 2nd request, the 200 the 4th");
     assert_eq!(*numbers.lock().unwrap(), [None, Some((2, 2))]);
@@ -522,17 +522,17 @@ impl Middleware for Numbers {
 #[derive(Debug, Clone, Default)]
 struct Gate(Arc<tokio::sync::Notify>);
 
-impl reqwest_safe_retry::Clock for Gate {
+impl reqwest_safe_retry::clock::Clock for Gate {
     fn now(&self) -> std::time::Instant {
         std::time::Instant::now()
     }
 
-    fn sleep(&self, _: std::time::Duration) -> reqwest_safe_retry::Sleep {
+    fn sleep(&self, _: std::time::Duration) -> reqwest_safe_retry::clock::Sleep {
         let gate = self.0.clone();
         Box::pin(async move { gate.notified().await })
     }
 
-    fn sleep_until(&self, _: std::time::Instant) -> reqwest_safe_retry::Sleep {
+    fn sleep_until(&self, _: std::time::Instant) -> reqwest_safe_retry::clock::Sleep {
         let gate = self.0.clone();
         Box::pin(async move { gate.notified().await })
     }
@@ -579,7 +579,7 @@ async fn no_hedge_follows_a_key_taken_to_another_origin() {
     ];
     for (name, method, at, slow, copies) in cases {
         let gate = Gate::default();
-        let hedge = HedgeMiddleware::new(HedgeConfig::builder().without_budget().build().unwrap())
+        let hedge = HedgeMiddleware::new(HedgeConfig::builder().with_budget(None).build().unwrap())
             .with_clock(gate.clone());
         let retry =
             RetryMiddleware::new(RetryConfig::builder().with_max_retries(0).build().unwrap())

@@ -8,7 +8,8 @@ use reqwest::redirect::Policy;
 use reqwest::{Method, Request, Response};
 use reqwest_middleware::{ClientBuilder, Middleware, Next};
 use reqwest_safe_retry::{
-    FixedJitter, ManualClock, ReportSlot, RetryMiddleware, RetryReason, RetryReport, StopReason,
+    RetryMiddleware, clock::ManualClock, jitter::FixedJitter, report::ReportSlot,
+    report::RetryReason, report::RetryReport, report::StopReason,
 };
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -70,7 +71,7 @@ async fn redirect_errors_are_not_retried() {
         .await;
     let inner =
         reqwest::Client::builder().redirect(reqwest::redirect::Policy::limited(2)).build().unwrap();
-    let clock = reqwest_safe_retry::ManualClock::new();
+    let clock = reqwest_safe_retry::clock::ManualClock::new();
     let middleware = reqwest_safe_retry::RetryMiddleware::default().with_clock(clock.clone());
     let client = reqwest_middleware::ClientBuilder::new(inner).with(middleware).build();
     let error = client.get(&location).send().await.unwrap_err();
@@ -83,10 +84,10 @@ async fn redirect_errors_are_not_retried() {
 #[tokio::test]
 async fn connect_failures_that_will_repeat_are_not_retried() {
     let inner = unresolving_client(&NoSuchHost::default()).build().unwrap();
-    let clock = reqwest_safe_retry::ManualClock::new();
+    let clock = reqwest_safe_retry::clock::ManualClock::new();
     let middleware = reqwest_safe_retry::RetryMiddleware::default().with_clock(clock.clone());
     let client = reqwest_middleware::ClientBuilder::new(inner).with(middleware).build();
-    let slot = reqwest_safe_retry::ReportSlot::new();
+    let slot = reqwest_safe_retry::report::ReportSlot::new();
     let error =
         client.get("http://orders.invalid/").with_extension(slot.clone()).send().await.unwrap_err();
     assert!(error.is_connect());
@@ -128,7 +129,7 @@ async fn through_flaky_dns(
     let resolver =
         Flaky { failures: std::sync::atomic::AtomicUsize::new(2), failure, to: *server.address() };
     let inner = reqwest::Client::builder().dns_resolver(std::sync::Arc::new(resolver));
-    let clock = reqwest_safe_retry::ManualClock::new();
+    let clock = reqwest_safe_retry::clock::ManualClock::new();
     let middleware = reqwest_safe_retry::RetryMiddleware::new(policy().build().unwrap())
         .with_clock(clock.clone());
     let client = match kind {
@@ -138,7 +139,7 @@ async fn through_flaky_dns(
             reqwest_middleware::ClientBuilder::new(inner.build().unwrap()).with(middleware).build()
         }
     };
-    let slot = reqwest_safe_retry::ReportSlot::new();
+    let slot = reqwest_safe_retry::report::ReportSlot::new();
     let url = format!("http://orders.internal:{}/orders", server.address().port());
     let result = client.post(url).body("order").with_extension(slot.clone()).send().await;
     let status = result.map_or(0, |r| r.status().as_u16());
@@ -187,7 +188,7 @@ async fn connection_closed_before_response_retries_get() {
 async fn connection_closed_before_response_does_not_retry_post() {
     let (url, connections) = raw_server(vec![Raw::Close, Raw::Reply(OK_CLOSE)]).await;
     let (client, _) = client(policy().build().unwrap());
-    let slot = reqwest_safe_retry::ReportSlot::new();
+    let slot = reqwest_safe_retry::report::ReportSlot::new();
     let error =
         client.post(&url).body("order=1").with_extension(slot.clone()).send().await.unwrap_err();
     assert!(!error.is_connect());
@@ -240,7 +241,10 @@ async fn a_wrapped_reqwest_error_is_classified_by_what_it_wraps() {
     let first = events.lock().unwrap()[0];
     assert_eq!(
         first,
-        reqwest_safe_retry::Decision::Retry { after: 100 * MS, reason: RetryReason::NotConnected }
+        reqwest_safe_retry::report::Decision::Retry {
+            after: 100 * MS,
+            reason: RetryReason::NotConnected
+        }
     );
 }
 
@@ -315,12 +319,12 @@ async fn another_calls_wrapped_error_says_nothing_about_this_request() {
 
 #[tokio::test]
 async fn every_status_code_is_classified() {
-    use reqwest_safe_retry::{ManualClock, RetryMiddleware, RetryReport};
+    use reqwest_safe_retry::{RetryMiddleware, clock::ManualClock, report::RetryReport};
     let retryable = [429, 502, 503, 504];
     // One client for all: building one loads the system's root certificates.
     let inner = reqwest::Client::new();
     for code in 100..=999u16 {
-        let config = reqwest_safe_retry::RetryConfig::builder().without_budget().build().unwrap();
+        let config = reqwest_safe_retry::RetryConfig::builder().with_budget(None).build().unwrap();
         let middleware = RetryMiddleware::new(config).with_clock(ManualClock::new());
         let client = reqwest_middleware::ClientBuilder::new(inner.clone())
             .with(middleware)

@@ -3,7 +3,7 @@
 
 use crate::support;
 
-use reqwest_safe_retry::{Outcome, RetryReport, Retryability, StopReason, Verdict};
+use reqwest_safe_retry::{Outcome, Retryability, Verdict, report::RetryReport, report::StopReason};
 
 use support::*;
 
@@ -109,7 +109,7 @@ async fn a_predicates_any_method_is_held_to_the_redirect_rule() {
         _ => None,
     });
     let (client, _) = Kind::Following.client(config);
-    let slot = reqwest_safe_retry::ReportSlot::new();
+    let slot = reqwest_safe_retry::report::ReportSlot::new();
     let call = client.post(format!("{}/orders", server.uri())).body("order");
     call.with_extension(slot.clone()).send().await.unwrap_err();
     assert_eq!(hits(&server).await, 1);

@@ -12,8 +12,10 @@
 use crate::support;
 use reqwest::Method;
 use reqwest_middleware::ClientWithMiddleware;
+use reqwest_safe_retry::BodyBuffering;
 use reqwest_safe_retry::{
-    FixedJitter, ManualClock, ReportSlot, RetryConfig, RetryMiddleware, RetryReport, StopReason,
+    RetryConfig, RetryMiddleware, clock::ManualClock, jitter::FixedJitter, report::ReportSlot,
+    report::RetryReport, report::StopReason,
 };
 use std::time::Duration;
 use support::tls_server::{Handshake, rustls_client, tls_server, trusting_builder};
@@ -218,7 +220,10 @@ async fn a_body_cut_short_is_retried_only_with_response_buffering() {
     assert_eq!(connections.get(), 1);
 
     let (url, connections) = raw_server(vec![Raw::Reply(CUT_BODY), Raw::Reply(OK_CLOSE)]).await;
-    let config = RetryConfig::builder().with_response_body_buffering(1024).build().unwrap();
+    let config = RetryConfig::builder()
+        .with_body_buffering(BodyBuffering::default().with_response(1024))
+        .build()
+        .unwrap();
     let middleware = RetryMiddleware::new(config).with_clock(ManualClock::new());
     let client = middleware.client(reqwest::Client::builder()).unwrap().build();
     let response = client.get(&url).send().await.unwrap();

@@ -6,8 +6,10 @@
 use crate::support;
 use reqwest::Method;
 use reqwest_middleware::ClientWithMiddleware;
+use reqwest_safe_retry::Backoff;
 use reqwest_safe_retry::{
-    FixedJitter, ManualClock, ReportSlot, RetryConfig, RetryMiddleware, RetryReport, StopReason,
+    RetryConfig, RetryMiddleware, clock::ManualClock, jitter::FixedJitter, report::ReportSlot,
+    report::RetryReport, report::StopReason,
 };
 use std::future::Future;
 use std::time::Duration;
@@ -17,7 +19,7 @@ use support::*;
 /// The policy for every test here: waits of 100, 200, 400 ms..., at most
 /// `max_retries` retries, no budget. No client here follows redirects.
 fn config(max_retries: u32) -> RetryConfig {
-    policy().with_max_retries(max_retries).without_budget().build().unwrap()
+    policy().with_max_retries(max_retries).with_budget(None).build().unwrap()
 }
 
 /// `inner` behind the retry middleware, with a manual clock and jitter at the top.
@@ -157,7 +159,10 @@ async fn a_post_refused_by_http2_is_retried_through_the_quick_start_client() {
     let refuse = Answer::Reset(h2::Reason::REFUSED_STREAM);
     for script in [vec![refuse, Answer::Ok], vec![Answer::GoAwayBefore, Answer::Ok]] {
         let (url, streams, _) = h2_server(script.clone()).await;
-        let config = RetryConfig::builder().with_initial_backoff(100 * MS).build().unwrap();
+        let config = RetryConfig::builder()
+            .with_backoff(Backoff::default().with_initial(100 * MS))
+            .build()
+            .unwrap();
         let clock = ManualClock::new();
         let middleware = RetryMiddleware::new(config)
             .with_clock(clock.clone())

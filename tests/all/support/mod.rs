@@ -14,8 +14,9 @@ use std::time::Duration;
 pub use raw::{Conn, RawServer};
 use reqwest::redirect::Policy;
 use reqwest_middleware::ClientWithMiddleware;
+use reqwest_safe_retry::Backoff;
 use reqwest_safe_retry::{
-    FixedJitter, ManualClock, RetryConfig, RetryConfigBuilder, RetryMiddleware,
+    RetryConfig, RetryConfigBuilder, RetryMiddleware, clock::ManualClock, jitter::FixedJitter,
 };
 use wiremock::matchers::path;
 use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
@@ -63,7 +64,12 @@ pub async fn hits(server: &MockServer) -> usize {
 /// and the budget (whose reserve gives a fresh client one retry) has tests
 /// of its own.
 pub fn policy() -> RetryConfigBuilder {
-    RetryConfig::builder().with_initial_backoff(100 * MS).without_budget()
+    RetryConfig::builder().with_backoff(backoff()).with_budget(None)
+}
+
+/// The backoff of [`policy`]: 100 ms initial, the rest the defaults.
+pub fn backoff() -> Backoff {
+    Backoff::default().with_initial(100 * MS)
 }
 
 /// A client with `config`, a manual clock and jitter pinned at the top.
