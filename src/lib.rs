@@ -279,8 +279,11 @@
 //! | `cargo run --example custom_policy` | another status set, a predicate, per-request overrides |
 //! | `cargo run --example tracing` | the retry events through `tracing-subscriber`, and a span per attempt |
 //! | `cargo run --example metrics` | the decision hook feeding the `metrics` facade |
-//! | `cargo run --release --example herd` | retry storms simulated: the fleet grid, partial failures, `Retry-After` spread, contention |
 //! | `cargo run --release --example hedging` | hedged requests against a server that is slow 5% of the time |
+//!
+//! Retry storms are simulated in `sim/`, in virtual time: the fleet grid,
+//! partial failures, `Retry-After` spread, contention
+//! (`cargo run --release -p reqwest-safe-retry-sim --bin herd`).
 //!
 //! # Features
 //!

@@ -31,13 +31,18 @@
 //!    then the crate's targets (99.9% of calls saved at 5%, 99% at 20%, at
 //!    most 1.3× load at 50%, no policy both saving more and loading less).
 //!
-//! Run with `cargo run --release --example herd -- [chart.svg] [--clients N]
-//! [--processes P] [--reserve R]`: the first model's clients are spread over P
-//! processes, each with its own middleware and so its own budget; the
-//! `+ budget` policies' budget holds a reserve of R retries (by default the
-//! crate's own: `max_retries + 2`, 5 with the 3 retries used here). The other
-//! models ignore the options. Every check prints PASS or FAIL; the example
-//! exits with status 1 if any failed, after printing them all again.
+//! Run with
+//!
+//! ```text
+//! cargo run --release -p reqwest-safe-retry-sim --bin herd -- [chart.svg] [--clients N] [--processes P] [--reserve R]
+//! ```
+//!
+//! The first model's clients are spread over P processes, each with its own
+//! middleware and so its own budget; the `+ budget` policies' budget holds a
+//! reserve of R retries (by default the crate's own: `max_retries + 2`, 5 with
+//! the 3 retries used here). The other models ignore the options. Every check
+//! prints PASS or FAIL; the simulator exits with status 1 if any failed, after
+//! printing them all again.
 
 mod chart;
 mod contention;

@@ -1,5 +1,5 @@
 //! The retry policies compared, and the budget designs modelled in this
-//! example to compare the crate's against.
+//! simulator to compare the crate's against.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

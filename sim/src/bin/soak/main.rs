@@ -3,7 +3,7 @@
 //! with the invariants counted where they can be seen.
 //!
 //! ```text
-//! cargo run --release --example soak -- [--seconds N] [--seed S]
+//! cargo run --release -p reqwest-safe-retry-sim --bin soak -- [--seconds N] [--seed S]
 //! ```
 //!
 //! For N seconds (120 by default), 128 calls at a time go through six
