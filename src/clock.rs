@@ -57,7 +57,7 @@ pub trait Clock: Send + Sync + fmt::Debug {
     ///
     /// ```compile_fail
     /// use std::time::{Duration, Instant};
-    /// use reqwest_safe_retry::{Clock, Sleep};
+    /// use reqwest_safe_retry::{clock::Clock, clock::Sleep};
     ///
     /// // `now` and `sleep` alone are not a clock: `sleep_until` is required.
     /// #[derive(Debug)]
@@ -133,7 +133,7 @@ mod manual {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use reqwest_safe_retry::{Clock, ManualClock};
+    /// use reqwest_safe_retry::{clock::Clock, clock::ManualClock};
     ///
     /// # tokio_test_block_on(async {
     /// let clock = ManualClock::new();

@@ -174,7 +174,7 @@
 //! outcome is an error.
 //!
 //! ```no_run
-//! use reqwest_safe_retry::{ReportSlot, RetryReport};
+//! use reqwest_safe_retry::{report::ReportSlot, report::RetryReport};
 //!
 //! # async fn run(client: reqwest_middleware::ClientWithMiddleware) {
 //! let slot = ReportSlot::new();
@@ -198,7 +198,7 @@
 //!
 //! ```
 //! # #[cfg(feature = "test-util")] {
-//! use reqwest_safe_retry::{FixedJitter, ManualClock, RetryMiddleware};
+//! use reqwest_safe_retry::{jitter::FixedJitter, clock::ManualClock, RetryMiddleware};
 //!
 //! let clock = ManualClock::new();
 //! let middleware = RetryMiddleware::default()
@@ -244,7 +244,7 @@
 //! the `metrics` crate:
 //!
 //! ```
-//! use reqwest_safe_retry::{Decision, RetryMiddleware, StopReason};
+//! use reqwest_safe_retry::{report::Decision, RetryMiddleware, report::StopReason};
 //!
 //! let middleware = RetryMiddleware::default().on_decision(|event| match event.decision {
 //!     Decision::Retry { after, reason } => {

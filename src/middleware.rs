@@ -73,7 +73,7 @@ impl RetryMiddleware {
     /// ```
     /// use std::sync::Arc;
     /// use std::sync::atomic::{AtomicU64, Ordering};
-    /// use reqwest_safe_retry::{Decision, RetryMiddleware};
+    /// use reqwest_safe_retry::{report::Decision, RetryMiddleware};
     ///
     /// let retries = Arc::new(AtomicU64::new(0));
     /// let counter = retries.clone();

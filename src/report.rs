@@ -39,7 +39,7 @@ impl RetryReport {
     /// a final outcome — costs no allocation and reads as that report here.
     ///
     /// ```
-    /// use reqwest_safe_retry::{RetryReport, StopReason};
+    /// use reqwest_safe_retry::{report::RetryReport, report::StopReason};
     ///
     /// let response: reqwest::Response = http::Response::new("").into();
     /// let report = RetryReport::from_response(&response);
@@ -109,7 +109,7 @@ impl AttemptNumber {
 /// Attach a clone to the request as an extension and keep the original:
 ///
 /// ```no_run
-/// use reqwest_safe_retry::{ReportSlot, RetryConfig, RetryMiddleware};
+/// use reqwest_safe_retry::{report::ReportSlot, RetryConfig, RetryMiddleware};
 ///
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 /// let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())

@@ -104,14 +104,14 @@ pub enum BudgetScope {
 /// In partial failures the budget lets the retries that work through and
 /// stops those that pile up: with independent failures of 5% or 20% of
 /// attempts, 100% and 99.6% of calls still succeed, and at 50% the extra
-/// load stays at an eighth (the `herd` example's table, beside models of the
+/// load stays at an eighth (the table of the `herd` simulator in `sim/`, beside models of the
 /// AWS, gRPC and Finagle budgets).
 ///
 /// # No coordination
 ///
 /// Each process keeps its own budget: no network call sits on the failure
 /// path, and a fleet needs no shared store. Bounding each process by what its
-/// own traffic earned is what bounds the fleet: the `herd` example measures
+/// own traffic earned is what bounds the fleet: the `herd` simulator measures
 /// processes from 1 to 1000 and rates from 0.1 to 1000 requests a second.
 ///
 /// Time is read only through the middleware's [`Clock`](crate::clock::Clock), and a

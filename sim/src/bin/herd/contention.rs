@@ -27,7 +27,8 @@ use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use reqwest::{Request, Response};
 use reqwest_middleware::{ClientBuilder, Middleware, Next};
-use reqwest_safe_retry::{Jitter, RetryConfig, RetryMiddleware, SeededJitter};
+use reqwest_safe_retry::Backoff;
+use reqwest_safe_retry::{Jitter, RetryConfig, RetryMiddleware, jitter::SeededJitter};
 use tokio::time::Instant;
 
 use crate::sim::{SEED, answer, base_client, runtime};
@@ -150,12 +151,15 @@ fn run_once(jitter: Option<Jitter>, clients: usize, run: u32) -> (u64, Duration,
             None => (Duration::ZERO, Duration::ZERO),
         };
         let config = RetryConfig::builder()
-            .without_budget()
+            .with_budget(None)
             .with_max_retries(1000)
             .with_retryable_statuses([http::StatusCode::CONFLICT])
-            .with_initial_backoff(initial)
-            .with_max_backoff(max)
-            .with_jitter(jitter.unwrap_or(Jitter::None))
+            .with_backoff(
+                Backoff::default()
+                    .with_initial(initial)
+                    .with_max(max)
+                    .with_jitter(jitter.unwrap_or(Jitter::None)),
+            )
             .build()
             .expect("a valid policy");
         let middleware = RetryMiddleware::new(config)

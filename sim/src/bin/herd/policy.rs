@@ -8,7 +8,8 @@ use reqwest_middleware::{ClientBuilder, ClientWithMiddleware, Middleware};
 use reqwest_retry::RetryTransientMiddleware;
 use reqwest_retry::policies::ExponentialBackoff;
 use reqwest_safe_retry::{
-    Attempt, Jitter, Outcome, RetryBudget, RetryConfig, RetryMiddleware, Retryability, SeededJitter,
+    Attempt, Jitter, Outcome, RetryBudget, RetryConfig, RetryMiddleware, Retryability,
+    jitter::SeededJitter,
 };
 use tokio::time::Instant;
 
@@ -24,7 +25,7 @@ pub(crate) enum Policy {
     Ours { backoff: Backoff, budget: bool },
     /// `RetryConfig::default()`, the crate's budget as it ships.
     Default,
-    /// `RetryConfig::builder().without_budget()`.
+    /// `RetryConfig::builder().with_budget(None)`.
     NoBudget,
     /// A budget design modelled below, through the crate's custom predicate
     /// with the crate's own budget off.
@@ -115,14 +116,14 @@ impl Policy {
             Policy::Default => RetryConfig::default(),
             Policy::NoBudget => RetryConfig::builder()
                 .with_max_retries(max_retries)
-                .without_budget()
+                .with_budget(None)
                 .build()
                 .expect("a valid policy"),
             Policy::Model(model) => {
                 let state = Arc::new(Mutex::new(model.start(Instant::now())));
                 RetryConfig::builder()
                     .with_max_retries(max_retries)
-                    .without_budget()
+                    .with_budget(None)
                     .with_predicate(move |attempt| {
                         state.lock().expect("no panics in a model").judge(attempt, max_retries)
                     })
@@ -132,17 +133,20 @@ impl Policy {
             Policy::Ours { backoff, budget } => {
                 let mut config = RetryConfig::builder().with_max_retries(max_retries);
                 if let Backoff::Exponential(jitter) = backoff {
-                    config = config.with_jitter(jitter);
-                } else {
                     config = config
-                        .with_initial_backoff(Duration::ZERO)
-                        .with_max_backoff(Duration::ZERO);
+                        .with_backoff(reqwest_safe_retry::Backoff::default().with_jitter(jitter));
+                } else {
+                    config = config.with_backoff(
+                        reqwest_safe_retry::Backoff::default()
+                            .with_initial(Duration::ZERO)
+                            .with_max(Duration::ZERO),
+                    );
                 }
                 config = if budget {
                     let default = RetryBudget::default();
                     config.with_budget(reserve.map_or(default, |r| default.with_reserve(r)))
                 } else {
-                    config.without_budget()
+                    config.with_budget(None)
                 };
                 config.build().expect("a valid policy")
             }

@@ -8,8 +8,9 @@ use std::time::Duration;
 use http::Extensions;
 use reqwest::{Request, Response};
 use reqwest_middleware::{ClientBuilder, Middleware, Next};
+use reqwest_safe_retry::RetryAfter;
 use reqwest_safe_retry::{
-    RetryBudget, RetryConfig, RetryConfigBuilder, RetryMiddleware, SeededJitter,
+    RetryBudget, RetryConfig, RetryConfigBuilder, RetryMiddleware, jitter::SeededJitter,
 };
 use tokio::time::Instant;
 
@@ -104,7 +105,10 @@ fn histogram(arrivals: &[Duration]) -> Vec<usize> {
 /// The spread and the exact configuration built from `base`.
 fn pair(base: RetryConfigBuilder) -> [RetryConfig; 2] {
     let spread = base.clone().build().expect("a valid policy");
-    let exact = base.with_retry_after_spread(false).build().expect("a valid policy");
+    let exact = base
+        .with_retry_after(RetryAfter::default().with_spread(false))
+        .build()
+        .expect("a valid policy");
     [spread, exact]
 }
 
@@ -118,7 +122,7 @@ pub(crate) fn run() {
          (wait exactly what the server asked); \"no budget\" adds without_budget() to both."
     );
     let [spread, exact] = pair(RetryConfig::builder()).map(arrivals);
-    let [free_spread, free_exact] = pair(RetryConfig::builder().without_budget()).map(arrivals);
+    let [free_spread, free_exact] = pair(RetryConfig::builder().with_budget(None)).map(arrivals);
     println!(
         "Retries taken: {} (spread), {} (exact), {} and {} with no budget.",
         spread.len(),

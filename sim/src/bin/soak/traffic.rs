@@ -26,7 +26,10 @@ use rand::{RngExt, SeedableRng};
 use reqwest::Method;
 use reqwest_middleware::ClientWithMiddleware;
 use reqwest_safe_retry::hedge::HedgeMiddleware;
-use reqwest_safe_retry::{DeadlineExceeded, Decision, ReportSlot, RetryConfig, RetryMiddleware};
+use reqwest_safe_retry::{Backoff, BodyBuffering};
+use reqwest_safe_retry::{
+    DeadlineExceeded, RetryConfig, RetryMiddleware, report::Decision, report::ReportSlot,
+};
 
 use crate::checks::Gauge;
 use crate::faults;
@@ -130,13 +133,17 @@ pub(crate) struct Stack {
 
 fn config(deadline: Duration, buffering: bool) -> RetryConfig {
     let mut builder = RetryConfig::builder()
-        .with_initial_backoff(Duration::from_millis(20))
-        .with_max_backoff(Duration::from_millis(200))
+        .with_backoff(
+            Backoff::default()
+                .with_initial(Duration::from_millis(20))
+                .with_max(Duration::from_millis(200)),
+        )
         .with_deadline(deadline)
         .with_attempt_timeout(ATTEMPT_TIMEOUT);
     if buffering {
-        builder =
-            builder.with_response_body_buffering(BUFFERING).with_request_body_buffering(BUFFERING);
+        builder = builder.with_body_buffering(
+            BodyBuffering::default().with_response(BUFFERING).with_request(BUFFERING),
+        );
     }
     builder.build().expect("a valid configuration")
 }
