@@ -310,6 +310,7 @@ mod backoff;
 mod body;
 mod budget;
 mod builder;
+mod call;
 mod classify;
 pub mod clock;
 mod config;

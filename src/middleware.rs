@@ -1,27 +1,21 @@
-//! The middleware: one loop of copy, send, decide, wait while discarding the
-//! old body, repeat.
+//! The middleware: its settings, the client it builds, and its place in
+//! `reqwest_middleware`; each call runs in the `call` module.
 
 use std::fmt;
 use std::future::Future;
-use std::pin::{Pin, pin};
+use std::pin::Pin;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
-use http::{Extensions, Method};
+use http::Extensions;
 use reqwest::{Request, Response};
-use reqwest_middleware::{Error, Middleware, Next, Result};
+use reqwest_middleware::{Middleware, Next, Result};
 
-use crate::body::{self, RequestBuffer};
 use crate::clock::Clock;
 use crate::config::RetryConfig;
 use crate::error::ClientError;
-use crate::events;
-use crate::future::first;
 use crate::jitter::JitterSource;
-use crate::policy::Policy;
-use crate::reason::{Decision, StopReason};
-use crate::redirect::{self, Seen};
-use crate::report::{AttemptNumber, RetryEvent, deliver};
+use crate::redirect;
+use crate::report::RetryEvent;
 use crate::shared::Shared;
 
 /// The retry middleware for `reqwest_middleware`.
@@ -249,195 +243,6 @@ impl Middleware for RetryMiddleware {
     {
         Box::pin(self.shared.send(req, extensions, next))
     }
-}
-
-/// An attempt's end: its outcome, unless the deadline cut it first, and
-/// the redirects the client met within it.
-struct Ended {
-    sent: Option<Sent>,
-    seen: Seen,
-}
-
-/// An attempt's outcome: whether it is the error its response's body
-/// failed with while the middleware read it, and whether that body is all
-/// in memory.
-struct Sent {
-    outcome: Result<Response>,
-    body_failed: bool,
-    whole: bool,
-}
-
-/// What a call's events name: its method, and its server's host if the
-/// events are logged.
-type What<'a> = (&'a Method, Option<&'a str>);
-
-impl Shared {
-    /// One call: copy, send, decide, wait while discarding the old body,
-    /// repeat. reqwest follows the redirects of each attempt; the
-    /// middleware records them (see [`crate::redirect`]).
-    ///
-    /// The request lives once, in `pending`, until the last attempt takes
-    /// it.
-    fn send<'a>(
-        &'a self,
-        request: Request,
-        extensions: &'a mut Extensions,
-        next: Next<'a>,
-    ) -> impl Future<Output = Result<Response>> + Send + 'a {
-        let method = request.method().clone();
-        let server = events::server(self, &request);
-        let mut pending = Some(request);
-        async move {
-            let request = pending.as_ref().expect("the request");
-            let mut policy = Policy::new(self, request, extensions);
-            self.buffer_request_body(&mut pending, &policy).await;
-            let reading = self.reading(&policy, pending.as_ref());
-            let what = (&method, server.as_deref());
-            // What the caller attached: every attempt starts from it, so
-            // nothing an attempt added below this middleware leaks into the
-            // next one.
-            let mut caller: Option<Extensions> = None;
-            loop {
-                let Ok((attempt, cut_at)) = policy.start(&mut pending) else {
-                    return self.expired(&policy, what, extensions, caller.as_ref());
-                };
-                if pending.is_some() && caller.is_none() {
-                    caller = Some(extensions.clone());
-                }
-                let sent = next.clone().run(attempt, extensions);
-                let Ended { sent, seen } = self.attempt(sent, reading, cut_at).await;
-                let Some(Sent { outcome, body_failed, whole }) = sent else {
-                    policy.cut(seen);
-                    return self.expired(&policy, what, extensions, caller.as_ref());
-                };
-                let decision = policy.decide(pending.as_ref(), &outcome, body_failed, seen);
-                events::notify(self, policy.attempts(), policy.resend_count(), what, decision);
-                // `decide` retries only while a copy is kept in `pending`.
-                let after = match decision {
-                    Decision::Retry { after, .. } => after,
-                    Decision::Stop(stop) => {
-                        let outcome = self.bound_body(outcome, whole, cut_at, &policy);
-                        return deliver(extensions, caller.as_ref(), outcome, policy.report(stop));
-                    }
-                };
-                self.pause(outcome, after).await;
-                next_attempt(&policy, extensions, caller.as_ref());
-            }
-        }
-    }
-
-    /// Reads a streamed request body into memory, if body buffering asks
-    /// for it and a retry may follow, so that the request can be sent
-    /// again.
-    async fn buffer_request_body(&self, pending: &mut Option<Request>, policy: &Policy<'_>) {
-        if let Some(buffer) = RequestBuffer::new(
-            pending,
-            self.config.body_buffering.request(),
-            policy.may_retry(),
-            policy.deadline_at(),
-            self.config.attempt_timeout,
-            &*self.clock,
-        ) {
-            Box::pin(buffer.run()).await;
-        }
-    }
-
-    /// One attempt: the request `sent`, the body of its response read if
-    /// `reading` says so, and both cut at `cut_at` if it is set. The body
-    /// is read inside the attempt, so that the cut bounds it too.
-    async fn attempt(
-        &self,
-        sent: impl Future<Output = Result<Response>>,
-        reading: Option<usize>,
-        cut_at: Option<Instant>,
-    ) -> Ended {
-        let config = &self.config;
-        let sent = async move {
-            let outcome = sent.await;
-            match reading {
-                None => Sent { outcome, body_failed: false, whole: false },
-                Some(limit) => {
-                    let (outcome, body_failed, whole) =
-                        Box::pin(body::read_whole(config, outcome, limit)).await;
-                    Sent { outcome, body_failed, whole }
-                }
-            }
-        };
-        let mut seen = Seen::NONE;
-        let mut sent = pin!(sent);
-        let sent = match cut_at {
-            None => Some(redirect::recorded(sent.as_mut(), &mut seen).await),
-            Some(at) => {
-                let race = first(sent.as_mut(), self.clock.sleep_until(at));
-                Box::pin(redirect::recorded(race, &mut seen)).await
-            }
-        };
-        Ended { sent, seen }
-    }
-
-    /// The outcome to hand back. Where no timeout of reqwest's carries the
-    /// deadline (`cut_at` is set), the body the caller reads is bounded by
-    /// it here, unless it is all in memory already.
-    fn bound_body(
-        &self,
-        outcome: Result<Response>,
-        whole: bool,
-        cut_at: Option<Instant>,
-        policy: &Policy<'_>,
-    ) -> Result<Response> {
-        match cut_at.filter(|_| !whole) {
-            None => outcome,
-            Some(at) => outcome.map(|response| {
-                let expiry = self.clock.sleep_until(at);
-                body::bounded(response, expiry, policy.deadline_exceeded())
-            }),
-        }
-    }
-
-    /// Waits `after` before the next attempt, discarding the retried
-    /// response's body meanwhile so that its connection can be reused.
-    async fn pause(&self, outcome: Result<Response>, after: Duration) {
-        let wait = self.clock.sleep(after);
-        Box::pin(body::discard(outcome, wait, self.config.drain_limit)).await;
-    }
-
-    /// How much of a final response's body to read inside the attempt, if
-    /// any: only where its failure could be retried (the request is safe to
-    /// repeat, retries are allowed, and its body can be sent again).
-    fn reading(&self, policy: &Policy<'_>, request: Option<&Request>) -> Option<usize> {
-        self.config.body_buffering.response().filter(|_| {
-            policy.may_retry_body_failures()
-                && request.is_some_and(|request| {
-                    request.body().is_none_or(|body| body.as_bytes().is_some())
-                })
-        })
-    }
-
-    /// Stops because the deadline passed with no outcome to return: before
-    /// an attempt could be sent, or while one was in flight.
-    fn expired(
-        &self,
-        policy: &Policy<'_>,
-        what: What<'_>,
-        extensions: &mut Extensions,
-        caller: Option<&Extensions>,
-    ) -> Result<Response> {
-        let stop = StopReason::DeadlineExceeded;
-        events::notify(self, policy.attempts(), policy.resend_count(), what, Decision::Stop(stop));
-        let error = Error::middleware(policy.deadline_exceeded());
-        deliver(extensions, caller, Err(error), policy.report(stop))
-    }
-}
-
-/// Sets the extensions up for the next attempt: the caller's again, and
-/// the attempt's number.
-fn next_attempt(policy: &Policy<'_>, extensions: &mut Extensions, caller: Option<&Extensions>) {
-    if let Some(caller) = caller {
-        extensions.clone_from(caller);
-    }
-    let attempt = policy.attempts().saturating_add(1);
-    let resend_count = policy.resend_count().saturating_add(1);
-    extensions.insert(AttemptNumber::new(attempt, resend_count));
 }
 
 #[cfg(test)]

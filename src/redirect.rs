@@ -39,9 +39,7 @@
 //! inside that poll (tower-http's `FollowRedirect` decides in the response
 //! future), so it notes the redirect for the call being polled, and calls
 //! interleaved on one thread never see each other's. (`tokio::task_local!`
-//! does the same with more machinery: about 200 instructions a call more,
-//! on a happy path of about 12 000, in `benches/interleaved` under
-//! callgrind.)
+//! would do the same, at a cost on every call that BENCHMARKS.md gives.)
 //!
 //! # An `Idempotency-Key` across origins
 //!

@@ -60,9 +60,8 @@ impl Account {
     /// newest slot it has seen, whatever the clock says.
     fn now(&self, seen: u64) -> u64 {
         let latest = self.latest.load(Ordering::Relaxed);
-        // A load first: time mostly stands within a slot, and a read costs
-        // less than an update that changes nothing (`>=` would do the same,
-        // slower).
+        // Read before writing: time mostly stands within a slot, so most
+        // calls change nothing.
         if seen > latest {
             self.latest.fetch_max(seen, Ordering::Relaxed);
             return seen;
@@ -74,9 +73,7 @@ impl Account {
     /// `cap`, the rest into the window. Each answer earns once.
     pub(super) fn earn(&self, seen: u64, amount: u64, cap: u64) {
         let mut rest = amount;
-        // A load first: the reserve is full for almost every answer, and a
-        // read costs less than an update that changes nothing (`<=` would
-        // do the same, slower).
+        // Read before writing: the reserve is full for almost every answer.
         if self.reserve.load(Ordering::Relaxed) < cap {
             let refill = |r: u64| Some(r.saturating_add(amount).min(cap));
             let before = self
@@ -129,8 +126,8 @@ impl Account {
 
     /// Records a request, for forgetting the least recently used host.
     pub(super) fn touch(&self, seen: u64) {
-        // A load first: most requests fall in a slot already recorded
-        // (`>=` would do the same, slower).
+        // Read before writing: most requests fall in a slot already
+        // recorded.
         if seen > self.used.load(Ordering::Relaxed) {
             self.used.fetch_max(seen, Ordering::Relaxed);
         }
