@@ -2,7 +2,7 @@
 //! discarding the old body, repeat.
 
 use std::future::Future;
-use std::pin::pin;
+use std::pin::{Pin, pin};
 use std::time::{Duration, Instant};
 
 use http::{Extensions, Method};
@@ -65,13 +65,13 @@ impl Shared {
             // next one.
             let mut caller: Option<Extensions> = None;
             loop {
-                let Ok((attempt, cut_at)) = policy.start(&mut pending) else {
-                    return self.expired(&policy, what, extensions, caller.as_ref());
-                };
-                if pending.is_some() && caller.is_none() {
+                if caller.is_none() && policy.keeps_copy(pending.as_ref()) {
                     caller = Some(extensions.clone());
                 }
-                let sent = next.clone().run(attempt, extensions);
+                let send = sender(&next, extensions);
+                let Ok((sent, cut_at)) = policy.start(&mut pending, send) else {
+                    return self.expired(&policy, what, extensions, caller.as_ref());
+                };
                 let Ended { sent, seen } = self.attempt(sent, reading, cut_at).await;
                 let Some(Sent { outcome, body_failed, whole }) = sent else {
                     policy.cut(seen);
@@ -83,8 +83,12 @@ impl Shared {
                 let after = match decision {
                     Decision::Retry { after, .. } => after,
                     Decision::Stop(stop) => {
-                        let outcome = self.bound_body(outcome, whole, cut_at, &policy);
-                        return deliver(extensions, caller.as_ref(), outcome, policy.report(stop));
+                        let mut outcome = match cut_at.filter(|_| !whole) {
+                            None => outcome,
+                            Some(at) => self.bound_body(outcome, at, &policy),
+                        };
+                        deliver(extensions, caller.as_ref(), &mut outcome, policy.report(stop));
+                        return outcome;
                     }
                 };
                 self.pause(outcome, after).await;
@@ -142,23 +146,19 @@ impl Shared {
         Ended { sent, seen }
     }
 
-    /// The outcome to hand back. Where no timeout of reqwest's carries the
-    /// deadline (`cut_at` is set), the body the caller reads is bounded by
-    /// it here, unless it is all in memory already.
+    /// The outcome to hand back where no timeout of reqwest's carries the
+    /// deadline, `at`, and the body is not all in memory already: the body
+    /// the caller reads is bounded by it here.
     fn bound_body(
         &self,
         outcome: Result<Response>,
-        whole: bool,
-        cut_at: Option<Instant>,
+        at: Instant,
         policy: &Policy<'_>,
     ) -> Result<Response> {
-        match cut_at.filter(|_| !whole) {
-            None => outcome,
-            Some(at) => outcome.map(|response| {
-                let expiry = self.clock.sleep_until(at);
-                body::bounded(response, expiry, policy.deadline_exceeded())
-            }),
-        }
+        outcome.map(|response| {
+            let expiry = self.clock.sleep_until(at);
+            body::bounded(response, expiry, policy.deadline_exceeded())
+        })
     }
 
     /// Waits `after` before the next attempt, discarding the retried
@@ -191,9 +191,26 @@ impl Shared {
     ) -> Result<Response> {
         let stop = StopReason::DeadlineExceeded;
         events::notify(self, policy.attempts(), policy.resend_count(), what, Decision::Stop(stop));
-        let error = Error::middleware(policy.deadline_exceeded());
-        deliver(extensions, caller, Err(error), policy.report(stop))
+        let mut outcome = Err(Error::middleware(policy.deadline_exceeded()));
+        deliver(extensions, caller, &mut outcome, policy.report(stop));
+        outcome
     }
+}
+
+/// An attempt on its way down the rest of the chain, as `Next::run` makes
+/// it.
+#[cfg(not(target_arch = "wasm32"))]
+type Sending<'a> = Pin<Box<dyn Future<Output = Result<Response>> + Send + 'a>>;
+#[cfg(target_arch = "wasm32")]
+type Sending<'a> = Pin<Box<dyn Future<Output = Result<Response>> + 'a>>;
+
+/// Sends an attempt down the rest of the chain, with `extensions`.
+fn sender<'a>(
+    next: &Next<'a>,
+    extensions: &'a mut Extensions,
+) -> impl FnOnce(Request) -> Sending<'a> {
+    let next = next.clone();
+    move |attempt| next.run(attempt, extensions)
 }
 
 /// Sets the extensions up for the next attempt: the caller's again, and

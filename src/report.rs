@@ -161,14 +161,14 @@ pub struct RetryEvent<'a> {
     pub decision: Decision,
 }
 
-/// Leaves the report where the caller can find it, puts back the caller's
-/// own [`AttemptNumber`] (or none), and returns the outcome.
+/// Leaves the report where the caller can find it: in the slot, and on the
+/// response; and puts back the caller's own [`AttemptNumber`] (or none).
 pub(crate) fn deliver(
     extensions: &mut Extensions,
     caller: Option<&Extensions>,
-    mut outcome: Result<Response>,
+    outcome: &mut Result<Response>,
     report: RetryReport,
-) -> Result<Response> {
+) {
     // Only a retry set an attempt's number.
     if let Some(caller) = caller.filter(|_| report.attempts > 1) {
         match caller.get::<AttemptNumber>() {
@@ -182,9 +182,8 @@ pub(crate) fn deliver(
     // Absence reads as this report (`RetryReport::from_response`), so the
     // common case allocates nothing.
     if report != RetryReport::FIRST_AND_FINAL {
-        if let Ok(response) = &mut outcome {
+        if let Ok(response) = outcome {
             response.extensions_mut().insert(report);
         }
     }
-    outcome
 }

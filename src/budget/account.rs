@@ -21,10 +21,15 @@ pub(crate) struct Account {
     /// One past the slot of the last retryable outcome; 0 for none. A host
     /// failing now is never forgotten.
     troubled: AtomicU64,
-    /// The slot of the last request, to forget the least recently used.
+    /// The slot of the last request booked, to forget the least recently
+    /// used.
     used: AtomicU64,
-    /// Held to take a retry and to start a slot. Recording an earning in the
-    /// current slot, which every final answer does, is an atomic add.
+    /// What final answers earned for the window and no slot holds yet:
+    /// less than a retry, booked once it is worth one (see
+    /// [`earn_unbooked`](Self::earn_unbooked)).
+    unbooked: AtomicU64,
+    /// Held to take a retry and to start a slot. A final answer's earning
+    /// is an atomic add, and so is booking a retry's worth of them.
     turn: Mutex<()>,
 }
 
@@ -52,6 +57,7 @@ impl Account {
             latest: AtomicU64::new(0),
             troubled: AtomicU64::new(0),
             used: AtomicU64::new(0),
+            unbooked: AtomicU64::new(0),
             turn: Mutex::new(()),
         }
     }
@@ -69,20 +75,53 @@ impl Account {
         latest
     }
 
-    /// Records a final answer: `amount` into the reserve while it is below
-    /// `cap`, the rest into the window. Each answer earns once.
+    /// Records a final answer at slot `seen`: `amount` into the reserve
+    /// while it is below `cap`, the rest into the window. Each answer earns
+    /// once.
     pub(super) fn earn(&self, seen: u64, amount: u64, cap: u64) {
-        let mut rest = amount;
-        // Read before writing: the reserve is full for almost every answer.
-        if self.reserve.load(Ordering::Relaxed) < cap {
-            let refill = |r: u64| Some(r.saturating_add(amount).min(cap));
-            let before = self
-                .reserve
-                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, refill)
-                .unwrap_or_else(|never| never);
-            rest = rest.saturating_sub(cap.saturating_sub(before).min(amount));
-        }
+        let rest = self.refill(amount, cap);
         self.current(self.now(seen)).earned.fetch_add(rest, Ordering::Relaxed);
+    }
+
+    /// Records a final answer whose time is not read: `amount` into the
+    /// reserve while it is below `cap`; the rest is kept unbooked until the
+    /// answers not yet booked are worth a retry. Returns that worth once
+    /// they are, for the caller to [`book`](Self::book) at the time of the
+    /// answer that made it up. So the window's earnings are booked a retry
+    /// at a time, each at the time of the last of its answers: an answer
+    /// never earns twice, and what is unbooked when a host stops answering
+    /// (less than a retry) is never booked.
+    pub(super) fn earn_unbooked(&self, amount: u64, cap: u64) -> Option<u64> {
+        let rest = self.refill(amount, cap);
+        if rest == 0 {
+            return None;
+        }
+        let before = self.unbooked.fetch_add(rest, Ordering::Relaxed);
+        if before.saturating_add(rest) < RETRY_COST {
+            return None;
+        }
+        Some(self.unbooked.swap(0, Ordering::Relaxed)).filter(|batch| *batch > 0)
+    }
+
+    /// Books `batch`, earned by answers up to slot `seen`, into that slot.
+    pub(super) fn book(&self, seen: u64, batch: u64) {
+        self.touch(seen);
+        self.current(self.now(seen)).earned.fetch_add(batch, Ordering::Relaxed);
+    }
+
+    /// Puts `amount` into the reserve while it is below `cap`; returns the
+    /// rest.
+    fn refill(&self, amount: u64, cap: u64) -> u64 {
+        // Read before writing: the reserve is full for almost every answer.
+        if self.reserve.load(Ordering::Relaxed) >= cap {
+            return amount;
+        }
+        let refill = |r: u64| Some(r.saturating_add(amount).min(cap));
+        let before = self
+            .reserve
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, refill)
+            .unwrap_or_else(|never| never);
+        amount.saturating_sub(cap.saturating_sub(before).min(amount))
     }
 
     /// Takes one retry if the window's unspent earnings and the reserve
@@ -217,6 +256,62 @@ mod tests {
     /// A tenth of a retry per answer, a reserve of one retry.
     const EARN: u64 = 100;
     const CAP: u64 = 1000;
+
+    #[test]
+    fn unbooked_answers_are_booked_a_retry_at_a_time() {
+        let a = Account::new(0);
+        // The reserve refills first, at once, whatever the time.
+        for n in 1..10 {
+            assert_eq!(a.earn_unbooked(EARN, CAP), None, "answer {n}: into the reserve");
+        }
+        assert_eq!(a.earn_unbooked(EARN, CAP), None, "the tenth fills the reserve");
+        assert!(a.try_spend_ok(0), "the reserve holds a retry");
+        assert_eq!(a.earn_unbooked(EARN, CAP), None, "a tenth into the emptied reserve");
+        // With the reserve full again, answers wait unbooked; the one that
+        // makes up a retry hands it over.
+        for _ in 0..9 {
+            a.earn_unbooked(EARN, CAP);
+        }
+        assert_eq!(a.available(5), 1, "the reserve, refilled");
+        for n in 1..10 {
+            assert_eq!(a.earn_unbooked(EARN, CAP), None, "answer {n}: unbooked");
+        }
+        assert_eq!(a.available(5), 1, "nothing booked yet");
+        let batch = a.earn_unbooked(EARN, CAP).expect("ten answers, one retry");
+        assert_eq!(batch, RETRY_COST);
+        a.book(5, batch);
+        assert_eq!(a.available(5), 2);
+        assert_eq!(a.last_used(), 5, "booking records the use");
+        // Booked at slot 5, it lapses a window later, as any earning.
+        assert_eq!(a.available(5 + SLOTS), 1);
+    }
+
+    #[test]
+    fn concurrent_unbooked_answers_are_all_booked_once() {
+        let a = Arc::new(Account::new(0));
+        // Fill the reserve, so every later answer goes to the window.
+        while a.earn_unbooked(EARN, CAP).is_none() && a.available(0) == 0 {}
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let a = a.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..1000 {
+                        if let Some(batch) = a.earn_unbooked(EARN, CAP) {
+                            a.book(0, batch);
+                        }
+                    }
+                })
+            })
+            .collect();
+        for thread in threads {
+            thread.join().unwrap();
+        }
+        // 4,000 answers: 400 retries earned, all booked but less than one,
+        // and the reserve's one.
+        let rest = a.unbooked.load(Ordering::Relaxed);
+        assert!(rest < RETRY_COST, "{rest} left unbooked");
+        assert_eq!(a.available(0), 1 + (400 * RETRY_COST - rest) / RETRY_COST);
+    }
 
     #[test]
     fn a_fresh_account_holds_its_reserve_and_no_more() {

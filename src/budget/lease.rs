@@ -49,16 +49,17 @@ impl<'a> Lease<'a> {
     /// share of a retry, and the retry that reached it costs nothing.
     pub(crate) fn answered(&mut self, url: Option<&Url>) {
         let Some(ledger) = self.ledger else { return };
-        let now = self.clock.now();
         match (&self.account, url) {
             (Some(account), _) => {
+                let now = self.clock.now();
                 if let Some((paid, _)) = self.paid.take() {
                     ledger.refund(account, paid, now);
                 }
                 ledger.earn(account, now);
             }
-            // The common case: nothing held, no reference counted.
-            (None, Some(url)) => ledger.earn_for(url, now),
+            // The common case: nothing held, no reference counted, and no
+            // time read but to book a retry's worth of answers.
+            (None, Some(url)) => ledger.earn_for(url, || self.clock.now()),
             (None, None) => {}
         }
     }

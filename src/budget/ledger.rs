@@ -85,21 +85,32 @@ impl Ledger {
         account
     }
 
-    /// Records a final answer from `url`'s host at `now`, with no reference
-    /// to its account kept: the happy path's whole cost of the budget.
-    pub(super) fn earn_for(&self, url: &Url, now: Instant) {
-        let seen = self.slot_number(now);
+    /// Records a final answer from `url`'s host, with no reference to its
+    /// account kept: the happy path's whole cost of the budget. The time
+    /// (`now`) is read only to book a retry's worth of answers, or for a
+    /// host that is new.
+    pub(super) fn earn_for(&self, url: &Url, now: impl FnOnce() -> Instant) {
         let earn = |account: &Arc<Account>| {
-            account.touch(seen);
-            account.earn(seen, self.earn, self.reserve);
+            let batch = account.earn_unbooked(self.earn, self.reserve)?;
+            Some((account.clone(), batch))
         };
-        match &self.accounts {
+        let due = match &self.accounts {
             Accounts::Global(account) => earn(account),
-            Accounts::PerHost(hosts) => {
-                if hosts.with(url, earn).is_none() {
-                    earn(&self.insert(hosts, url, seen));
+            Accounts::PerHost(hosts) => match hosts.with(url, earn) {
+                Some(due) => due,
+                None => {
+                    let seen = self.slot_number(now());
+                    let account = self.insert(hosts, url, seen);
+                    account.touch(seen);
+                    if let Some(batch) = account.earn_unbooked(self.earn, self.reserve) {
+                        account.book(seen, batch);
+                    }
+                    return;
                 }
-            }
+            },
+        };
+        if let Some((account, batch)) = due {
+            account.book(self.slot_number(now()), batch);
         }
     }
 
@@ -198,24 +209,24 @@ mod tests {
         assert!(b.try_spend(&a, t0).is_some() && b.try_spend(&c, t0).is_some(), "reserves spent");
         // The same thread records answers for one host in two budgets.
         for _ in 0..10 {
-            b.earn_for(&url("http://a.test/p"), t0);
-            other.earn_for(&url("http://a.test/p"), t0);
+            b.earn_for(&url("http://a.test/p"), || t0);
+            other.earn_for(&url("http://a.test/p"), || t0);
         }
         // Ten tenths: the reserve is full again, the window empty.
         assert_eq!(a.available(0), 1, "ten answers from a.test");
         assert_eq!(c.available(0), 0, "c.test earned nothing");
         // Hosts taking turns, and a URL naming a user.
         for _ in 0..10 {
-            b.earn_for(&url("http://c.test/"), t0);
-            b.earn_for(&url("http://user@a.test/"), t0);
+            b.earn_for(&url("http://c.test/"), || t0);
+            b.earn_for(&url("http://user@a.test/"), || t0);
         }
         assert_eq!((a.available(0), c.available(0)), (2, 1));
         // One host over and over, after a first URL that named a user.
-        b.earn_for(&url("http://user@d.test/"), t0);
+        b.earn_for(&url("http://user@d.test/"), || t0);
         let d = b.account(&url("http://d.test/"), t0);
         assert!(b.try_spend(&d, t0).is_some(), "the reserve");
         for _ in 0..19 {
-            b.earn_for(&url("http://d.test/q"), t0);
+            b.earn_for(&url("http://d.test/q"), || t0);
         }
         // The first answer went to the window (the reserve was full); the
         // retry took that 0.1 and 0.9 of the reserve; nine answers refilled

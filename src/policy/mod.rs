@@ -76,8 +76,9 @@ impl<'a> Policy<'a> {
         }
     }
 
-    /// Starts an attempt: returns the request to send, and the instant to cut
-    /// the attempt at, if it must be cut other than by its own timeout.
+    /// Starts an attempt: hands the request to send to `send`, and returns
+    /// what `send` made of it with the instant to cut the attempt at, if it
+    /// must be cut other than by its own timeout.
     ///
     /// The request to send is a copy of `pending`, which stays for the next
     /// attempt; or, when no retry can follow and no predicate needs to see
@@ -94,10 +95,11 @@ impl<'a> Policy<'a> {
     /// # Errors
     ///
     /// When the deadline has already passed: nothing is sent.
-    pub(crate) fn start(
+    pub(crate) fn start<F>(
         &mut self,
         pending: &mut Option<Request>,
-    ) -> std::result::Result<(Request, Option<Instant>), DeadlineExceeded> {
+        send: impl FnOnce(Request) -> F,
+    ) -> std::result::Result<(F, Option<Instant>), DeadlineExceeded> {
         let left = match self.deadline {
             Some(deadline) => {
                 let now = self.shared.clock.now();
@@ -114,16 +116,18 @@ impl<'a> Policy<'a> {
         // A copy is kept while another attempt may follow, or for the
         // predicate to be shown.
         let keep = self.attempts <= self.max_retries || self.shared.config.predicate().is_some();
-        let copy = if keep { pending.as_ref().and_then(Request::try_clone) } else { None };
-        if copy.is_none() {
-            // No copy will be there for `decide` to name the host by.
-            if let Some(request) = pending.as_ref() {
+        let copy = keep.then(|| pending.as_ref().and_then(Request::try_clone)).flatten();
+        let mut attempt = match copy {
+            Some(copy) => copy,
+            None => {
+                // The loop stops once the request went out without a copy
+                // kept, so `pending` is always there to copy or take. No
+                // copy will be there for `decide` to name the host by.
+                let request = pending.take().expect("a request to send");
                 self.lease.hold(request.url());
+                request
             }
-        }
-        // The loop stops once the request went out without a copy kept, so
-        // `pending` is always there to copy or take.
-        let mut attempt = copy.or_else(|| pending.take()).expect("a request to send");
+        };
         let own = attempt.timeout().copied();
         let visible = visible_timeout(own, self.shared.config.attempt_timeout);
         let (timeout, cut_at) = attempt_bounds(visible, left);
@@ -132,7 +136,7 @@ impl<'a> Policy<'a> {
         if timeout != own {
             *attempt.timeout_mut() = timeout;
         }
-        Ok((attempt, cut_at))
+        Ok((send(attempt), cut_at))
     }
 
     /// The error for a deadline that passed where reqwest could not say so.
@@ -245,6 +249,16 @@ impl<'a> Policy<'a> {
     /// it recorded none.
     fn own_outcome(&self, seen: Seen) -> bool {
         self.shared.bound && seen.asked == 0
+    }
+
+    /// Whether the next attempt will keep a copy of `pending` for another:
+    /// one may follow it, or the predicate will be shown it, and its body
+    /// can be copied.
+    pub(crate) fn keeps_copy(&self, pending: Option<&Request>) -> bool {
+        let wanted = self.attempts < self.max_retries || self.shared.config.predicate().is_some();
+        wanted
+            && pending
+                .is_some_and(|request| request.body().is_none_or(|body| body.as_bytes().is_some()))
     }
 
     /// Whether a retry may follow the first attempt: retries are allowed.
