@@ -5,16 +5,23 @@
 //! per call, and each ratio to reqwest-retry as the median of the per-round
 //! ratios with their 10th to 90th percentile.
 //!
+//! Then the same for calls spread round-robin over many hosts (1, 1,000,
+//! 5,000 and 50,000), from one caller and from 64 callers on two worker
+//! threads: the retry budget keeps state per host, and its cost must not
+//! grow with their number.
+//!
 //! `cargo bench --bench interleaved [-- --rounds R --calls N]`
 //!
-//! `--only STACK --calls N` sends N calls through one stack and prints
-//! nothing: run it under `valgrind --tool=callgrind` for two values of N, and
-//! the difference of the instruction counts over the difference of the calls
-//! is the instructions per call, a figure the machine's load does not move.
+//! `--only STACK --calls N [--hosts H]` sends N calls through one stack and
+//! prints nothing: run it under `valgrind --tool=callgrind` for two values
+//! of N, and the difference of the instruction counts over the difference
+//! of the calls is the instructions per call, a figure the machine's load
+//! does not move.
 
 mod support;
 
 use std::hint::black_box;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use reqwest_middleware::ClientWithMiddleware;
@@ -22,14 +29,40 @@ use support::{Scripted, Stack};
 
 const STACKS: [Stack; 4] = [Stack::None, Stack::Peer, Stack::Ours, Stack::OursNoBudget];
 
+/// The stacks of the hosts grid: the peer and ours, with and without the
+/// budget.
+const GRID_STACKS: [Stack; 3] = [Stack::Peer, Stack::Ours, Stack::OursNoBudget];
+
 fn client(stack: Stack) -> ClientWithMiddleware {
     stack.build(reqwest::Client::builder(), Some(Scripted::new(&[200])))
 }
 
-async fn calls(client: &ClientWithMiddleware, n: u64) {
-    for _ in 0..n {
-        let response = client.get("http://bench.test/").send().await;
+/// The URLs of `hosts` distinct hosts.
+fn urls(hosts: usize) -> Arc<Vec<String>> {
+    Arc::new((0..hosts).map(|n| format!("http://h{n}.bench.test/")).collect())
+}
+
+/// `n` calls, the `k`-th to host `(from + k) % hosts`.
+async fn calls(client: &ClientWithMiddleware, urls: &[String], from: usize, n: u64) {
+    for k in 0..n as usize {
+        let url = &urls[(from + k) % urls.len()];
+        let response = client.get(url.as_str()).send().await;
         black_box(response.expect("the in-process server answers"));
+    }
+}
+
+/// `n` calls in all from `callers` tasks at once, each starting at its own
+/// host.
+async fn spread(client: &ClientWithMiddleware, urls: &Arc<Vec<String>>, callers: usize, n: u64) {
+    let each = n / callers as u64;
+    let tasks: Vec<_> = (0..callers)
+        .map(|c| {
+            let (client, urls) = (client.clone(), urls.clone());
+            tokio::spawn(async move { calls(&client, &urls, c * 7919, each).await })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("a caller finishes");
     }
 }
 
@@ -38,14 +71,59 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[at]
 }
 
+/// Per-call times of `stacks` over `rounds` interleaved rounds of `n` calls
+/// each, from `callers` tasks over `hosts` hosts, after a warm-up that
+/// calls every host.
+fn rounds(
+    stacks: &[Stack],
+    rounds: usize,
+    n: u64,
+    hosts: usize,
+    callers: usize,
+) -> Vec<Vec<Duration>> {
+    let runtime = match callers {
+        1 => tokio::runtime::Builder::new_current_thread().enable_all().build(),
+        _ => tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build(),
+    }
+    .expect("a runtime");
+    let urls = urls(hosts);
+    let clients: Vec<ClientWithMiddleware> = stacks.iter().copied().map(client).collect();
+    for client in &clients {
+        runtime.block_on(spread(client, &urls, callers, (hosts.max(200) * callers) as u64));
+    }
+    let mut times: Vec<Vec<Duration>> = vec![Vec::with_capacity(rounds); stacks.len()];
+    for round in 0..rounds {
+        for k in 0..stacks.len() {
+            let i = (round + k) % stacks.len();
+            let start = Instant::now();
+            runtime.block_on(spread(&clients[i], &urls, callers, n));
+            times[i].push(start.elapsed() / n as u32);
+        }
+    }
+    times
+}
+
+/// The median time of `own`, and the median and 10th to 90th percentile
+/// of its per-round ratios to `peer`.
+fn summary(own: &[Duration], peer: &[Duration]) -> (f64, [f64; 3]) {
+    let mut sorted: Vec<f64> = own.iter().map(Duration::as_secs_f64).collect();
+    sorted.sort_by(f64::total_cmp);
+    let mut ratios: Vec<f64> =
+        own.iter().zip(peer).map(|(t, p)| t.as_secs_f64() / p.as_secs_f64()).collect();
+    ratios.sort_by(f64::total_cmp);
+    let ratio = [0.5, 0.1, 0.9].map(|p| percentile(&ratios, p));
+    (percentile(&sorted, 0.5), ratio)
+}
+
 fn main() {
     let mut args = std::env::args().skip(1);
-    let (mut rounds, mut n, mut only) = (41usize, 2000u64, None);
+    let (mut rounds_n, mut n, mut only, mut hosts) = (41usize, 2000u64, None, 1usize);
     while let Some(arg) = args.next() {
         let mut value = || args.next().unwrap_or_default();
         match arg.as_str() {
-            "--rounds" => rounds = value().parse().expect("--rounds takes a number"),
+            "--rounds" => rounds_n = value().parse().expect("--rounds takes a number"),
             "--calls" => n = value().parse().expect("--calls takes a number"),
+            "--hosts" => hosts = value().parse().expect("--hosts takes a number"),
             "--only" => {
                 let name = value();
                 only = Some(STACKS.into_iter().find(|s| s.name() == name).expect("a stack's name"));
@@ -55,46 +133,40 @@ fn main() {
             other => panic!("unknown argument {other}"),
         }
     }
-    let runtime =
-        tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
     if let Some(stack) = only {
+        let runtime =
+            tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
         let client = client(stack);
-        runtime.block_on(calls(&client, n));
+        runtime.block_on(calls(&client, &urls(hosts), 0, n));
         return;
     }
-    let clients: Vec<ClientWithMiddleware> = STACKS.into_iter().map(client).collect();
-    // Warm up every stack: pools, caches and the budget's first host.
-    for client in &clients {
-        runtime.block_on(calls(client, 200));
-    }
-    let mut times: Vec<Vec<Duration>> = vec![Vec::with_capacity(rounds); STACKS.len()];
-    for round in 0..rounds {
-        for k in 0..STACKS.len() {
-            let i = (round + k) % STACKS.len();
-            let start = Instant::now();
-            runtime.block_on(calls(&clients[i], n));
-            times[i].push(start.elapsed() / n as u32);
-        }
-    }
+    let times = rounds(&STACKS, rounds_n, n, 1, 1);
     let peer = STACKS.iter().position(|s| *s == Stack::Peer).expect("the peer is measured");
-    println!("{rounds} interleaved rounds of {n} in-process calls per stack (200 first time):");
+    println!("{rounds_n} interleaved rounds of {n} in-process calls per stack (200 first time):");
     println!("  {:<30} {:>12} {:>26}", "stack", "median/call", "÷ reqwest-retry (p10–p90)");
     for (i, stack) in STACKS.iter().enumerate() {
-        let mut own: Vec<f64> = times[i].iter().map(Duration::as_secs_f64).collect();
-        own.sort_by(f64::total_cmp);
-        let mut ratios: Vec<f64> = times[i]
-            .iter()
-            .zip(&times[peer])
-            .map(|(t, p)| t.as_secs_f64() / p.as_secs_f64())
-            .collect();
-        ratios.sort_by(f64::total_cmp);
+        let (median, [ratio, low, high]) = summary(&times[i], &times[peer]);
         println!(
-            "  {:<30} {:>9.0} ns {:>12.3} ({:.3}–{:.3})",
+            "  {:<30} {:>9.0} ns {:>12.3} ({low:.3}–{high:.3})",
             stack.name(),
-            percentile(&own, 0.5) * 1e9,
-            percentile(&ratios, 0.5),
-            percentile(&ratios, 0.1),
-            percentile(&ratios, 0.9),
+            median * 1e9,
+            ratio,
         );
+    }
+    println!(
+        "\nCalls round-robin over many hosts, ÷ reqwest-retry (p10–p90), \
+         {} rounds of {n} calls:",
+        rounds_n.div_ceil(2)
+    );
+    println!("  {:>6} {:>8}  {:>26}  {:>26}", "hosts", "callers", "ours", "ours, no budget");
+    for callers in [1, 64] {
+        for hosts in [1, 1000, 5000, 50_000] {
+            let times = rounds(&GRID_STACKS, rounds_n.div_ceil(2), n, hosts, callers);
+            let cell = |i: usize| {
+                let (_, [ratio, low, high]) = summary(&times[i], &times[0]);
+                format!("{ratio:.3} ({low:.3}–{high:.3})")
+            };
+            println!("  {hosts:>6} {callers:>8}  {:>26}  {:>26}", cell(1), cell(2));
+        }
     }
 }

@@ -99,7 +99,7 @@
 //! reserve of one call's retries and two more, refilled by answers, covers a
 //! quiet or fresh client. A retry that works is given back. Nothing is
 //! granted for time passing, so the extra load of an outage stays bounded for
-//! any number of processes (1.10 at a request a second over a minute), with
+//! any number of processes (1.12 at a request a second over a minute), with
 //! no coordination between them. When the budget is spent the outcome is
 //! returned as it is, with [`StopReason::BudgetExhausted`](crate::report::StopReason::BudgetExhausted).
 //!

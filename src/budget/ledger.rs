@@ -98,6 +98,11 @@ impl Ledger {
             Accounts::Global(account) => earn(account),
             Accounts::PerHost(hosts) => match hosts.with(url, earn) {
                 Some(due) => due,
+                // Past the bound, a host's answers alone do not let it in:
+                // a new account's reserve is full, so all they would add
+                // is less than a retry, unbooked. A host enters once it
+                // fails, and does not push out a calm one before.
+                None if hosts.is_full() => return,
                 None => {
                     let seen = self.slot_number(now());
                     let account = self.insert(hosts, url, seen);
@@ -234,6 +239,27 @@ mod tests {
         assert_eq!(d.available(0), 2);
         let fresh = other.account(&url("http://a.test/"), t0);
         assert_eq!(fresh.available(0), 2, "the other budget's own account");
+    }
+
+    #[test]
+    fn past_the_bound_answers_alone_let_no_host_in() {
+        let b = budget(BudgetScope::PerHost);
+        let t0 = Instant::now();
+        for n in 0..MAX_HOSTS {
+            b.earn_for(&url(&format!("http://h{n}.test/")), || t0);
+        }
+        assert_eq!(len(&b), MAX_HOSTS, "answers fill the table up to its bound");
+        for n in 0..100 {
+            b.earn_for(&url(&format!("http://new{n}.test/")), || t0);
+        }
+        assert_eq!(len(&b), MAX_HOSTS, "and no further");
+        let Accounts::PerHost(hosts) = &b.accounts else { unreachable!() };
+        assert!(hosts.with(&url("http://new0.test/"), |_| ()).is_none());
+        // A failure lets a host in, making room among the calm ones.
+        let failing = b.account(&url("http://new0.test/"), t0);
+        b.note_failure(&failing, t0);
+        assert!(hosts.with(&url("http://new0.test/"), |_| ()).is_some());
+        assert!(len(&b) <= MAX_HOSTS);
     }
 
     #[test]

@@ -20,9 +20,11 @@ pub enum BudgetScope {
     /// One budget per scheme, host and port: a failing host does not stop
     /// retries to a healthy one. The default.
     ///
-    /// Accounts are kept for at most 1,024 hosts (about 400 KB): past that,
-    /// the least recently used calm ones (no retryable outcome within a
-    /// window) are forgotten. When all are failing or in use, further hosts
+    /// Accounts are kept for at most 1,024 hosts (about 400 KB). Past that,
+    /// a host that only answers is not let in (its account would hold a full
+    /// reserve and nothing more); one that fails is, and the least recently
+    /// used calm hosts (no retryable outcome within a window) are forgotten
+    /// to make room. When all are failing or in use, further hosts
     /// share one account whose reserve starts empty, as does a host let in
     /// soon after: a failing host never gets a fresh reserve by being new,
     /// or by being forgotten. A host calm for a window and forgotten starts
@@ -60,7 +62,13 @@ pub enum BudgetScope {
 ///   503 the middleware gave up on) earns `ratio` of a retry (0.1: a tenth).
 ///   It goes into the reserve while that is below its cap, otherwise into a
 ///   `window` (10 s, kept as ten slots), so a host that stops answering
-///   stops paying for retries within a window. Each answer earns once.
+///   stops paying for retries within a window. Each answer earns once. The
+///   window's earnings are booked a retry's worth at a time (ten answers, at
+///   the default ratio), in the slot of the answer that completes it, so
+///   the time is read once a retry's worth of answers, not on every answer:
+///   a booking can hold answers from before its slot (the window may then
+///   hold one retry more than its own answers earned), and what is not yet
+///   booked when a host stops answering, less than a retry, never is.
 /// - A `reserve` stands in for the floor: it is where a quiet client finds
 ///   the retries for its occasional failure. By default it holds one call's
 ///   retries and two more (5 with the default 3 retries, see
@@ -87,9 +95,10 @@ pub enum BudgetScope {
 /// A retry is allowed while the window's earnings not yet spent, plus the
 /// reserve, cover one retry. So in any total outage of length `T` that follows
 /// healthy traffic at `r` requests a second, one process sends at most
-/// `ratio × r × window + reserve` retries, and the amplification is at most
-/// `1 + ratio × window / T + reserve / (r × T)`, and never more than
-/// `1 + max_retries`. With the defaults that is 1.10 at one request a second
+/// `ratio × r × window + reserve + 1` retries (the one for a booking that
+/// straddles the window), and the amplification is at most
+/// `1 + ratio × window / T + (reserve + 1) / (r × T)`, and never more than
+/// `1 + max_retries`. With the defaults that is 1.12 at one request a second
 /// over a minute, 1.01 over ten minutes; it tends to 1 as the outage goes on,
 /// and it does not grow with the number of processes, because no process is
 /// given anything it did not earn. Nothing expires into new retries, so the
@@ -118,8 +127,8 @@ pub enum BudgetScope {
 /// clock that steps back cannot move an account's time back: each account
 /// keeps the newest slot it has seen. Counts are kept in thousandths of a
 /// retry, so no floating point is involved after construction. Recording an
-/// answer, which every request does, is an atomic addition; only taking a
-/// retry and starting a new slot take a lock.
+/// answer, which every request does, is an atomic addition and reads no
+/// clock; only taking a retry and starting a new slot take a lock.
 ///
 /// # Default
 ///

@@ -159,6 +159,12 @@ impl<V: HostState> Hosts<V> {
         read(&self.table).hosts.find(hashed, |host| host.key() == key).map(|host| f(&host.value))
     }
 
+    /// Whether the table holds as many hosts as it may: a new one would
+    /// have to make room, or share the overflow entry.
+    pub(crate) fn is_full(&self) -> bool {
+        read(&self.table).hosts.len() >= self.limit
+    }
+
     /// The entry of `url`'s host, if the table knows it.
     #[cfg(test)]
     pub(crate) fn get(&self, url: &Url) -> Option<Arc<Host<V>>> {

@@ -131,11 +131,13 @@ impl Bound {
     }
 
     /// After a window of healthy traffic at `rate` a second, an outage of
-    /// `length`: `1 + ratio × window / T + reserve / (r × T)`, at most
-    /// `1 + max_retries`.
+    /// `length`: `1 + ratio × window / T + (reserve + 1) / (r × T)`, at most
+    /// `1 + max_retries`; the one is for a booking of earnings that
+    /// straddles the window.
     fn after_healthy(&self, rate: f64, length: Duration) -> f64 {
         let t = length.as_secs_f64();
-        (1.0 + self.ratio * self.window / t + self.reserve / (rate * t)).min(1.0 + self.max_retries)
+        (1.0 + self.ratio * self.window / t + (self.reserve + 1.0) / (rate * t))
+            .min(1.0 + self.max_retries)
     }
 
     /// One request from a process that has earned nothing.
@@ -188,7 +190,7 @@ fn default_grids(report: &mut Report) {
     println!(
         "\nnew default: RetryConfig::default(): budget ratio {}, window {} s, reserve {} \
          (max_retries + 2), {} retries. Each cell is \"measured ≤ bound\", the bound being \
-         min(1 + max_retries, 1 + ratio × window / T + reserve / (r × T)) for r req/s per \
+         min(1 + max_retries, 1 + ratio × window / T + (reserve + 1) / (r × T)) for r req/s per \
          process and an outage of T; no cell may exceed it.",
         bound.ratio, bound.window, bound.reserve, bound.max_retries
     );

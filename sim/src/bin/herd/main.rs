@@ -20,7 +20,7 @@
 //!    total outage, for the crate's budget and other designs (the old budget,
 //!    tower's, gRPC's, the AWS SDKs'). For the crate's default every cell is
 //!    held to the budget's bound, `min(1 + max_retries, 1 + ratio × window /
-//!    T + reserve / (r × T))`, over outages of 60 s and 10 min and for
+//!    T + (reserve + 1) / (r × T))`, over outages of 60 s and 10 min and for
 //!    processes that send one call each; and the target of at most 1.1× at
 //!    1 request a second or more over 60 s is checked.
 //! 5. Partial failure: one process at 20 requests a second for 120 s against
