@@ -18,13 +18,6 @@ use crate::redirect::{self, Seen};
 use crate::report::{AttemptNumber, deliver};
 use crate::shared::Shared;
 
-/// An attempt's end: its outcome, unless the deadline cut it first, and
-/// the redirects the client met within it.
-struct Ended {
-    sent: Option<Sent>,
-    seen: Seen,
-}
-
 /// An attempt's outcome: whether it is the error its response's body
 /// failed with while the middleware read it, and whether that body is all
 /// in memory.
@@ -72,8 +65,9 @@ impl Shared {
                 let Ok((sent, cut_at)) = policy.start(&mut pending, send) else {
                     return self.expired(&policy, what, extensions, caller.as_ref());
                 };
-                let Ended { sent, seen } = self.attempt(sent, reading, cut_at).await;
-                let Some(Sent { outcome, body_failed, whole }) = sent else {
+                let mut ended = None;
+                let seen = self.attempt(sent, reading, cut_at, &mut ended).await;
+                let Some(Sent { outcome, body_failed, whole }) = ended else {
                     policy.cut(seen);
                     return self.expired(&policy, what, extensions, caller.as_ref());
                 };
@@ -115,35 +109,39 @@ impl Shared {
 
     /// One attempt: the request `sent`, the body of its response read if
     /// `reading` says so, and both cut at `cut_at` if it is set. The body
-    /// is read inside the attempt, so that the cut bounds it too.
+    /// is read inside the attempt, so that the cut bounds it too. Leaves
+    /// the outcome in `ended`, unless the cut came first, and returns the
+    /// redirects the client met.
     async fn attempt(
         &self,
         sent: impl Future<Output = Result<Response>>,
         reading: Option<usize>,
         cut_at: Option<Instant>,
-    ) -> Ended {
+        ended: &mut Option<Sent>,
+    ) -> Seen {
         let config = &self.config;
-        let sent = async move {
+        let work = async move {
             let outcome = sent.await;
-            match reading {
+            *ended = Some(match reading {
                 None => Sent { outcome, body_failed: false, whole: false },
                 Some(limit) => {
                     let (outcome, body_failed, whole) =
                         Box::pin(body::read_whole(config, outcome, limit)).await;
                     Sent { outcome, body_failed, whole }
                 }
-            }
+            });
         };
         let mut seen = Seen::NONE;
-        let mut sent = pin!(sent);
-        let sent = match cut_at {
-            None => Some(redirect::recorded(sent.as_mut(), &mut seen).await),
+        let mut work = pin!(work);
+        match cut_at {
+            None => redirect::recorded(work.as_mut(), &mut seen).await,
             Some(at) => {
-                let race = first(sent.as_mut(), self.clock.sleep_until(at));
-                Box::pin(redirect::recorded(race, &mut seen)).await
+                let race = first(work.as_mut(), self.clock.sleep_until(at));
+                // Cut or not, `ended` says.
+                let _ = Box::pin(redirect::recorded(race, &mut seen)).await;
             }
-        };
-        Ended { sent, seen }
+        }
+        seen
     }
 
     /// The outcome to hand back where no timeout of reqwest's carries the
