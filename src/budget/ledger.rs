@@ -13,6 +13,9 @@ use crate::hosts::{HostState, Hosts};
 
 /// Hosts tracked before the least recently used calm ones are forgotten.
 const MAX_HOSTS: usize = 1024;
+/// Shards of the table of hosts, 64 hosts each: callers on different
+/// threads seldom meet on one lock.
+const SHARDS: usize = 16;
 
 /// The live budget shared by every clone of one middleware: its books.
 pub(crate) struct Ledger {
@@ -59,9 +62,12 @@ impl Ledger {
             // Hosts past the bound share an account that starts empty: a
             // failing host never gets a fresh reserve by being new, or
             // forgotten (it is not forgotten while it fails).
-            BudgetScope::PerHost => {
-                Accounts::PerHost(Hosts::new(MAX_HOSTS, SLOTS, Arc::new(Account::new(0))))
-            }
+            BudgetScope::PerHost => Accounts::PerHost(Hosts::sharded(
+                MAX_HOSTS,
+                SHARDS,
+                SLOTS,
+                Arc::new(Account::new(0)),
+            )),
         };
         Self {
             earn: (config.ratio * RETRY_COST as f64).round() as u64,
@@ -96,14 +102,14 @@ impl Ledger {
         };
         let due = match &self.accounts {
             Accounts::Global(account) => earn(account),
-            Accounts::PerHost(hosts) => match hosts.with(url, earn) {
-                Some(due) => due,
+            Accounts::PerHost(hosts) => match hosts.with_or_full(url, earn) {
+                Ok(due) => due,
                 // Past the bound, a host's answers alone do not let it in:
                 // a new account's reserve is full, so all they would add
                 // is less than a retry, unbooked. A host enters once it
                 // fails, and does not push out a calm one before.
-                None if hosts.is_full() => return,
-                None => {
+                Err(true) => return,
+                Err(false) => {
                     let seen = self.slot_number(now());
                     let account = self.insert(hosts, url, seen);
                     account.touch(seen);
@@ -245,20 +251,18 @@ mod tests {
     fn past_the_bound_answers_alone_let_no_host_in() {
         let b = budget(BudgetScope::PerHost);
         let t0 = Instant::now();
-        for n in 0..MAX_HOSTS {
+        for n in 0..MAX_HOSTS * 4 {
             b.earn_for(&url(&format!("http://h{n}.test/")), || t0);
         }
-        assert_eq!(len(&b), MAX_HOSTS, "answers fill the table up to its bound");
-        for n in 0..100 {
-            b.earn_for(&url(&format!("http://new{n}.test/")), || t0);
-        }
-        assert_eq!(len(&b), MAX_HOSTS, "and no further");
+        assert_eq!(len(&b), MAX_HOSTS, "answers fill every shard up to its bound, and no further");
         let Accounts::PerHost(hosts) = &b.accounts else { unreachable!() };
-        assert!(hosts.with(&url("http://new0.test/"), |_| ()).is_none());
+        let new = url("http://new.test/");
+        b.earn_for(&new, || t0);
+        assert!(hosts.with(&new, |_| ()).is_none(), "an answer alone does not let it in");
         // A failure lets a host in, making room among the calm ones.
-        let failing = b.account(&url("http://new0.test/"), t0);
+        let failing = b.account(&new, t0);
         b.note_failure(&failing, t0);
-        assert!(hosts.with(&url("http://new0.test/"), |_| ()).is_some());
+        assert!(hosts.with(&new, |_| ()).is_some());
         assert!(len(&b) <= MAX_HOSTS);
     }
 
@@ -274,19 +278,33 @@ mod tests {
     #[test]
     fn the_table_forgets_the_least_recently_used_calm_hosts() {
         let b = budget(BudgetScope::PerHost);
+        let Accounts::PerHost(hosts) = &b.accounts else { unreachable!() };
         let t0 = Instant::now();
         let at = |s: u64| t0 + Duration::from_secs(s);
-        for n in 0..MAX_HOSTS {
-            drop(b.account(&url(&format!("http://h{n}.test/")), at(n as u64 % 100)));
+        // Fill the shard of new.test, each host used at a time of its own.
+        let new = url("http://new.test/");
+        let mut shard = Vec::new();
+        for n in 0u64.. {
+            let (len, limit) = hosts.shard_len(&new);
+            if len == limit {
+                break;
+            }
+            let host = url(&format!("http://h{n}.test/"));
+            let before = hosts.shard_len(&new).0;
+            drop(b.account(&host, at(n)));
+            if hosts.shard_len(&new).0 > before {
+                shard.push(host);
+            }
         }
-        assert_eq!(len(&b), MAX_HOSTS);
-        drop(b.account(&url("http://new.test/"), at(200)));
-        assert!(len(&b) <= MAX_HOSTS - MAX_HOSTS / 8 + 1, "{}", len(&b));
-        // The most recently used survived; the least recently used went.
-        let Accounts::PerHost(hosts) = &b.accounts else { unreachable!() };
-        let kept = |u: &str| hosts.with(&url(u), |_| ()).is_some();
-        assert!(kept("http://h99.test/"));
-        assert!(!kept("http://h0.test/"));
+        drop(b.account(&new, at(100_000)));
+        let (len, limit) = hosts.shard_len(&new);
+        assert_eq!(len, limit - limit / 8, "an eighth of the shard went, and new.test came in");
+        // The least recently used went, the most recent stayed.
+        let kept = |u: &Url| hosts.with(u, |_| ()).is_some();
+        let gone = limit / 8 + 1;
+        assert!(shard[..gone].iter().all(|u| !kept(u)), "the oldest went");
+        assert!(shard[gone..].iter().all(kept), "the rest stayed");
+        assert!(kept(&new));
     }
 
     #[test]
@@ -320,25 +338,31 @@ mod tests {
 
     #[test]
     fn a_host_past_a_table_of_failing_hosts_never_gets_a_fresh_reserve() {
-        // A budget whose table is full of failing hosts, then a new host.
+        // A budget whose shard for new.test is full of failing hosts.
         let b = budget(BudgetScope::PerHost);
+        let Accounts::PerHost(hosts) = &b.accounts else { unreachable!() };
         let t0 = Instant::now();
-        for n in 0..MAX_HOSTS {
+        let new = url("http://new.test/");
+        for n in 0.. {
+            let (len, limit) = hosts.shard_len(&new);
+            if len == limit {
+                break;
+            }
             let account = b.account(&url(&format!("http://f{n}.test/")), t0);
             b.note_failure(&account, t0);
         }
         // It shares the overflow account, whose reserve starts empty.
-        let new = b.account(&url("http://new.test/"), t0);
-        assert!(b.try_spend(&new, t0).is_none(), "no fresh reserve for a new host");
-        assert_eq!(len(&b), MAX_HOSTS, "the table stays at its bound");
-        drop(new);
+        let shared = b.account(&new, t0);
+        assert!(b.try_spend(&shared, t0).is_none(), "no fresh reserve for a new host");
+        let (len, limit) = hosts.shard_len(&new);
+        assert_eq!(len, limit, "the shard stays at its bound");
+        drop(shared);
         // A window later the old hosts are calm and may go: the new host
         // gets an account of its own, still with an empty reserve, as it
         // may have been failing all along.
         let later = t0 + Duration::from_secs(10);
-        let own = b.account(&url("http://new.test/"), later);
-        let Accounts::PerHost(hosts) = &b.accounts else { unreachable!() };
-        assert!(hosts.with(&url("http://new.test/"), |_| ()).is_some());
+        let own = b.account(&new, later);
+        assert!(hosts.with(&new, |_| ()).is_some());
         assert!(b.try_spend(&own, later).is_none());
         // Its own answers earn it retries, as for any host.
         for _ in 0..10 {

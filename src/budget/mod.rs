@@ -20,13 +20,15 @@ pub enum BudgetScope {
     /// One budget per scheme, host and port: a failing host does not stop
     /// retries to a healthy one. The default.
     ///
-    /// Accounts are kept for at most 1,024 hosts (about 400 KB). Past that,
-    /// a host that only answers is not let in (its account would hold a full
-    /// reserve and nothing more); one that fails is, and the least recently
-    /// used calm hosts (no retryable outcome within a window) are forgotten
-    /// to make room. When all are failing or in use, further hosts
-    /// share one account whose reserve starts empty, as does a host let in
-    /// soon after: a failing host never gets a fresh reserve by being new,
+    /// Accounts are kept for at most 1,024 hosts (about 400 KB), in 16
+    /// shards of 64 picked by the host's hash, each with a lock of its own.
+    /// Past a shard's bound, a host that only answers is not let in (its
+    /// account would hold a full reserve and nothing more); one that fails
+    /// is, and the least recently used calm hosts of the shard (no
+    /// retryable outcome within a window) are forgotten to make room. When
+    /// all of a shard's are failing or in use, further hosts share one
+    /// account whose reserve starts empty, as does a host let in soon
+    /// after: a failing host never gets a fresh reserve by being new,
     /// or by being forgotten. A host calm for a window and forgotten starts
     /// afresh, as it would in a new process.
     #[default]

@@ -4,6 +4,10 @@
 //! that finds no room shares one overflow entry with every other such
 //! host, so neither the table's memory nor the cost of a new host grows
 //! with the number of hosts that may not go (failing, or held by a call).
+//! A table may be cut into shards by hash, each with its share of the
+//! limit and a lock of its own, so that calls to different hosts on
+//! different threads seldom meet on one lock; each shard makes its own
+//! room, as a table of its size would.
 //!
 //! Both the retry budget's accounts and the hedge's latency rings live in
 //! one of these; what "recently used" and "free to go" mean is the state's
@@ -115,13 +119,18 @@ impl<V> Host<V> {
 /// State per scheme, host and port, bounded: past `limit` hosts, the least
 /// recently used that may be forgotten are; when none may, a new host gets
 /// the overflow entry.
+///
+/// The table is cut into shards by hash, each with an even share of the
+/// limit and a lock of its own, so that lookups of hosts in different
+/// shards share no lock; each shard makes its own room.
 pub(crate) struct Hosts<V> {
+    /// The hosts one shard holds at most.
     limit: usize,
     /// On the owner's clock: how long a scan that could not make room for
-    /// an eighth of the limit holds off the next one; a table that turned a
+    /// an eighth of the limit holds off the next one; a shard that turned a
     /// host away counts as crowded for twice as long.
     pause: u64,
-    table: RwLock<Table<V>>,
+    shards: Box<[RwLock<Table<V>>]>,
     /// The entry of every host that found no room. It has no key: no URL
     /// names it.
     overflow: Arc<Host<V>>,
@@ -141,14 +150,35 @@ impl<V: HostState> Hosts<V> {
     /// once every `pause` of the owner's clock while it finds none, with
     /// `overflow` for the hosts that find none.
     pub(crate) fn new(limit: usize, pause: u64, overflow: V) -> Self {
-        let table = Table { hosts: HashTable::new(), next_scan: 0, crowded_until: 0 };
+        Self::sharded(limit, 1, pause, overflow)
+    }
+
+    /// As [`new`](Self::new), in `shards` shards (at least one) of
+    /// `limit / shards` hosts each.
+    pub(crate) fn sharded(limit: usize, shards: usize, pause: u64, overflow: V) -> Self {
+        let shards = shards.max(1);
+        let table =
+            || RwLock::new(Table { hosts: HashTable::new(), next_scan: 0, crowded_until: 0 });
         let overflow = Arc::new(Host {
             scheme: Box::default(),
             host: Box::default(),
             port: None,
             value: overflow,
         });
-        Self { limit, pause, table: RwLock::new(table), overflow }
+        Self {
+            limit: limit.checked_div(shards).unwrap_or(limit),
+            pause,
+            shards: (0..shards).map(|_| table()).collect(),
+            overflow,
+        }
+    }
+
+    /// The shard of the host whose key hashes to `hashed`.
+    fn shard(&self, hashed: u64) -> &RwLock<Table<V>> {
+        // The high half: the table inside uses the low bits and the top
+        // seven.
+        let at = usize::try_from(hashed >> 32).unwrap_or_default();
+        &self.shards[at.checked_rem(self.shards.len()).unwrap_or_default()]
     }
 
     /// Runs `f` on the state of `url`'s host, if the table knows it, with
@@ -156,13 +186,21 @@ impl<V: HostState> Hosts<V> {
     pub(crate) fn with<R>(&self, url: &Url, f: impl FnOnce(&V) -> R) -> Option<R> {
         let key = HostRef::of(url);
         let hashed = hash(key);
-        read(&self.table).hosts.find(hashed, |host| host.key() == key).map(|host| f(&host.value))
+        let table = read(self.shard(hashed));
+        table.hosts.find(hashed, |host| host.key() == key).map(|host| f(&host.value))
     }
 
-    /// Whether the table holds as many hosts as it may: a new one would
+    /// Runs `f` on the state of `url`'s host, if the table knows it; when
+    /// it does not, says whether the host's shard is full: a new host would
     /// have to make room, or share the overflow entry.
-    pub(crate) fn is_full(&self) -> bool {
-        read(&self.table).hosts.len() >= self.limit
+    pub(crate) fn with_or_full<R>(&self, url: &Url, f: impl FnOnce(&V) -> R) -> Result<R, bool> {
+        let key = HostRef::of(url);
+        let hashed = hash(key);
+        let table = read(self.shard(hashed));
+        match table.hosts.find(hashed, |host| host.key() == key) {
+            Some(host) => Ok(f(&host.value)),
+            None => Err(table.hosts.len() >= self.limit),
+        }
     }
 
     /// The entry of `url`'s host, if the table knows it.
@@ -170,7 +208,7 @@ impl<V: HostState> Hosts<V> {
     pub(crate) fn get(&self, url: &Url) -> Option<Arc<Host<V>>> {
         let key = HostRef::of(url);
         let hashed = hash(key);
-        read(&self.table).hosts.find(hashed, |host| host.key() == key).cloned()
+        read(self.shard(hashed)).hosts.find(hashed, |host| host.key() == key).cloned()
     }
 
     /// The entry of `url`'s host, made by `make` if the table does not know
@@ -192,7 +230,7 @@ impl<V: HostState> Hosts<V> {
     ) -> Arc<Host<V>> {
         let key = HostRef::of(url);
         let hashed = hash(key);
-        let mut table = write(&self.table);
+        let mut table = write(self.shard(hashed));
         if let Some(host) = table.hosts.find(hashed, |host| host.key() == key) {
             return host.clone();
         }
@@ -255,7 +293,13 @@ impl<V: HostState> Hosts<V> {
     /// Hosts in the table.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        read(&self.table).hosts.len()
+        self.shards.iter().map(|shard| read(shard).hosts.len()).sum()
+    }
+
+    /// Hosts in the shard of `url`'s host, and the most it holds.
+    #[cfg(test)]
+    pub(crate) fn shard_len(&self, url: &Url) -> (usize, usize) {
+        (read(self.shard(hash(HostRef::of(url)))).hosts.len(), self.limit)
     }
 
     /// Whether `host` is the overflow entry.
