@@ -7,7 +7,13 @@
 //! [`Conn::write`], [`Conn::trickle`], [`Conn::hang`], [`Conn::reset`] or
 //! by returning (which closes the connection). The server counts the
 //! connections it accepted and the requests it read, and stops accepting
-//! when dropped.
+//! when dropped. [`RawServer::on`] serves a listener the caller bound, on
+//! another address than `127.0.0.1` or from synchronous code.
+//!
+//! A failed accept (out of file descriptors, most likely) is counted and
+//! the server accepts again 10 ms later. A request head, or a line of a
+//! chunked body's framing, longer than [`MAX_HEAD`] is refused:
+//! [`Conn::request`] gives `None`.
 //!
 //! Self-contained (tokio and std only), so that another crate can use it
 //! with `#[path = "../tests/all/support/raw.rs"] mod raw;`.
@@ -25,12 +31,17 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
+/// The longest request head, or line of a chunked body's framing, that
+/// [`Conn::request`] reads.
+pub const MAX_HEAD: usize = 64 * 1024;
+
 /// A loopback server running a handler per connection.
 #[derive(Debug)]
 pub struct RawServer {
     addr: SocketAddr,
     connections: Arc<AtomicUsize>,
     requests: Arc<AtomicUsize>,
+    accept_errors: Arc<AtomicUsize>,
     accepting: JoinHandle<()>,
 }
 
@@ -43,18 +54,48 @@ impl RawServer {
         F: Future<Output = ()> + Send + 'static,
     {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("a loopback port");
-        let addr = listener.local_addr().expect("a bound address");
+        Self::serve(listener, handler).expect("a bound address")
+    }
+
+    /// Runs `handler` on every connection `listener` accepts, as
+    /// [`RawServer::start`] does; called in a tokio runtime.
+    pub fn on<H, F>(listener: std::net::TcpListener, handler: H) -> io::Result<Self>
+    where
+        H: Fn(Conn) -> F + Send + Sync + 'static,
+        F: Future<Output = ()> + Send + 'static,
+    {
+        listener.set_nonblocking(true)?;
+        Self::serve(TcpListener::from_std(listener)?, handler)
+    }
+
+    fn serve<H, F>(listener: TcpListener, handler: H) -> io::Result<Self>
+    where
+        H: Fn(Conn) -> F + Send + Sync + 'static,
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let addr = listener.local_addr()?;
         let connections = Arc::new(AtomicUsize::new(0));
         let requests = Arc::new(AtomicUsize::new(0));
-        let (accepted, read) = (connections.clone(), requests.clone());
+        let accept_errors = Arc::new(AtomicUsize::new(0));
+        let (accepted, read, failed) =
+            (connections.clone(), requests.clone(), accept_errors.clone());
         let accepting = tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                let index = accepted.fetch_add(1, Ordering::SeqCst);
-                let conn = Conn { stream, buffer: Vec::new(), index, requests: read.clone() };
-                tokio::spawn(handler(conn));
+            loop {
+                match listener.accept().await {
+                    Ok((stream, _)) => {
+                        let index = accepted.fetch_add(1, Ordering::SeqCst);
+                        let requests = read.clone();
+                        let conn = Conn { stream, buffer: Vec::new(), index, requests };
+                        tokio::spawn(handler(conn));
+                    }
+                    Err(_) => {
+                        failed.fetch_add(1, Ordering::SeqCst);
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                }
             }
         });
-        Self { addr, connections, requests, accepting }
+        Ok(Self { addr, connections, requests, accept_errors, accepting })
     }
 
     /// The server's address.
@@ -75,6 +116,11 @@ impl RawServer {
     /// Requests read so far, over all connections.
     pub fn requests(&self) -> usize {
         self.requests.load(Ordering::SeqCst)
+    }
+
+    /// Accepts that failed so far.
+    pub fn accept_errors(&self) -> usize {
+        self.accept_errors.load(Ordering::SeqCst)
     }
 }
 
@@ -124,11 +170,15 @@ impl Conn {
     }
 
     /// Reads the next request, its body by `Content-Length` or chunked;
-    /// `None` when the client closed the connection first.
+    /// `None` when the client closed the connection first, or sent a head,
+    /// or a line of a chunked body's framing, longer than [`MAX_HEAD`].
     pub async fn request(&mut self) -> Option<Request> {
         let end = loop {
             if let Some(end) = find(&self.buffer, b"\r\n\r\n") {
                 break end;
+            }
+            if self.buffer.len() > MAX_HEAD {
+                return None;
             }
             self.fill().await?;
         };
@@ -153,6 +203,9 @@ impl Conn {
                     if let Some(n) = find(&self.buffer[at..], b"\r\n") {
                         break at + n;
                     }
+                    if self.buffer.len() > at + MAX_HEAD {
+                        return None;
+                    }
                     self.fill().await?;
                 };
                 let size_line = String::from_utf8_lossy(&self.buffer[at..line_end]).into_owned();
@@ -167,6 +220,8 @@ impl Conn {
                             if empty {
                                 break;
                             }
+                        } else if self.buffer.len() > at + MAX_HEAD {
+                            return None;
                         } else {
                             self.fill().await?;
                         }
