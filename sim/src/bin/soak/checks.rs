@@ -19,8 +19,14 @@ pub(crate) struct Alive<'a>(&'a Gauge);
 
 impl Gauge {
     pub(crate) fn enter(&self) -> Alive<'_> {
-        self.0.fetch_add(1, Ordering::Relaxed);
+        self.add(1);
         Alive(self)
+    }
+
+    /// Counts `n` more alive (fewer when negative), for a thing that owns
+    /// what holds the gauge and cannot borrow it.
+    pub(crate) fn add(&self, n: i64) {
+        self.0.fetch_add(n, Ordering::Relaxed);
     }
 
     pub(crate) fn get(&self) -> i64 {
@@ -30,7 +36,7 @@ impl Gauge {
 
 impl Drop for Alive<'_> {
     fn drop(&mut self) {
-        self.0.0.fetch_sub(1, Ordering::Relaxed);
+        self.0.add(-1);
     }
 }
 

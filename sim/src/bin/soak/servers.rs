@@ -1,5 +1,6 @@
-//! The servers: hand-written HTTP/1.1 over raw tokio TCP, on loopback only,
-//! as `tests/properties.rs` has them, behind many listeners that come and go.
+//! The servers: the integration tests' raw HTTP/1 server
+//! (`tests/all/support/raw.rs`), on loopback only, behind many listeners
+//! that come and go.
 //!
 //! Listeners are bound on 127.0.0.2 to 127.0.0.51 (Linux routes all of
 //! 127.0.0.0/8 to loopback), on ports the system picks, a new one whenever
@@ -15,9 +16,6 @@
 //! Each request names its call (`x-call-id`); the [`Ledger`] counts what
 //! every handler processed for it. Keep-alive connections are closed after
 //! [`IDLE`] without a request.
-//!
-//! Longer than most files: one hand-written HTTP/1.1 server that plays every
-//! fault, and the listeners that come and go.
 
 use std::collections::VecDeque;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -26,12 +24,15 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rand::RngExt;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
 use crate::checks::{Gauge, Ledger};
 use crate::faults::{Kind, Play, Step, Target};
+
+#[path = "../../../../tests/all/support/raw.rs"]
+mod raw;
+
+use raw::{Conn, RawServer};
 
 /// Listeners are bound on 127.0.0.2 to 127.0.0.(1 + ADDRESSES).
 pub(crate) const ADDRESSES: u8 = 50;
@@ -48,8 +49,6 @@ const WINDOW: u64 = 256;
 const GRACE: Duration = Duration::from_secs(3);
 /// A keep-alive connection without a request for this long is closed.
 const IDLE: Duration = Duration::from_secs(5);
-/// A request head longer than this is refused.
-const MAX_HEAD: usize = 64 * 1024;
 
 /// What the servers counted.
 #[derive(Debug, Default)]
@@ -83,13 +82,13 @@ pub(crate) struct ServerStats {
 }
 
 /// One listener: its address, when a call or redirect last picked it, and
-/// its accept loop.
+/// its server, which stops accepting when dropped.
 #[derive(Debug)]
 struct Slot {
     addr: SocketAddr,
     /// Milliseconds since the fleet started.
     last_pick: AtomicU64,
-    accept: JoinHandle<()>,
+    server: RawServer,
 }
 
 /// The live listeners, oldest first; `first` is the sequence number of the
@@ -169,12 +168,12 @@ impl Fleet {
                 ring.next_ip
             };
             let ip = Ipv4Addr::new(127, 0, 0, 2 + next_ip);
-            let Some((listener, addr)) = bind(ip) else {
+            let Some(server) = listen(ip, self.clone()) else {
                 self.stats.accept_errors.fetch_add(1, Ordering::Relaxed);
                 return;
             };
-            let accept = tokio::spawn(accept(listener, self.clone()));
-            let slot = Slot { addr, last_pick: AtomicU64::new(self.now_ms()), accept };
+            let slot =
+                Slot { addr: server.addr(), last_pick: AtomicU64::new(self.now_ms()), server };
             let mut ring = self.ring();
             ring.slots.push_back(slot);
             self.stats.bound.fetch_add(1, Ordering::Relaxed);
@@ -194,7 +193,7 @@ impl Fleet {
                 break;
             }
             let slot = ring.slots.pop_front().expect("a front");
-            slot.accept.abort();
+            self.close(slot);
             ring.first += 1;
         }
     }
@@ -245,39 +244,50 @@ impl Fleet {
         self.stopped.store(true, Ordering::Relaxed);
         let mut ring = self.ring();
         while let Some(slot) = ring.slots.pop_front() {
-            slot.accept.abort();
+            self.close(slot);
             ring.first += 1;
         }
     }
+
+    /// Stops a listener accepting, and keeps the count of its failed
+    /// accepts.
+    fn close(&self, slot: Slot) {
+        let failed = slot.server.accept_errors() as u64;
+        self.stats.accept_errors.fetch_add(failed, Ordering::Relaxed);
+    }
 }
 
-/// A nonblocking listener on `ip`, on a port the system picks.
-fn bind(ip: Ipv4Addr) -> Option<(TcpListener, SocketAddr)> {
+/// A listener on `ip`, on a port the system picks, serving the fleet.
+fn listen(ip: Ipv4Addr, fleet: Arc<Fleet>) -> Option<RawServer> {
     let listener = std::net::TcpListener::bind((ip, 0)).ok()?;
-    listener.set_nonblocking(true).ok()?;
-    let addr = listener.local_addr().ok()?;
-    Some((TcpListener::from_std(listener).ok()?, addr))
+    let here: Arc<str> = listener.local_addr().ok()?.to_string().into();
+    let alive = AcceptLoop::new(fleet);
+    let handler = move |conn: Conn| {
+        let fleet = alive.0.clone();
+        fleet.stats.accepted.fetch_add(1, Ordering::Relaxed);
+        if conn.index() == 0 {
+            fleet.stats.reached.fetch_add(1, Ordering::Relaxed);
+        }
+        connection(conn, fleet, here.clone())
+    };
+    RawServer::on(listener, handler).ok()
 }
 
-async fn accept(listener: TcpListener, fleet: Arc<Fleet>) {
-    let _alive = fleet.stats.accepting.enter();
-    let mut reached = false;
-    loop {
-        match listener.accept().await {
-            Ok((socket, _)) => {
-                fleet.stats.accepted.fetch_add(1, Ordering::Relaxed);
-                if !reached {
-                    reached = true;
-                    fleet.stats.reached.fetch_add(1, Ordering::Relaxed);
-                }
-                tokio::spawn(connection(socket, fleet.clone()));
-            }
-            Err(_) => {
-                // Out of file descriptors, most likely: let some close.
-                fleet.stats.accept_errors.fetch_add(1, Ordering::Relaxed);
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        }
+/// Counts an accept loop alive while it lives: its handler owns it, and
+/// the loop owns the handler.
+#[derive(Debug)]
+struct AcceptLoop(Arc<Fleet>);
+
+impl AcceptLoop {
+    fn new(fleet: Arc<Fleet>) -> Self {
+        fleet.stats.accepting.add(1);
+        AcceptLoop(fleet)
+    }
+}
+
+impl Drop for AcceptLoop {
+    fn drop(&mut self) {
+        self.0.stats.accepting.add(-1);
     }
 }
 
@@ -306,19 +316,61 @@ struct Request {
     credentials: bool,
 }
 
-async fn connection(mut socket: TcpStream, fleet: Arc<Fleet>) {
+impl Request {
+    /// The request as the ledger needs it; `None` for a request line
+    /// without a target or a `Content-Length` that is not a number, which
+    /// end the connection.
+    fn of(raw: raw::Request) -> Option<Request> {
+        let raw::Request { method, path: target, headers, body, .. } = raw;
+        if target.is_empty() {
+            return None;
+        }
+        let (path, from) = match target.split_once("?from=") {
+            Some((path, from)) => (path.to_owned(), Some(from.to_owned())),
+            None => (target.clone(), None),
+        };
+        let mut credentials = false;
+        let (mut call, mut referred) = (None, false);
+        let (mut original, mut marked, mut sent) = (None::<String>, false, None::<usize>);
+        let mut streamed = false;
+        for (name, value) in &headers {
+            match name.to_ascii_lowercase().as_str() {
+                "content-length" => _ = value.parse::<usize>().ok()?,
+                "x-call-id" => call = value.parse().ok(),
+                "x-method" => original = Some(value.clone()),
+                "x-not-safe" => marked = true,
+                "x-body-length" => sent = value.parse().ok(),
+                "x-streamed" => streamed = true,
+                "referer" => referred = true,
+                "authorization"
+                | "cookie"
+                | "cookie2"
+                | "proxy-authorization"
+                | "www-authenticate" => {
+                    credentials = true;
+                }
+                _ => {}
+            }
+        }
+        let as_sent = original.is_some_and(|original| original == method);
+        let not_safe = marked && as_sent;
+        let body = sent.filter(|_| as_sent).map(|sent| (body.len(), sent));
+        Some(Request { method, path, call, not_safe, referred, body, streamed, from, credentials })
+    }
+}
+
+async fn connection(mut conn: Conn, fleet: Arc<Fleet>, here: Arc<str>) {
     let _alive = fleet.stats.connections.enter();
-    let mut buffer = Vec::new();
     loop {
-        let request = match tokio::time::timeout(IDLE, read_request(&mut socket, &mut buffer)).await
-        {
+        let request = match tokio::time::timeout(IDLE, conn.request()).await {
             Ok(Some(request)) => request,
             _ => return,
         };
+        let Some(request) = Request::of(request) else { return };
         fleet.stats.received.fetch_add(1, Ordering::Relaxed);
         let Some(call) = request.call else {
             fleet.stats.anonymous.fetch_add(1, Ordering::Relaxed);
-            let _ = socket.write_all(b"HTTP/1.1 400 X\r\nContent-Length: 0\r\n\r\n").await;
+            let _ = conn.write(b"HTTP/1.1 400 X\r\nContent-Length: 0\r\n\r\n").await;
             return;
         };
         if let Some((read, sent)) = request.body {
@@ -327,8 +379,7 @@ async fn connection(mut socket: TcpStream, fleet: Arc<Fleet>) {
                 fleet.ledger.lost_body(call, &request.method, &request.path, (read, sent, what));
             }
         }
-        let here = here(&socket);
-        if request.from.as_ref().is_some_and(|from| *from != here) {
+        if request.from.as_deref().is_some_and(|from| from != &*here) {
             fleet.stats.crossed.fetch_add(1, Ordering::Relaxed);
             if request.credentials {
                 fleet.stats.leaked_credentials.fetch_add(1, Ordering::Relaxed);
@@ -343,16 +394,15 @@ async fn connection(mut socket: TcpStream, fleet: Arc<Fleet>) {
         if play.processed() {
             fleet.stats.processed.fetch_add(1, Ordering::Relaxed);
         }
+        if let Play::Reset = play {
+            conn.reset();
+            return;
+        }
         let rest = format!("{rest}?from={here}");
-        if !respond(&mut socket, play, &request, &rest, &fleet).await {
+        if !respond(&mut conn, play, &request, &rest, &here, &fleet).await {
             return;
         }
     }
-}
-
-/// This listener's address, as a redirect's `from` names it.
-fn here(socket: &TcpStream) -> String {
-    socket.local_addr().map(|a| a.to_string()).unwrap_or_default()
 }
 
 /// The step this handler plays for `request`, and the path of the steps
@@ -371,12 +421,14 @@ fn handler_step(request: &Request) -> (Step, String) {
     (step, format!("/h/{rest}"))
 }
 
-/// Plays `play`; whether the connection can take another request.
+/// Plays `play` (a reset aside); whether the connection can take another
+/// request.
 async fn respond(
-    socket: &mut TcpStream,
+    conn: &mut Conn,
     play: Play,
     request: &Request,
     rest: &str,
+    here: &str,
     fleet: &Fleet,
 ) -> bool {
     const BODY: &str = "{\"order\":1,\"status\":\"ok\",\"padding\":\"................\"}";
@@ -398,15 +450,14 @@ async fn respond(
                     format!("http://{other}{rest}")
                 }
                 Target::Refused => format!("http://{}{rest}", fleet.refused(&mut rand::rng())),
-                Target::Back => format!("{}?from={}", request.path, here(socket)),
+                Target::Back => format!("{}?from={here}", request.path),
             };
             format!("HTTP/1.1 {code} X\r\nLocation: {location}\r\nContent-Length: 0\r\n\r\n")
         }
         Play::Loop { code } => {
             format!(
-                "HTTP/1.1 {code} X\r\nLocation: {}?from={}\r\nContent-Length: 0\r\n\r\n",
-                request.path,
-                here(socket)
+                "HTTP/1.1 {code} X\r\nLocation: {}?from={here}\r\nContent-Length: 0\r\n\r\n",
+                request.path
             )
         }
         Play::Stall { chunked: true } => {
@@ -418,140 +469,29 @@ async fn respond(
         Play::Trickle { bytes, .. } => format!("HTTP/1.1 200 X\r\nContent-Length: {bytes}\r\n\r\n"),
         Play::Slow { .. } | Play::Reset => String::new(),
     };
-    if !head.is_empty() && socket.write_all(head.as_bytes()).await.is_err() {
+    if !head.is_empty() && conn.write(head).await.is_err() {
         return false;
     }
     match play {
         Play::Answer { .. } | Play::Redirect { .. } | Play::Loop { .. } => true,
         Play::Stall { .. } => {
             // Hold the connection until the client goes away.
-            let mut rest = [0u8; 1024];
-            while matches!(socket.read(&mut rest).await, Ok(n) if n > 0) {}
+            conn.hang().await;
             false
         }
         Play::Trickle { every_ms, bytes } => {
-            for _ in 0..bytes {
-                tokio::time::sleep(Duration::from_millis(every_ms)).await;
-                if socket.write_all(b"x").await.is_err() {
-                    return false;
-                }
+            // A byte every `every_ms`, the first one too.
+            let every = Duration::from_millis(every_ms);
+            if bytes > 0 {
+                tokio::time::sleep(every).await;
             }
-            true
+            conn.trickle(vec![b'x'; bytes], 1, every).await.is_ok()
         }
         Play::Slow { ms } => {
             tokio::time::sleep(Duration::from_millis(ms)).await;
             let answer = format!("HTTP/1.1 200 X\r\nContent-Length: {}\r\n\r\n{BODY}", BODY.len());
-            socket.write_all(answer.as_bytes()).await.is_ok()
+            conn.write(answer).await.is_ok()
         }
-        Play::Reset => {
-            // With a zero linger, closing sends a reset at once and never
-            // blocks, which is what the deprecation warns of.
-            #[allow(deprecated)]
-            let _ = socket.set_linger(Some(Duration::ZERO));
-            false
-        }
+        Play::Reset => false,
     }
-}
-
-/// Reads until `buffer` holds at least `need` bytes; false at the end of
-/// the stream.
-async fn fill(socket: &mut TcpStream, buffer: &mut Vec<u8>, need: usize) -> bool {
-    let mut chunk = [0u8; 1024];
-    while buffer.len() < need {
-        match socket.read(&mut chunk).await {
-            Ok(0) | Err(_) => return false,
-            Ok(n) => buffer.extend_from_slice(&chunk[..n]),
-        }
-    }
-    true
-}
-
-/// The position of the first `\r\n` at or after `from`, reading on as
-/// needed.
-async fn line_end(socket: &mut TcpStream, buffer: &mut Vec<u8>, from: usize) -> Option<usize> {
-    loop {
-        if let Some(at) = buffer.get(from..)?.windows(2).position(|w| w == b"\r\n") {
-            return Some(from + at);
-        }
-        if buffer.len() > from + MAX_HEAD || !fill(socket, buffer, buffer.len() + 1).await {
-            return None;
-        }
-    }
-}
-
-/// Reads one request, its body whole (by `Content-Length`, or chunked as
-/// a streamed body comes), and the headers the ledger needs.
-async fn read_request(socket: &mut TcpStream, buffer: &mut Vec<u8>) -> Option<Request> {
-    let end = loop {
-        if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
-            break end;
-        }
-        if buffer.len() > MAX_HEAD || !fill(socket, buffer, buffer.len() + 1).await {
-            return None;
-        }
-    };
-    let head = String::from_utf8_lossy(&buffer[..end]).into_owned();
-    let mut lines = head.split("\r\n");
-    let mut first = lines.next()?.split(' ');
-    let method = first.next()?.to_owned();
-    let target = first.next()?.to_owned();
-    let (path, from) = match target.split_once("?from=") {
-        Some((path, from)) => (path.to_owned(), Some(from.to_owned())),
-        None => (target.clone(), None),
-    };
-    let mut credentials = false;
-    let (mut length, mut chunked, mut call, mut referred) = (0usize, false, None, false);
-    let (mut original, mut marked, mut sent) = (None::<String>, false, None::<usize>);
-    let mut streamed = false;
-    for line in lines {
-        let Some((name, value)) = line.split_once(':') else { continue };
-        let value = value.trim();
-        match name.trim().to_ascii_lowercase().as_str() {
-            "content-length" => length = value.parse().ok()?,
-            "transfer-encoding" => chunked = value.eq_ignore_ascii_case("chunked"),
-            "x-call-id" => call = value.parse().ok(),
-            "x-method" => original = Some(value.to_owned()),
-            "x-not-safe" => marked = true,
-            "x-body-length" => sent = value.parse().ok(),
-            "x-streamed" => streamed = true,
-            "referer" => referred = true,
-            "authorization" | "cookie" | "cookie2" | "proxy-authorization" | "www-authenticate" => {
-                credentials = true;
-            }
-            _ => {}
-        }
-    }
-    buffer.drain(..end + 4);
-    let mut read = length;
-    if chunked {
-        // Size lines, data, and a last empty chunk (no trailers are sent).
-        read = 0;
-        let mut at = 0;
-        loop {
-            let eol = line_end(socket, buffer, at).await?;
-            let size_text = String::from_utf8_lossy(&buffer[at..eol]).into_owned();
-            let size = usize::from_str_radix(size_text.split(';').next()?.trim(), 16).ok()?;
-            at = eol + 2;
-            if size == 0 {
-                let eol = line_end(socket, buffer, at).await?;
-                at = eol + 2;
-                break;
-            }
-            if !fill(socket, buffer, at + size + 2).await {
-                return None;
-            }
-            at += size + 2;
-            read += size;
-        }
-        buffer.drain(..at);
-    } else {
-        if !fill(socket, buffer, length).await {
-            return None;
-        }
-        buffer.drain(..length);
-    }
-    let as_sent = original.is_some_and(|original| original == method);
-    let not_safe = marked && as_sent;
-    let body = sent.filter(|_| as_sent).map(|sent| (read, sent));
-    Some(Request { method, path, call, not_safe, referred, body, streamed, from, credentials })
 }
