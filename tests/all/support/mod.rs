@@ -3,7 +3,8 @@
 //! the servers wiremock cannot be: [`raw`], the one raw HTTP/1 server every
 //! suite scripts its misbehaving answers on ([`raw_server`] plays a list
 //! of common ones), [`hops`] for the far end of a redirect, and the TLS
-//! and HTTP/2 servers. No suite binds a listener of its own.
+//! and HTTP/2 servers. No suite binds a listener of its own, and the soak
+//! (`sim/`) builds its servers on [`raw`] too.
 
 #![allow(dead_code, unreachable_pub)]
 
