@@ -56,20 +56,17 @@ impl Shared {
             // What the caller attached: every attempt starts from it, so
             // nothing an attempt added below this middleware leaks into the
             // next one.
-            let mut caller: Option<Extensions> = None;
+            let caller = extensions.clone();
             loop {
-                if caller.is_none() && policy.keeps_copy(pending.as_ref()) {
-                    caller = Some(extensions.clone());
-                }
                 let send = sender(&next, extensions);
                 let Ok((sent, cut_at)) = policy.start(&mut pending, send) else {
-                    return self.expired(&policy, what, extensions, caller.as_ref());
+                    return self.expired(&policy, what, extensions, &caller);
                 };
                 let mut ended = None;
                 let seen = self.attempt(sent, reading, cut_at, &mut ended).await;
                 let Some(Sent { outcome, body_failed, whole }) = ended else {
                     policy.cut(seen);
-                    return self.expired(&policy, what, extensions, caller.as_ref());
+                    return self.expired(&policy, what, extensions, &caller);
                 };
                 let decision = policy.decide(pending.as_ref(), &outcome, body_failed, seen);
                 events::notify(self, policy.attempts(), policy.resend_count(), what, decision);
@@ -81,12 +78,12 @@ impl Shared {
                             None => outcome,
                             Some(at) => self.bound_body(outcome, at, &policy),
                         };
-                        deliver(extensions, caller.as_ref(), &mut outcome, policy.report(stop));
+                        deliver(extensions, &caller, &mut outcome, policy.report(stop));
                         return outcome;
                     }
                 };
                 self.pause(outcome, after).await;
-                next_attempt(&policy, extensions, caller.as_ref());
+                next_attempt(&policy, extensions, &caller);
             }
         }
     }
@@ -185,7 +182,7 @@ impl Shared {
         policy: &Policy<'_>,
         what: What<'_>,
         extensions: &mut Extensions,
-        caller: Option<&Extensions>,
+        caller: &Extensions,
     ) -> Result<Response> {
         let stop = StopReason::DeadlineExceeded;
         events::notify(self, policy.attempts(), policy.resend_count(), what, Decision::Stop(stop));
@@ -213,10 +210,8 @@ fn sender<'a>(
 
 /// Sets the extensions up for the next attempt: the caller's again, and
 /// the attempt's number.
-fn next_attempt(policy: &Policy<'_>, extensions: &mut Extensions, caller: Option<&Extensions>) {
-    if let Some(caller) = caller {
-        extensions.clone_from(caller);
-    }
+fn next_attempt(policy: &Policy<'_>, extensions: &mut Extensions, caller: &Extensions) {
+    extensions.clone_from(caller);
     let attempt = policy.attempts().saturating_add(1);
     let resend_count = policy.resend_count().saturating_add(1);
     extensions.insert(AttemptNumber::new(attempt, resend_count));

@@ -165,12 +165,12 @@ pub struct RetryEvent<'a> {
 /// response; and puts back the caller's own [`AttemptNumber`] (or none).
 pub(crate) fn deliver(
     extensions: &mut Extensions,
-    caller: Option<&Extensions>,
+    caller: &Extensions,
     outcome: &mut Result<Response>,
     report: RetryReport,
 ) {
     // Only a retry set an attempt's number.
-    if let Some(caller) = caller.filter(|_| report.attempts > 1) {
+    if report.attempts > 1 {
         match caller.get::<AttemptNumber>() {
             Some(theirs) => extensions.insert(*theirs),
             None => extensions.remove::<AttemptNumber>(),

@@ -251,16 +251,6 @@ impl<'a> Policy<'a> {
         self.shared.bound && seen.asked == 0
     }
 
-    /// Whether the next attempt will keep a copy of `pending` for another:
-    /// one may follow it, or the predicate will be shown it, and its body
-    /// can be copied.
-    pub(crate) fn keeps_copy(&self, pending: Option<&Request>) -> bool {
-        let wanted = self.attempts < self.max_retries || self.shared.config.predicate().is_some();
-        wanted
-            && pending
-                .is_some_and(|request| request.body().is_none_or(|body| body.as_bytes().is_some()))
-    }
-
     /// Whether a retry may follow the first attempt: retries are allowed.
     pub(crate) fn may_retry(&self) -> bool {
         self.max_retries > 0
