@@ -100,7 +100,9 @@ impl Account {
         if before.saturating_add(rest) < RETRY_COST {
             return None;
         }
-        Some(self.unbooked.swap(0, Ordering::Relaxed)).filter(|batch| *batch > 0)
+        // Another answer may have taken the batch first: then this books
+        // what came since, maybe nothing.
+        Some(self.unbooked.swap(0, Ordering::Relaxed))
     }
 
     /// Books `batch`, earned by answers up to slot `seen`, into that slot.
