@@ -118,16 +118,6 @@ impl Drop for Lease<'_> {
     }
 }
 
-impl std::fmt::Debug for Lease<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Lease")
-            .field("budget", &self.ledger.is_some())
-            .field("held", &self.account.is_some())
-            .field("paid", &self.paid)
-            .finish()
-    }
-}
-
 #[cfg(all(test, feature = "test-util"))]
 mod tests {
     use std::time::Duration;

@@ -6,7 +6,7 @@
 //! fails when a row has none. A row's cases that loopback cannot produce
 //! (an unreachable network, a request hyper handed back unsent or a new
 //! connection closed before taking it) are checked on the
-//! errors themselves, in `src/classify.rs`'s unit tests; an HTTP/2 request
+//! errors themselves, in `src/classify/tests.rs`; an HTTP/2 request
 //! queued on a closing connection, in `safety/tls_and_http2.rs`.
 
 use crate::support;
