@@ -92,9 +92,10 @@ impl Shared {
     /// for it and a retry may follow, so that the request can be sent
     /// again.
     async fn buffer_request_body(&self, pending: &mut Option<Request>, policy: &Policy<'_>) {
+        let Some(limit) = self.config.body_buffering.request() else { return };
         if let Some(buffer) = RequestBuffer::new(
             pending,
-            self.config.body_buffering.request(),
+            Some(limit),
             policy.may_retry(),
             policy.deadline_at(),
             self.config.attempt_timeout,

@@ -37,7 +37,15 @@ pub(crate) fn notify(
     decision: Decision,
 ) {
     #[cfg(feature = "tracing")]
-    emit(shared.log_level, (attempt, resend_count), method, server.unwrap_or_default(), decision);
+    if !first_and_final(attempt, decision) {
+        emit(
+            shared.log_level,
+            (attempt, resend_count),
+            method,
+            server.unwrap_or_default(),
+            decision,
+        );
+    }
     let _ = server;
     if let Some(hook) = &shared.hook {
         hook(&RetryEvent { attempt, resend_count, method, decision });
@@ -96,6 +104,13 @@ fn emit(
             "not retrying request: {stop}"
         ),
     }
+}
+
+/// A first answer that is final: the common case, not news, and no event.
+#[cfg(feature = "tracing")]
+#[inline]
+fn first_and_final(attempt: u32, decision: Decision) -> bool {
+    attempt == 1 && decision == Decision::Stop(crate::report::StopReason::NothingToRetry)
 }
 
 /// The level of the event for a stop. A final answer after retries (a

@@ -31,6 +31,7 @@ pub(super) struct Retryable {
 /// the built-in rules'. `None`: the outcome is final. `number` is the
 /// attempt's; `body_failed`, whether the outcome is the error its response's
 /// body failed with while the middleware read it.
+#[inline]
 pub(super) fn classify(
     config: &RetryConfig,
     request: Option<&Request>,
