@@ -312,7 +312,7 @@ mod tests {
             };
             assert!(declared(include_str!("builder.rs"), outer), "`{field}`: no `with_{outer}`");
             let inner_source = match outer {
-                "backoff" => include_str!("backoff.rs"),
+                "backoff" => include_str!("backoff/mod.rs"),
                 "budget" => include_str!("budget/mod.rs"),
                 "body_buffering" => include_str!("body/buffering.rs"),
                 _ => "",

@@ -5,11 +5,12 @@
 use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
-use reqwest_safe_retry::{Jitter, RetryConfig};
+use reqwest_safe_retry::{Backoff, Jitter, RetryConfig};
 
-// The arithmetic is crate-private; fuzz the very file the crate compiles.
+// The arithmetic is crate-private; fuzz the very file the crate compiles
+// (it names `super::Jitter`, this crate's import of the crate's own).
 #[allow(dead_code, unreachable_pub)]
-#[path = "../../src/backoff.rs"]
+#[path = "../../src/backoff/curve.rs"]
 mod backoff;
 
 fuzz_target!(|input: (u64, u32, u64, u32, u8, u32, u64, u32, f64)| {
@@ -18,15 +19,15 @@ fuzz_target!(|input: (u64, u32, u64, u32, u8, u32, u64, u32, f64)| {
     let b = Duration::new(b_s, b_n % 1_000_000_000);
     let previous = Duration::new(p_s, p_n % 1_000_000_000);
     let jitter = [Jitter::Full, Jitter::Equal, Jitter::Decorrelated, Jitter::None][usize::from(kind % 4)];
-    let built = RetryConfig::builder().with_initial_backoff(a).with_max_backoff(b).with_jitter(jitter).build();
-    match built {
+    let settings = Backoff::default().with_initial(a).with_max(b).with_jitter(jitter);
+    match RetryConfig::builder().with_backoff(settings).build() {
         Ok(config) => {
-            let wait = backoff::backoff(config.jitter(), a, b, retry, previous, unit);
+            let wait = backoff::backoff(config.backoff().jitter(), a, b, retry, previous, unit);
             assert!(wait <= b);
         }
         Err(error) => {
             assert!(a > b);
-            assert_eq!(error.field(), "initial_backoff");
+            assert_eq!(error.field(), "backoff.initial");
         }
     }
 });

@@ -39,7 +39,19 @@ impl<'a> Lease<'a> {
 
     /// Holds the account of `url`'s host for the rest of the call: its
     /// request is about to go out with no copy left to name the host by.
+    /// Past the bound of the table of hosts, a host that has not failed is
+    /// not let in for it: its answer then earns nothing, as any answer of
+    /// a host outside the table.
     pub(crate) fn hold(&mut self, url: &Url) {
+        if let (Some(ledger), None) = (self.ledger, &self.account) {
+            self.account = ledger.admitted(url, self.clock.now());
+        }
+    }
+
+    /// Holds the account of `url`'s host for the rest of the call, letting
+    /// the host in if it is new: a call that will pay for more copies of
+    /// its request before it knows any outcome (a hedge).
+    pub(crate) fn hold_to_pay(&mut self, url: &Url) {
         if let (Some(ledger), None) = (self.ledger, &self.account) {
             self.account = Some(ledger.account(url, self.clock.now()));
         }
@@ -67,8 +79,9 @@ impl<'a> Lease<'a> {
     /// A retryable outcome from `url`'s host (`None`: the host held): the
     /// host is failing now, and the retry that led here stays spent.
     pub(crate) fn failed(&mut self, url: Option<&Url>) {
-        if let Some(url) = url {
-            self.hold(url);
+        // A failing host is let in, making room among the calm ones.
+        if let (Some(ledger), None, Some(url)) = (self.ledger, &self.account, url) {
+            self.account = Some(ledger.account(url, self.clock.now()));
         }
         self.paid = None;
         if let (Some(ledger), Some(account)) = (self.ledger, &self.account) {

@@ -91,6 +91,20 @@ impl Ledger {
         account
     }
 
+    /// The account of `url`'s host for a call that will send its request
+    /// once, if the host is known or its shard has room: past the bound, a
+    /// host that has not failed is not let in, as for its answers.
+    pub(super) fn admitted(&self, url: &Url, now: Instant) -> Option<Arc<Account>> {
+        if let Accounts::PerHost(hosts) = &self.accounts {
+            match hosts.with_or_full(url, Arc::clone) {
+                Ok(account) => return Some(account),
+                Err(true) => return None,
+                Err(false) => {}
+            }
+        }
+        Some(self.account(url, now))
+    }
+
     /// Records a final answer from `url`'s host, with no reference to its
     /// account kept: the happy path's whole cost of the budget. The time
     /// (`now`) is read only to book a retry's worth of answers, or for a

@@ -22,10 +22,14 @@ pub enum BudgetScope {
     ///
     /// Accounts are kept for at most 1,024 hosts (about 400 KB), in 16
     /// shards of 64 picked by the host's hash, each with a lock of its own.
-    /// Past a shard's bound, a host that only answers is not let in (its
-    /// account would hold a full reserve and nothing more); one that fails
-    /// is, and the least recently used calm hosts of the shard (no
-    /// retryable outcome within a window) are forgotten to make room. When
+    /// Past a shard's bound, a host that only answers is not let in: its
+    /// answers go uncounted until it first fails, so that a crowd of hosts
+    /// called once each does not churn the table. At that failure it is let
+    /// in, with a fresh reserve and no earnings (as a new host always
+    /// starts), and the least recently used calm hosts of the shard (no
+    /// retryable outcome within a window) are forgotten to make room; a
+    /// host counts as used when it books a retry's worth of answers or
+    /// fails. When
     /// all of a shard's are failing or in use, further hosts share one
     /// account whose reserve starts empty, as does a host let in soon
     /// after: a failing host never gets a fresh reserve by being new,

@@ -3,7 +3,7 @@
 //! Every reading of the time and every wait in the crate goes through a
 //! [`Clock`]. The default, [`TokioClock`], is built on `tokio::time`, so tests
 //! under `#[tokio::test(start_paused = true)]` run in virtual time; the
-//! [`ManualClock`] (feature `test-util`) goes further and returns from every
+//! `ManualClock` (feature `test-util`) goes further and returns from every
 //! sleep at once while recording how long it was asked to wait.
 
 use std::fmt;

@@ -75,7 +75,7 @@ impl HedgeMiddleware {
         let safety = safety(&request, extensions, &inner.config.idempotency_header);
         let url = request.url().clone();
         let mut lease = Lease::new(inner.budget.as_deref(), &*inner.clock);
-        lease.hold(&url);
+        lease.hold_to_pay(&url);
         // Hedged only if safe, allowed a second copy, and copyable; the
         // request itself stays here to copy each hedge from.
         let hedged = inner.config.max_copies >= 2 && safety != Safety::Unsafe;
