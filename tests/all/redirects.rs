@@ -2,6 +2,7 @@
 //! when it is safe to repeat and reaches its first hop once when it is not,
 //! through every kind of client.
 
+mod chains;
 mod credentials;
 mod every_client;
 

@@ -22,6 +22,7 @@ use reqwest_safe_retry::{
 use wiremock::matchers::path;
 use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 
+pub mod broken_bodies;
 #[cfg(feature = "http2")]
 pub mod h2_server;
 pub mod hops;
