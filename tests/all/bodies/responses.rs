@@ -3,102 +3,21 @@
 //! and handed to the caller otherwise.
 
 use crate::support;
-use http::Extensions;
-use reqwest::{Request, Response};
-use reqwest_middleware::{ClientBuilder, ClientWithMiddleware, Middleware, Next};
 use reqwest_safe_retry::BodyBuffering;
 use reqwest_safe_retry::{
-    DeadlineExceeded, Outcome, RetryConfigBuilder, RetryMiddleware, clock::ManualClock,
-    clock::TokioClock, jitter::FixedJitter, report::Decision, report::ReportSlot,
-    report::RetryReason, report::RetryReport, report::StopReason,
+    DeadlineExceeded, Outcome, RetryMiddleware, clock::TokioClock, jitter::FixedJitter,
+    report::Decision, report::ReportSlot, report::RetryReason, report::RetryReport,
+    report::StopReason,
 };
 use std::error::Error as _;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use support::{MS, bare_reqwest, policy};
+use support::{MS, policy};
 
-/// Long enough for anything on loopback; a hang fails the test with a message.
-const BOUND: Duration = Duration::from_secs(20);
-
-async fn bounded<F: std::future::Future>(what: &str, future: F) -> F::Output {
-    tokio::time::timeout(BOUND, future).await.unwrap_or_else(|_| panic!("{what} hung"))
-}
-
-use crate::support::broken_bodies::{BODY, Go, Step, server};
-
-/// Below the retry middleware: says "go" once an attempt has its headers.
-struct HeadersArrived(Go);
-
-#[async_trait::async_trait]
-impl Middleware for HeadersArrived {
-    async fn handle(
-        &self,
-        request: Request,
-        extensions: &mut Extensions,
-        next: Next<'_>,
-    ) -> reqwest_middleware::Result<Response> {
-        let outcome = next.run(request, extensions).await;
-        if outcome.is_ok() {
-            self.0.go();
-        }
-        outcome
-    }
-}
-
-/// The retry reasons of every retry taken.
-type Reasons = Arc<Mutex<Vec<RetryReason>>>;
-
-/// A client with `config` over a reqwest client that does not follow
-/// redirects, the manual clock, jitter at the top, and `go` said when
-/// headers arrive.
-fn client(config: RetryConfigBuilder, go: &Go) -> (ClientWithMiddleware, ManualClock, Reasons) {
-    client_over(bare_reqwest(), config, go)
-}
-
-/// As [`client`], over `inner`.
-fn client_over(
-    inner: reqwest::Client,
-    config: RetryConfigBuilder,
-    go: &Go,
-) -> (ClientWithMiddleware, ManualClock, Reasons) {
-    let clock = ManualClock::new();
-    let reasons = Reasons::default();
-    let seen = reasons.clone();
-    let middleware = RetryMiddleware::new(config.build().unwrap())
-        .with_clock(clock.clone())
-        .with_jitter_source(FixedJitter::TOP)
-        .on_decision(move |event| {
-            if let Decision::Retry { reason, .. } = event.decision {
-                seen.lock().unwrap().push(reason);
-            }
-        });
-    let client =
-        ClientBuilder::new(inner).with(middleware).with(HeadersArrived(go.clone())).build();
-    (client, clock, reasons)
-}
-
-fn buffering() -> RetryConfigBuilder {
-    policy().with_body_buffering(BodyBuffering::default().with_response(1024))
-}
-
-/// `is_body()`, `is_decode()`, `is_timeout()`.
-fn kinds(error: &reqwest::Error) -> (bool, bool, bool) {
-    (error.is_body(), error.is_decode(), error.is_timeout())
-}
-
-/// The error and its sources, as text.
-fn chain(error: &reqwest::Error) -> String {
-    let error: &(dyn std::error::Error + 'static) = error;
-    let chain = std::iter::successors(Some(error), |&e| e.source());
-    chain.map(ToString::to_string).collect::<Vec<_>>().join(": ").to_lowercase()
-}
-
-fn reqwest_error(error: &reqwest_middleware::Error) -> &reqwest::Error {
-    match error {
-        reqwest_middleware::Error::Reqwest(error) => error,
-        other => panic!("not reqwest's error: {other:?}"),
-    }
-}
+use crate::support::broken_bodies::{
+    BODY, Go, Reasons, Step, bounded, buffering, chain, client, client_over, kinds, reqwest_error,
+    server,
+};
 
 #[tokio::test]
 async fn a_get_whose_body_breaks_is_retried_and_comes_back_in_memory() {

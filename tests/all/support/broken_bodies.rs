@@ -6,9 +6,16 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use http::Extensions;
+use reqwest::{Request, Response};
+use reqwest_middleware::{ClientBuilder, ClientWithMiddleware, Middleware, Next};
+use reqwest_safe_retry::clock::ManualClock;
+use reqwest_safe_retry::jitter::FixedJitter;
+use reqwest_safe_retry::report::{Decision, RetryReason};
+use reqwest_safe_retry::{BodyBuffering, RetryConfigBuilder, RetryMiddleware};
 use tokio::sync::Notify;
 
-use super::{Conn, RawServer};
+use super::{Conn, RawServer, bare_reqwest, policy};
 
 pub const BODY: &str = "the whole body, every byte of it";
 
@@ -102,5 +109,86 @@ async fn serve(mut conn: Conn, script: Vec<Step>, count: Arc<Mutex<usize>>, go: 
                 return;
             }
         }
+    }
+}
+
+/// Long enough for anything on loopback; a hang fails the test with a message.
+pub const BOUND: Duration = Duration::from_secs(20);
+
+pub async fn bounded<F: std::future::Future>(what: &str, future: F) -> F::Output {
+    tokio::time::timeout(BOUND, future).await.unwrap_or_else(|_| panic!("{what} hung"))
+}
+
+/// Below the retry middleware: says "go" once an attempt has its headers.
+pub struct HeadersArrived(pub Go);
+
+#[async_trait::async_trait]
+impl Middleware for HeadersArrived {
+    async fn handle(
+        &self,
+        request: Request,
+        extensions: &mut Extensions,
+        next: Next<'_>,
+    ) -> reqwest_middleware::Result<Response> {
+        let outcome = next.run(request, extensions).await;
+        if outcome.is_ok() {
+            self.0.go();
+        }
+        outcome
+    }
+}
+
+/// The retry reasons of every retry taken.
+pub type Reasons = Arc<Mutex<Vec<RetryReason>>>;
+
+/// A client with `config` over a reqwest client that does not follow
+/// redirects, the manual clock, jitter at the top, and `go` said when
+/// headers arrive.
+pub fn client(config: RetryConfigBuilder, go: &Go) -> (ClientWithMiddleware, ManualClock, Reasons) {
+    client_over(bare_reqwest(), config, go)
+}
+
+/// As [`client`], over `inner`.
+pub fn client_over(
+    inner: reqwest::Client,
+    config: RetryConfigBuilder,
+    go: &Go,
+) -> (ClientWithMiddleware, ManualClock, Reasons) {
+    let clock = ManualClock::new();
+    let reasons = Reasons::default();
+    let seen = reasons.clone();
+    let middleware = RetryMiddleware::new(config.build().unwrap())
+        .with_clock(clock.clone())
+        .with_jitter_source(FixedJitter::TOP)
+        .on_decision(move |event| {
+            if let Decision::Retry { reason, .. } = event.decision {
+                seen.lock().unwrap().push(reason);
+            }
+        });
+    let client =
+        ClientBuilder::new(inner).with(middleware).with(HeadersArrived(go.clone())).build();
+    (client, clock, reasons)
+}
+
+pub fn buffering() -> RetryConfigBuilder {
+    policy().with_body_buffering(BodyBuffering::default().with_response(1024))
+}
+
+/// `is_body()`, `is_decode()`, `is_timeout()`.
+pub fn kinds(error: &reqwest::Error) -> (bool, bool, bool) {
+    (error.is_body(), error.is_decode(), error.is_timeout())
+}
+
+/// The error and its sources, as text.
+pub fn chain(error: &reqwest::Error) -> String {
+    let error: &(dyn std::error::Error + 'static) = error;
+    let chain = std::iter::successors(Some(error), |&e| e.source());
+    chain.map(ToString::to_string).collect::<Vec<_>>().join(": ").to_lowercase()
+}
+
+pub fn reqwest_error(error: &reqwest_middleware::Error) -> &reqwest::Error {
+    match error {
+        reqwest_middleware::Error::Reqwest(error) => error,
+        other => panic!("not reqwest's error: {other:?}"),
     }
 }
