@@ -4,14 +4,15 @@
 //!
 //! [`RawServer::start`] takes a handler run once per accepted connection;
 //! the handler reads requests with [`Conn::request`] and answers with
-//! [`Conn::write`], [`Conn::trickle`], [`Conn::hang`], [`Conn::reset`] or
-//! by returning (which closes the connection). The server counts the
+//! [`Conn::write`], [`Conn::hang`], [`Conn::reset`] or by returning (which closes the connection). The server counts the
 //! connections it accepted and the requests it read, and stops accepting
 //! when dropped. [`RawServer::on`] serves a listener the caller bound, on
 //! another address than `127.0.0.1` or from synchronous code.
 //!
-//! A failed accept (out of file descriptors, most likely) is counted and
-//! the server accepts again 10 ms later. A request head, or a line of a
+//! A failed accept (out of file descriptors, most likely) is counted; the
+//! server started with [`RawServer::start`] then stops accepting, and one
+//! given to [`RawServer::on`] waits for its `after_error` before accepting
+//! again. The server keeps no time of its own: a pace is its handler's. A request head, or a line of a
 //! chunked body's framing, longer than [`MAX_HEAD`] is refused:
 //! [`Conn::request`] gives `None`.
 //!
@@ -25,7 +26,6 @@ use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -57,24 +57,35 @@ impl RawServer {
         F: Future<Output = ()> + Send + 'static,
     {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("a loopback port");
-        Self::serve(listener, handler).expect("a bound address")
+        // A test's server stops accepting on a failed accept.
+        let stop = std::future::pending::<()>;
+        Self::serve(listener, handler, stop).expect("a bound address")
     }
 
     /// Runs `handler` on every connection `listener` accepts, as
-    /// [`RawServer::start`] does; called in a tokio runtime.
-    pub fn on<H, F>(listener: std::net::TcpListener, handler: H) -> io::Result<Self>
+    /// [`RawServer::start`] does, and after a failed accept waits for
+    /// `after_error` before accepting again; called in a tokio runtime.
+    pub fn on<H, F, E, W>(
+        listener: std::net::TcpListener,
+        handler: H,
+        after_error: E,
+    ) -> io::Result<Self>
     where
         H: Fn(Conn) -> F + Send + Sync + 'static,
         F: Future<Output = ()> + Send + 'static,
+        E: Fn() -> W + Send + 'static,
+        W: Future<Output = ()> + Send,
     {
         listener.set_nonblocking(true)?;
-        Self::serve(TcpListener::from_std(listener)?, handler)
+        Self::serve(TcpListener::from_std(listener)?, handler, after_error)
     }
 
-    fn serve<H, F>(listener: TcpListener, handler: H) -> io::Result<Self>
+    fn serve<H, F, E, W>(listener: TcpListener, handler: H, after_error: E) -> io::Result<Self>
     where
         H: Fn(Conn) -> F + Send + Sync + 'static,
         F: Future<Output = ()> + Send + 'static,
+        E: Fn() -> W + Send + 'static,
+        W: Future<Output = ()> + Send,
     {
         let addr = listener.local_addr()?;
         let connections = Arc::new(AtomicUsize::new(0));
@@ -93,7 +104,7 @@ impl RawServer {
                     }
                     Err(_) => {
                         failed.fetch_add(1, Ordering::SeqCst);
-                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        after_error().await;
                     }
                 }
             }
@@ -259,24 +270,6 @@ impl Conn {
     /// Writes `bytes`; an error means the client went away.
     pub async fn write(&mut self, bytes: impl AsRef<[u8]>) -> io::Result<()> {
         self.stream.write_all(bytes.as_ref()).await
-    }
-
-    /// Writes `bytes` `step` at a time, waiting `every` (on tokio's clock,
-    /// so paused time runs it at once) before each step after the first.
-    pub async fn trickle(
-        &mut self,
-        bytes: impl AsRef<[u8]>,
-        step: usize,
-        every: Duration,
-    ) -> io::Result<()> {
-        for (n, part) in bytes.as_ref().chunks(step.max(1)).enumerate() {
-            if n > 0 {
-                tokio::time::sleep(every).await;
-            }
-            self.stream.write_all(part).await?;
-            self.stream.flush().await?;
-        }
-        Ok(())
     }
 
     /// Holds the connection open, sending nothing, until the client closes

@@ -270,7 +270,9 @@ fn listen(ip: Ipv4Addr, fleet: Arc<Fleet>) -> Option<RawServer> {
         }
         connection(conn, fleet, here.clone())
     };
-    RawServer::on(listener, handler).ok()
+    // Out of file descriptors, most likely: accept again a little later.
+    let after_error = || tokio::time::sleep(Duration::from_millis(10));
+    RawServer::on(listener, handler, after_error).ok()
 }
 
 /// Counts an accept loop alive while it lives: its handler owns it, and
@@ -482,10 +484,13 @@ async fn respond(
         Play::Trickle { every_ms, bytes } => {
             // A byte every `every_ms`, the first one too.
             let every = Duration::from_millis(every_ms);
-            if bytes > 0 {
+            for _ in 0..bytes {
                 tokio::time::sleep(every).await;
+                if conn.write(b"x").await.is_err() {
+                    return false;
+                }
             }
-            conn.trickle(vec![b'x'; bytes], 1, every).await.is_ok()
+            true
         }
         Play::Slow { ms } => {
             tokio::time::sleep(Duration::from_millis(ms)).await;
