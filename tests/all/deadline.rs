@@ -8,11 +8,10 @@ mod bodies;
 use crate::support;
 use reqwest_safe_retry::RetryAfter;
 use reqwest_safe_retry::{
-    DeadlineExceeded, RetryDeadline, RetryMiddleware, clock::Clock, clock::ManualClock,
-    clock::Sleep, report::ReportSlot, report::RetryReport, report::StopReason,
+    DeadlineExceeded, RetryDeadline, RetryMiddleware, clock::ManualClock, report::ReportSlot,
+    report::RetryReport, report::StopReason,
 };
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use support::*;
 use wiremock::{MockServer, ResponseTemplate};
 
@@ -72,35 +71,6 @@ async fn a_deadline_can_be_removed_from_a_copy_of_the_policy() {
     let (client, clock) = client(unbounded);
     assert_eq!(get(&client, &server).await.status(), 200);
     assert_eq!(clock.sleeps(), [2100 * MS]);
-}
-
-/// Tokio's paused time, through the required methods alone; records each
-/// sleep.
-#[derive(Debug, Clone, Default)]
-struct Minimal {
-    sleeps: Arc<Mutex<Vec<Duration>>>,
-}
-
-impl Minimal {
-    fn sleeps(&self) -> Vec<Duration> {
-        self.sleeps.lock().unwrap().clone()
-    }
-}
-
-impl Clock for Minimal {
-    fn now(&self) -> Instant {
-        tokio::time::Instant::now().into_std()
-    }
-
-    fn sleep(&self, duration: Duration) -> Sleep {
-        self.sleeps.lock().unwrap().push(duration);
-        Box::pin(tokio::time::sleep(duration))
-    }
-
-    // A real timer: sleep for the time left.
-    fn sleep_until(&self, deadline: Instant) -> Sleep {
-        self.sleep(deadline.saturating_duration_since(self.now()))
-    }
 }
 
 /// A last middleware that never answers.

@@ -6,16 +6,16 @@ mod orders;
 mod scenarios;
 
 use crate::support;
+use crate::support::calls::{chain, config, h2_client_without_reqwest_retry, send, with_retry};
 use http::Extensions;
 use reqwest::{Method, Request, Response};
-use reqwest_middleware::{ClientBuilder, ClientWithMiddleware, Middleware, Next};
+use reqwest_middleware::{ClientBuilder, Middleware, Next};
 use reqwest_safe_retry::{
     RetryConfig, RetryDeadline, RetryMiddleware, clock::ManualClock, clock::TokioClock,
     jitter::FixedJitter, report::AttemptNumber, report::ReportSlot, report::RetryReason,
     report::RetryReport, report::StopReason, *,
 };
 use reqwest_safe_retry::{clock::*, jitter::*, report::*};
-use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use support::*;
@@ -132,65 +132,6 @@ fn traits_are_object_safe() {
     let unit = source.unit();
     assert!((0.0..=1.0).contains(&unit));
     drop(clock);
-}
-
-/// The policy for every test here: waits of 100, 200, 400 ms..., at most
-/// `max_retries` retries, no budget. No client here follows redirects.
-fn config(max_retries: u32) -> RetryConfig {
-    policy().with_max_retries(max_retries).with_budget(None).build().unwrap()
-}
-
-/// `inner` behind the retry middleware, with a manual clock and jitter at the top.
-fn with_retry(
-    inner: reqwest::ClientBuilder,
-    config: RetryConfig,
-) -> (ClientWithMiddleware, ManualClock) {
-    let clock = ManualClock::new();
-    let middleware =
-        RetryMiddleware::new(config).with_clock(clock.clone()).with_jitter_source(FixedJitter::TOP);
-    (middleware.client(inner).expect("the client builds").build(), clock)
-}
-
-/// Waits at most 10 s for a request and its retries.
-async fn bounded<T>(what: &str, request: impl Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(10), request)
-        .await
-        .unwrap_or_else(|_| panic!("{what}: no outcome within 10 s"))
-}
-
-/// Sends `method` to `url` with a small body and a report slot.
-async fn send(
-    client: &ClientWithMiddleware,
-    method: Method,
-    url: &str,
-) -> (reqwest_middleware::Result<reqwest::Response>, RetryReport) {
-    let slot = ReportSlot::new();
-    let request = client.request(method.clone(), url).body("order=1").with_extension(slot.clone());
-    let result = bounded(&format!("{method} {url}"), request.send()).await;
-    (result, slot.get().expect("the middleware fills the slot"))
-}
-
-/// The error's source chain, one level a line, looking inside `io::Error`s
-/// too (their `source()` skips the error they wrap).
-fn chain(error: &reqwest_middleware::Error) -> String {
-    let reqwest_middleware::Error::Reqwest(error) = error else { return format!("{error:?}") };
-    let mut lines = Vec::new();
-    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(error);
-    while let Some(level) = next {
-        lines.push(format!("{level:?}"));
-        next = match level.downcast_ref::<std::io::Error>() {
-            Some(io) => io.get_ref().map(|inner| inner as &(dyn std::error::Error + 'static)),
-            None => level.source(),
-        };
-    }
-    lines.join("\n  caused by: ")
-}
-
-/// An HTTP/2 client with reqwest's own retries off, so every stream the
-/// server sees is an attempt of the middleware's.
-#[cfg(feature = "http2")]
-fn h2_client_without_reqwest_retry() -> reqwest::ClientBuilder {
-    support::h2_server::h2_client().retry(reqwest::retry::never())
 }
 
 /// Five refused streams, then 200; the middleware allows two retries.

@@ -8,11 +8,10 @@ use proptest::prelude::*;
 use reqwest_safe_retry::RetryAfter;
 use reqwest_safe_retry::parse_retry_after;
 use reqwest_safe_retry::{
-    Jitter, RetryAfterOverCap, RetryMiddleware, clock::Clock, clock::ManualClock, clock::Sleep,
-    jitter::FixedJitter, report::RetryReport, report::StopReason,
+    Jitter, RetryAfterOverCap, RetryMiddleware, clock::ManualClock, jitter::FixedJitter,
+    report::RetryReport, report::StopReason,
 };
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 use support::*;
 use wiremock::{MockServer, ResponseTemplate};
 
@@ -185,35 +184,6 @@ async fn deadline_counts_retry_after_waits() {
     let (client, clock) = client(policy().with_deadline(Duration::from_secs(1)).build().unwrap());
     assert_eq!(get(&client, &server).await.status(), 503);
     assert!(clock.sleeps().is_empty());
-}
-
-/// Tokio's paused time, through the required methods alone; records each
-/// sleep.
-#[derive(Debug, Clone, Default)]
-struct Minimal {
-    sleeps: Arc<Mutex<Vec<Duration>>>,
-}
-
-impl Minimal {
-    fn sleeps(&self) -> Vec<Duration> {
-        self.sleeps.lock().unwrap().clone()
-    }
-}
-
-impl Clock for Minimal {
-    fn now(&self) -> Instant {
-        tokio::time::Instant::now().into_std()
-    }
-
-    fn sleep(&self, duration: Duration) -> Sleep {
-        self.sleeps.lock().unwrap().push(duration);
-        Box::pin(tokio::time::sleep(duration))
-    }
-
-    // A real timer: sleep for the time left.
-    fn sleep_until(&self, deadline: Instant) -> Sleep {
-        self.sleep(deadline.saturating_duration_since(self.now()))
-    }
 }
 
 /// A last middleware that answers 503 with `Retry-After: <date>` and no

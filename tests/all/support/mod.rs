@@ -23,6 +23,7 @@ use wiremock::matchers::path;
 use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 
 pub mod broken_bodies;
+pub mod calls;
 #[cfg(feature = "http2")]
 pub mod h2_server;
 pub mod hops;
@@ -448,4 +449,33 @@ pub fn unresolving_client(
     resolver: &(impl reqwest::dns::Resolve + Clone + 'static),
 ) -> reqwest::ClientBuilder {
     reqwest::Client::builder().dns_resolver(std::sync::Arc::new(resolver.clone()))
+}
+
+/// Tokio's paused time, through the required methods alone; records each
+/// sleep.
+#[derive(Debug, Clone, Default)]
+pub struct Minimal {
+    sleeps: Arc<std::sync::Mutex<Vec<Duration>>>,
+}
+
+impl Minimal {
+    pub fn sleeps(&self) -> Vec<Duration> {
+        self.sleeps.lock().unwrap().clone()
+    }
+}
+
+impl reqwest_safe_retry::clock::Clock for Minimal {
+    fn now(&self) -> std::time::Instant {
+        tokio::time::Instant::now().into_std()
+    }
+
+    fn sleep(&self, duration: Duration) -> reqwest_safe_retry::clock::Sleep {
+        self.sleeps.lock().unwrap().push(duration);
+        Box::pin(tokio::time::sleep(duration))
+    }
+
+    // A real timer: sleep for the time left.
+    fn sleep_until(&self, deadline: std::time::Instant) -> reqwest_safe_retry::clock::Sleep {
+        self.sleep(deadline.saturating_duration_since(self.now()))
+    }
 }
