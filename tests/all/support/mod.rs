@@ -452,7 +452,8 @@ pub fn unresolving_client(
 }
 
 /// Tokio's paused time, through the required methods alone; records each
-/// sleep.
+/// sleep. Only for tests under `#[tokio::test(start_paused = true)]`,
+/// where its sleeps take no real time.
 #[derive(Debug, Clone, Default)]
 pub struct Minimal {
     sleeps: Arc<std::sync::Mutex<Vec<Duration>>>,
