@@ -12,8 +12,11 @@
 //!
 //! `cargo bench --bench interleaved [-- --rounds R --calls N]`
 //!
-//! `--only STACK --calls N [--hosts H]` sends N calls through one stack and
-//! prints nothing: run it under `valgrind --tool=callgrind` for two values
+//! `--grid [--hosts H] [--callers C]` runs only the hosts grid, or one row
+//! or cell of it.
+//!
+//! `--only STACK --calls N [--hosts H] [--callers C]` sends N calls through
+//! one stack and prints nothing: run it under `valgrind --tool=callgrind` for two values
 //! of N, and the difference of the instruction counts over the difference
 //! of the calls is the instructions per call, a figure the machine's load
 //! does not move.
@@ -66,6 +69,15 @@ async fn spread(client: &ClientWithMiddleware, urls: &Arc<Vec<String>>, callers:
     }
 }
 
+/// A runtime on this thread for one caller, or on two worker threads.
+fn runtime(callers: usize) -> tokio::runtime::Runtime {
+    match callers {
+        1 => tokio::runtime::Builder::new_current_thread().enable_all().build(),
+        _ => tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build(),
+    }
+    .expect("a runtime")
+}
+
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     let at = ((sorted.len() - 1) as f64 * p).round() as usize;
     sorted[at]
@@ -81,11 +93,7 @@ fn rounds(
     hosts: usize,
     callers: usize,
 ) -> Vec<Vec<Duration>> {
-    let runtime = match callers {
-        1 => tokio::runtime::Builder::new_current_thread().enable_all().build(),
-        _ => tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build(),
-    }
-    .expect("a runtime");
+    let runtime = runtime(callers);
     let urls = urls(hosts);
     let clients: Vec<ClientWithMiddleware> = stacks.iter().copied().map(client).collect();
     for client in &clients {
@@ -117,13 +125,16 @@ fn summary(own: &[Duration], peer: &[Duration]) -> (f64, [f64; 3]) {
 
 fn main() {
     let mut args = std::env::args().skip(1);
-    let (mut rounds_n, mut n, mut only, mut hosts) = (41usize, 2000u64, None, 1usize);
+    let (mut rounds_n, mut n, mut only, mut hosts) = (41usize, 2000u64, None, None);
+    let (mut grid, mut callers) = (false, None);
     while let Some(arg) = args.next() {
         let mut value = || args.next().unwrap_or_default();
         match arg.as_str() {
             "--rounds" => rounds_n = value().parse().expect("--rounds takes a number"),
             "--calls" => n = value().parse().expect("--calls takes a number"),
-            "--hosts" => hosts = value().parse().expect("--hosts takes a number"),
+            "--hosts" => hosts = Some(value().parse().expect("--hosts takes a number")),
+            "--callers" => callers = Some(value().parse().expect("--callers takes a number")),
+            "--grid" => grid = true,
             "--only" => {
                 let name = value();
                 only = Some(STACKS.into_iter().find(|s| s.name() == name).expect("a stack's name"));
@@ -134,12 +145,19 @@ fn main() {
         }
     }
     if let Some(stack) = only {
-        let runtime =
-            tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+        let callers = callers.unwrap_or(1);
         let client = client(stack);
-        runtime.block_on(calls(&client, &urls(hosts), 0, n));
+        runtime(callers).block_on(spread(&client, &urls(hosts.unwrap_or(1)), callers, n));
         return;
     }
+    if !grid {
+        table(rounds_n, n);
+    }
+    hosts_grid(rounds_n, n, hosts, callers);
+}
+
+/// The stacks side by side, calls to one host from one caller.
+fn table(rounds_n: usize, n: u64) {
     let times = rounds(&STACKS, rounds_n, n, 1, 1);
     let peer = STACKS.iter().position(|s| *s == Stack::Peer).expect("the peer is measured");
     println!("{rounds_n} interleaved rounds of {n} in-process calls per stack (200 first time):");
@@ -153,6 +171,11 @@ fn main() {
             ratio,
         );
     }
+}
+
+/// Calls round-robin over many hosts from one caller and from 64, or only
+/// the `hosts` and `callers` asked for.
+fn hosts_grid(rounds_n: usize, n: u64, hosts: Option<usize>, callers: Option<usize>) {
     println!(
         "\nCalls round-robin over many hosts, ÷ reqwest-retry (p10–p90), \
          {} rounds of {n} calls from one caller, {} from 64:",
@@ -160,11 +183,11 @@ fn main() {
         n * 8
     );
     println!("  {:>6} {:>8}  {:>26}  {:>26}", "hosts", "callers", "ours", "ours, no budget");
-    for callers in [1, 64] {
+    for callers in callers.map_or(vec![1, 64], |c| vec![c]) {
         // Many callers make a round of many calls, so that starting and
         // joining them is a small part of it.
         let n = if callers == 1 { n } else { n * 8 };
-        for hosts in [1, 1000, 5000, 50_000] {
+        for hosts in hosts.map_or(vec![1, 1000, 5000, 50_000], |h| vec![h]) {
             let times = rounds(&GRID_STACKS, rounds_n.div_ceil(2), n, hosts, callers);
             let cell = |i: usize| {
                 let (_, [ratio, low, high]) = summary(&times[i], &times[0]);

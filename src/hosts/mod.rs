@@ -43,13 +43,26 @@
 //! (the table behind the standard library's map, from the Rust project,
 //! with no dependencies of its own). Lookups hash and compare the URL's own
 //! scheme, host and port, so finding a known host allocates nothing, and
-//! hosts whose hashes collide are told apart by their exact keys. A
-//! [`RwLock`] guards it: lookups share it, and an eviction, which checks
-//! that no one else holds a host, has it alone.
+//! hosts whose hashes collide are told apart by their exact keys.
+//!
+//! # Why a lock per thread for lookups
+//!
+//! Every call looks its host up, and a lookup must not write memory that
+//! another thread writes too: with a plain `RwLock`, each read takes and
+//! gives back the lock by writing its one word, and calls on two worker
+//! threads hand that word's cache line to and fro (64 callers over 50,000
+//! hosts on two threads cost 1.03 × reqwest-retry with it, 1.00 without;
+//! see BENCHMARKS.md). `crossbeam-utils`' [`ShardedLock`] keeps a lock per
+//! thread slot, each on a line of its own: a lookup takes its own thread's,
+//! and a change (a new host, an eviction, which checks that no one else
+//! holds a host) takes them all. Changes are rare: a new host, or a
+//! failing one past the bound.
 
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::Arc;
+
+use crossbeam_utils::sync::{ShardedLock, ShardedLockReadGuard, ShardedLockWriteGuard};
 
 use hashbrown::HashTable;
 use reqwest::Url;
@@ -130,7 +143,7 @@ pub(crate) struct Hosts<V> {
     /// an eighth of the limit holds off the next one; a shard that turned a
     /// host away counts as crowded for twice as long.
     pause: u64,
-    shards: Box<[RwLock<Table<V>>]>,
+    shards: Box<[ShardedLock<Table<V>>]>,
     /// The entry of every host that found no room. It has no key: no URL
     /// names it.
     overflow: Arc<Host<V>>,
@@ -158,7 +171,7 @@ impl<V: HostState> Hosts<V> {
     pub(crate) fn sharded(limit: usize, shards: usize, pause: u64, overflow: V) -> Self {
         let shards = shards.max(1);
         let table =
-            || RwLock::new(Table { hosts: HashTable::new(), next_scan: 0, crowded_until: 0 });
+            || ShardedLock::new(Table { hosts: HashTable::new(), next_scan: 0, crowded_until: 0 });
         let overflow = Arc::new(Host {
             scheme: Box::default(),
             host: Box::default(),
@@ -174,7 +187,7 @@ impl<V: HostState> Hosts<V> {
     }
 
     /// The shard of the host whose key hashes to `hashed`.
-    fn shard(&self, hashed: u64) -> &RwLock<Table<V>> {
+    fn shard(&self, hashed: u64) -> &ShardedLock<Table<V>> {
         // The high half: the table inside uses the low bits and the top
         // seven.
         let at = usize::try_from(hashed >> 32).unwrap_or_default();
@@ -319,13 +332,13 @@ fn may_forget<V: HostState>(host: &Arc<Host<V>>, now: u64) -> bool {
     Arc::strong_count(host) == 1 && host.value.may_forget(now)
 }
 
-fn read<T>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+fn read<T>(lock: &ShardedLock<T>) -> ShardedLockReadGuard<'_, T> {
     // Every change to the table completes before its guard drops: a panic
     // elsewhere leaves it whole.
     lock.read().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-fn write<T>(lock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+fn write<T>(lock: &ShardedLock<T>) -> ShardedLockWriteGuard<'_, T> {
     lock.write().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 

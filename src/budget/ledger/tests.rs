@@ -1,0 +1,210 @@
+//! The ledger: which account a request draws on, and the table of hosts.
+
+use std::time::Duration;
+
+use super::*;
+
+fn url(s: &str) -> Url {
+    Url::parse(s).unwrap()
+}
+
+fn budget(scope: BudgetScope) -> Ledger {
+    Ledger::new(&RetryBudget::default().with_scope(scope).with_reserve(1), 3)
+}
+
+fn len(b: &Ledger) -> usize {
+    let Accounts::PerHost(hosts) = &b.accounts else { unreachable!() };
+    hosts.len()
+}
+
+#[test]
+fn hosts_are_isolated_and_paths_are_not() {
+    let b = budget(BudgetScope::PerHost);
+    let t0 = Instant::now();
+    let a = b.account(&url("http://a.test/x"), t0);
+    assert!(b.try_spend(&a, t0).is_some());
+    let same = b.account(&url("http://a.test/other?q=1"), t0);
+    assert!(b.try_spend(&same, t0).is_none(), "one host, one reserve");
+    for other in ["http://b.test/", "https://a.test/", "http://a.test:8080/"] {
+        let account = b.account(&url(other), t0);
+        assert!(b.try_spend(&account, t0).is_some(), "{other}");
+    }
+}
+
+#[test]
+fn answers_earn_for_their_own_host_and_budget() {
+    let (b, other) = (budget(BudgetScope::PerHost), budget(BudgetScope::PerHost));
+    let t0 = Instant::now();
+    let a = b.account(&url("http://a.test/"), t0);
+    let c = b.account(&url("http://c.test/"), t0);
+    assert!(b.try_spend(&a, t0).is_some() && b.try_spend(&c, t0).is_some(), "reserves spent");
+    // The same thread records answers for one host in two budgets.
+    for _ in 0..10 {
+        b.earn_for(&url("http://a.test/p"), || t0);
+        other.earn_for(&url("http://a.test/p"), || t0);
+    }
+    // Ten tenths: the reserve is full again, the window empty.
+    assert_eq!(a.available(0), 1, "ten answers from a.test");
+    assert_eq!(c.available(0), 0, "c.test earned nothing");
+    // Hosts taking turns, and a URL naming a user.
+    for _ in 0..10 {
+        b.earn_for(&url("http://c.test/"), || t0);
+        b.earn_for(&url("http://user@a.test/"), || t0);
+    }
+    assert_eq!((a.available(0), c.available(0)), (2, 1));
+    // One host over and over, after a first URL that named a user.
+    b.earn_for(&url("http://user@d.test/"), || t0);
+    let d = b.account(&url("http://d.test/"), t0);
+    assert!(b.try_spend(&d, t0).is_some(), "the reserve");
+    for _ in 0..19 {
+        b.earn_for(&url("http://d.test/q"), || t0);
+    }
+    // The first answer went to the window (the reserve was full); the
+    // retry took that 0.1 and 0.9 of the reserve; nine answers refilled
+    // the reserve and ten earned a retry in the window: 1.0 + 1.0.
+    assert_eq!(d.available(0), 2);
+    let fresh = other.account(&url("http://a.test/"), t0);
+    assert_eq!(fresh.available(0), 2, "the other budget's own account");
+}
+
+#[test]
+fn past_the_bound_answers_alone_let_no_host_in() {
+    let b = budget(BudgetScope::PerHost);
+    let t0 = Instant::now();
+    for n in 0..MAX_HOSTS * 4 {
+        b.earn_for(&url(&format!("http://h{n}.test/")), || t0);
+    }
+    assert_eq!(len(&b), MAX_HOSTS, "answers fill every shard up to its bound, and no further");
+    let Accounts::PerHost(hosts) = &b.accounts else { unreachable!() };
+    let new = url("http://new.test/");
+    b.earn_for(&new, || t0);
+    assert!(hosts.with(&new, |_| ()).is_none(), "an answer alone does not let it in");
+    // A failure lets a host in, making room among the calm ones.
+    let failing = b.account(&new, t0);
+    b.note_failure(&failing, t0);
+    assert!(hosts.with(&new, |_| ()).is_some());
+    assert!(len(&b) <= MAX_HOSTS);
+}
+
+#[test]
+fn global_scope_shares_one_account() {
+    let b = budget(BudgetScope::Global);
+    let t0 = Instant::now();
+    let a = b.account(&url("http://a.test/"), t0);
+    assert!(b.try_spend(&a, t0).is_some());
+    assert!(b.try_spend(&b.account(&url("http://b.test/"), t0), t0).is_none());
+}
+
+#[test]
+fn the_table_forgets_the_least_recently_used_calm_hosts() {
+    let b = budget(BudgetScope::PerHost);
+    let Accounts::PerHost(hosts) = &b.accounts else { unreachable!() };
+    let t0 = Instant::now();
+    let at = |s: u64| t0 + Duration::from_secs(s);
+    // Fill the shard of new.test, each host used at a time of its own.
+    let new = url("http://new.test/");
+    let mut shard = Vec::new();
+    for n in 0u64.. {
+        let (len, limit) = hosts.shard_len(&new);
+        if len == limit {
+            break;
+        }
+        let host = url(&format!("http://h{n}.test/"));
+        let before = hosts.shard_len(&new).0;
+        drop(b.account(&host, at(n)));
+        if hosts.shard_len(&new).0 > before {
+            shard.push(host);
+        }
+    }
+    drop(b.account(&new, at(100_000)));
+    let (len, limit) = hosts.shard_len(&new);
+    assert_eq!(len, limit - limit / 8, "an eighth of the shard went, and new.test came in");
+    // The least recently used went, the most recent stayed.
+    let kept = |u: &Url| hosts.with(u, |_| ()).is_some();
+    let gone = limit / 8 + 1;
+    assert!(shard[..gone].iter().all(|u| !kept(u)), "the oldest went");
+    assert!(shard[gone..].iter().all(kept), "the rest stayed");
+    assert!(kept(&new));
+}
+
+#[test]
+fn a_failing_host_is_never_forgotten() {
+    let b = budget(BudgetScope::PerHost);
+    let t0 = Instant::now();
+    let failing = b.account(&url("http://down.test/"), t0);
+    b.note_failure(&failing, t0);
+    assert!(b.try_spend(&failing, t0).is_some());
+    drop(failing);
+    for n in 0..(MAX_HOSTS * 3) {
+        drop(b.account(&url(&format!("http://h{n}.test/")), t0));
+    }
+    assert!(len(&b) <= MAX_HOSTS);
+    // Still the same account: its spent reserve was not handed back.
+    let again = b.account(&url("http://down.test/"), t0);
+    assert!(b.try_spend(&again, t0).is_none());
+}
+
+#[test]
+fn a_host_that_only_failed_is_not_forgotten_either() {
+    let b = budget(BudgetScope::PerHost);
+    let t0 = Instant::now();
+    b.note_failure(&b.account(&url("http://down.test/"), t0), t0);
+    for n in 0..(MAX_HOSTS * 3) {
+        drop(b.account(&url(&format!("http://h{n}.test/")), t0));
+    }
+    let Accounts::PerHost(hosts) = &b.accounts else { unreachable!() };
+    assert!(hosts.with(&url("http://down.test/"), |_| ()).is_some());
+}
+
+#[test]
+fn a_host_past_a_table_of_failing_hosts_never_gets_a_fresh_reserve() {
+    // A budget whose shard for new.test is full of failing hosts.
+    let b = budget(BudgetScope::PerHost);
+    let Accounts::PerHost(hosts) = &b.accounts else { unreachable!() };
+    let t0 = Instant::now();
+    let new = url("http://new.test/");
+    for n in 0.. {
+        let (len, limit) = hosts.shard_len(&new);
+        if len == limit {
+            break;
+        }
+        let account = b.account(&url(&format!("http://f{n}.test/")), t0);
+        b.note_failure(&account, t0);
+    }
+    // It shares the overflow account, whose reserve starts empty.
+    let shared = b.account(&new, t0);
+    assert!(b.try_spend(&shared, t0).is_none(), "no fresh reserve for a new host");
+    let (len, limit) = hosts.shard_len(&new);
+    assert_eq!(len, limit, "the shard stays at its bound");
+    drop(shared);
+    // A window later the old hosts are calm and may go: the new host
+    // gets an account of its own, still with an empty reserve, as it
+    // may have been failing all along.
+    let later = t0 + Duration::from_secs(10);
+    let own = b.account(&new, later);
+    assert!(hosts.with(&new, |_| ()).is_some());
+    assert!(b.try_spend(&own, later).is_none());
+    // Its own answers earn it retries, as for any host.
+    for _ in 0..10 {
+        b.earn(&own, later);
+    }
+    assert!(b.try_spend(&own, later).is_some());
+}
+
+#[test]
+fn a_budget_prints_its_rates_in_thousandths() {
+    let printed = format!("{:?}", budget(BudgetScope::Global));
+    assert!(printed.starts_with("Ledger { earn: 100, reserve: "), "{printed}");
+    assert!(printed.contains("slot_ms: 1000"), "{printed}");
+}
+
+#[test]
+fn a_host_in_use_is_never_forgotten() {
+    let b = budget(BudgetScope::PerHost);
+    let t0 = Instant::now();
+    let held = b.account(&url("http://busy.test/"), t0);
+    for n in 0..(MAX_HOSTS * 2) {
+        drop(b.account(&url(&format!("http://h{n}.test/")), t0));
+    }
+    assert!(Arc::ptr_eq(&held, &b.account(&url("http://busy.test/"), t0)));
+}
