@@ -13,6 +13,7 @@ use crate::body::{self, RequestBuffer};
 use crate::events;
 use crate::future::first;
 use crate::policy::Policy;
+use crate::rate_limit::HostPaused;
 use crate::reason::{Decision, StopReason};
 use crate::redirect::{self, Seen};
 use crate::report::{AttemptNumber, deliver};
@@ -58,6 +59,10 @@ impl Shared {
             // next one.
             let caller = extensions.clone();
             loop {
+                if let Err(paused) = self.pass(&mut policy, pending.as_ref()).await {
+                    let stop = StopReason::HostPaused;
+                    return self.end(&policy, what, extensions, &caller, stop, paused);
+                }
                 let send = sender(&next, extensions);
                 let Ok((sent, cut_at)) = policy.start(&mut pending, send) else {
                     return self.expired(&policy, what, extensions, &caller);
@@ -86,6 +91,26 @@ impl Shared {
                 next_attempt(&policy, extensions, &caller);
             }
         }
+    }
+
+    /// Waits while the request's host is paused at its server's request,
+    /// unless the call does not wait (see [`Policy::passage`]).
+    async fn pass(
+        &self,
+        policy: &mut Policy<'_>,
+        request: Option<&Request>,
+    ) -> std::result::Result<(), HostPaused> {
+        let Some(request) = request else { return Ok(()) };
+        while let Some(wait) = policy.passage(request)? {
+            let before = self.clock.now();
+            self.clock.sleep(wait).await;
+            // A clock whose time a sleep does not move would hold the call
+            // forever: it goes.
+            if self.clock.now() <= before {
+                break;
+            }
+        }
+        Ok(())
     }
 
     /// Reads a streamed request body into memory, if body buffering asks
@@ -185,9 +210,22 @@ impl Shared {
         extensions: &mut Extensions,
         caller: &Extensions,
     ) -> Result<Response> {
-        let stop = StopReason::DeadlineExceeded;
+        let (stop, error) = (StopReason::DeadlineExceeded, policy.deadline_exceeded());
+        self.end(policy, what, extensions, caller, stop, error)
+    }
+
+    /// Stops because of `stop` with no outcome to return: `error` instead.
+    fn end(
+        &self,
+        policy: &Policy<'_>,
+        what: What<'_>,
+        extensions: &mut Extensions,
+        caller: &Extensions,
+        stop: StopReason,
+        error: impl std::error::Error + Send + Sync + 'static,
+    ) -> Result<Response> {
         events::notify(self, policy.attempts(), policy.resend_count(), what, Decision::Stop(stop));
-        let mut outcome = Err(Error::middleware(policy.deadline_exceeded()));
+        let mut outcome = Err(Error::middleware(error));
         deliver(extensions, caller, &mut outcome, policy.report(stop));
         outcome
     }

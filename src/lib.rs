@@ -126,6 +126,13 @@
 //! back at once with [`StopReason::RetryAfterTooLong`](crate::report::StopReason::RetryAfterTooLong), and the caller decides.
 //! A malformed value is ignored and the backoff used.
 //!
+//! A `429` or `503` whose wait is within the cap pauses the host for every
+//! call of the middleware: they wait for the time the server named, then
+//! one request goes first and the rest follow only if it is not told to
+//! wait again (see [`RetryAfter::with_pause`] and the [`rate_limit`]
+//! module). A rate limiter gets one request a pause from the process, and
+//! those retries cost the budget nothing.
+//!
 //! ## Respect the caller's time
 //!
 //! An optional deadline bounds the whole call: every attempt, the one in
@@ -323,8 +330,10 @@ pub mod hedge;
 mod hosts;
 pub mod jitter;
 mod middleware;
+mod pause;
 mod policy;
 mod predicate;
+pub mod rate_limit;
 mod reason;
 mod redirect;
 pub mod report;
@@ -342,7 +351,7 @@ pub use extensions::{MaxRetries, RetryDeadline, SafeToRetry};
 pub use middleware::RetryMiddleware;
 pub use predicate::{Attempt, Outcome, Verdict};
 pub use reason::Retryability;
-pub use retry_after::{RetryAfter, RetryAfterOverCap, parse_retry_after};
+pub use retry_after::{RetryAfter, RetryAfterOverCap};
 
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]

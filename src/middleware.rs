@@ -219,7 +219,7 @@ impl fmt::Debug for RetryMiddleware {
             .field("config", &self.shared.config)
             .field("clock", &self.shared.clock)
             .field("hook", &self.shared.hook.as_ref().map(|_| "<fn>"))
-            .field("budget", &self.shared.budget)
+            .field("ledger", &self.shared.ledger)
             .field("redirect_policy", &self.shared.redirect)
             .field("built_its_client", &self.shared.bound)
             .finish_non_exhaustive()

@@ -67,6 +67,10 @@ pub enum StopReason {
     DeadlineExceeded,
     /// The retry budget for this host is spent.
     BudgetExhausted,
+    /// The host is paused at its server's request and the call did not
+    /// wait: its deadline would pass first, or it carries `ReturnIfPaused`.
+    /// See [`RetryAfter::with_pause`](crate::RetryAfter::with_pause).
+    HostPaused,
 }
 
 /// What the middleware does after an attempt.
@@ -108,6 +112,7 @@ impl fmt::Display for StopReason {
             StopReason::RetryAfterTooLong(d) => write!(f, "retry-after of {d:?} is over the cap"),
             StopReason::DeadlineExceeded => f.write_str("deadline reached"),
             StopReason::BudgetExhausted => f.write_str("retry budget exhausted"),
+            StopReason::HostPaused => f.write_str("host paused at its server's request"),
         }
     }
 }
@@ -133,8 +138,8 @@ impl RetryReason {
 impl StopReason {
     /// A stable, low-cardinality label for metrics and logs:
     /// `nothing_to_retry`, `not_safe`, `retries_exhausted`, `not_replayable`,
-    /// `retry_after_too_long`, `deadline_exceeded` or `budget_exhausted`. No
-    /// duration is ever part of it.
+    /// `retry_after_too_long`, `deadline_exceeded`, `budget_exhausted` or
+    /// `host_paused`. No duration is ever part of it.
     pub fn as_str(&self) -> &'static str {
         match self {
             StopReason::NothingToRetry => "nothing_to_retry",
@@ -144,6 +149,7 @@ impl StopReason {
             StopReason::RetryAfterTooLong(_) => "retry_after_too_long",
             StopReason::DeadlineExceeded => "deadline_exceeded",
             StopReason::BudgetExhausted => "budget_exhausted",
+            StopReason::HostPaused => "host_paused",
         }
     }
 }
@@ -223,6 +229,7 @@ mod tests {
             StopReason::RetryAfterTooLong(Duration::from_secs(90)),
             StopReason::DeadlineExceeded,
             StopReason::BudgetExhausted,
+            StopReason::HostPaused,
         ]
         .iter()
         .map(StopReason::as_str)
@@ -237,6 +244,7 @@ mod tests {
                 "retry_after_too_long",
                 "deadline_exceeded",
                 "budget_exhausted",
+                "host_paused",
             ]
         );
         // The same label whatever the duration: no durations in labels.

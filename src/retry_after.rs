@@ -2,8 +2,10 @@
 
 use std::time::{Duration, SystemTime};
 
+use http::HeaderMap;
 use http::header::{DATE, RETRY_AFTER};
-use http::{HeaderMap, HeaderValue};
+
+use crate::rate_limit::parse_retry_after;
 
 /// How a wait the server asks for is honoured: its `Retry-After`, or one a
 /// predicate hands on ([`Verdict::server_asked`](crate::Verdict::server_asked)).
@@ -13,6 +15,7 @@ use http::{HeaderMap, HeaderValue};
 /// | `cap` | 30 s | a server may ask us to wait, not to hang; longer asks are returned to the caller |
 /// | `over_cap` | [`RetryAfterOverCap::ReturnResponse`] | the caller, not the middleware, decides whether to wait longer than the cap |
 /// | `spread` | on | `Retry-After` is a floor: clients told the same thing come back spread over the retry's backoff ceiling, not in one instant |
+/// | `pause` | on | a server that asks one call to wait has asked the whole process: the host's other calls wait too, and one probe goes when the wait ends |
 ///
 /// ```
 /// use std::time::Duration;
@@ -31,6 +34,7 @@ pub struct RetryAfter {
     cap: Duration,
     over_cap: RetryAfterOverCap,
     spread: bool,
+    pause: bool,
 }
 
 impl Default for RetryAfter {
@@ -39,6 +43,7 @@ impl Default for RetryAfter {
             cap: Duration::from_secs(30),
             over_cap: RetryAfterOverCap::ReturnResponse,
             spread: true,
+            pause: true,
         }
     }
 }
@@ -74,6 +79,40 @@ impl RetryAfter {
         self
     }
 
+    /// Whether a wait the server asks for pauses its host for every call
+    /// of the middleware (on by default).
+    ///
+    /// A `429` or `503` whose wait is within the cap (and above zero)
+    /// pauses the host (scheme, host and port) until the time the server
+    /// named, for every call of this middleware and its clones: a call
+    /// that is about to send to the host, first attempt or retry, waits
+    /// until then, plus a spread of its own as for `Retry-After`. When the
+    /// pause ends, one request goes first (the probe): if the server asks
+    /// for another wait, the host is paused again and the other calls sent
+    /// nothing; otherwise they go, each after its spread. So a host that
+    /// keeps asking gets one request per pause from the process, whatever
+    /// the number of calls waiting.
+    ///
+    /// A retry that waits out such a pause is not paid for by the
+    /// [budget](crate::RetryBudget): the pause, not the budget, bounds it
+    /// (to one request per pause), and the budget stays whole for the
+    /// failures it is for.
+    ///
+    /// A call whose [deadline](crate::RetryConfigBuilder::with_deadline)
+    /// ends before the pause does returns at once with a
+    /// [`HostPaused`](crate::rate_limit::HostPaused) error, as does one that
+    /// carries [`ReturnIfPaused`](crate::rate_limit::ReturnIfPaused). A pause
+    /// over the cap is no pause: the response is returned (or the cap
+    /// waited, as [`with_over_cap`](Self::with_over_cap) says) and other
+    /// calls go on.
+    ///
+    /// Off, each call honours the wait it was told alone, as most clients
+    /// do.
+    pub fn with_pause(mut self, pause: bool) -> Self {
+        self.pause = pause;
+        self
+    }
+
     /// The longest wait honoured.
     pub fn cap(&self) -> Duration {
         self.cap
@@ -87,6 +126,17 @@ impl RetryAfter {
     /// Whether a wait the server asked for is spread.
     pub fn spread(&self) -> bool {
         self.spread
+    }
+
+    /// Whether a wait the server asks for pauses its host for every call.
+    pub fn pause(&self) -> bool {
+        self.pause
+    }
+
+    /// Whether a wait the server asked for is one to honour in full: above
+    /// zero, which sets no time, and within the cap.
+    pub(crate) fn honours(&self, asked: Duration) -> bool {
+        !asked.is_zero() && asked <= self.cap
     }
 }
 
@@ -106,44 +156,6 @@ pub enum RetryAfterOverCap {
     /// cap (spread as any `Retry-After` wait is). The retry may well meet the
     /// same answer; the retry count and the budget still bound how often.
     WaitTheCap,
-}
-
-/// The wait a `Retry-After` value asks for, measured from `now`.
-///
-/// The middleware calls this with the time of the response's own `Date`
-/// header when it has a valid one (so a client whose clock is off waits what
-/// the server meant), and otherwise with its [`Clock`](crate::clock::Clock)'s wall
-/// time; it is public for clients that read the header themselves.
-///
-/// ```
-/// use std::time::{Duration, SystemTime};
-/// use http::HeaderValue;
-/// use reqwest_safe_retry::parse_retry_after;
-///
-/// let now = SystemTime::UNIX_EPOCH + Duration::from_secs(784_111_770);
-/// let date = HeaderValue::from_static("Sun, 06 Nov 1994 08:49:37 GMT");
-/// assert_eq!(parse_retry_after(&date, now), Some(Duration::from_secs(7)));
-/// assert_eq!(parse_retry_after(&HeaderValue::from_static("120"), now), Some(Duration::from_secs(120)));
-/// assert_eq!(parse_retry_after(&HeaderValue::from_static("soon"), now), None);
-/// ```
-///
-/// Accepts delay-seconds (`120`) and an HTTP date in any of the three forms
-/// RFC 9110 allows (IMF-fixdate, RFC 850, asctime). A date in the past asks
-/// for no wait. A number too large for a `u64` saturates, so it reads as
-/// "longer than any cap". Anything else — empty, negative, fractional, a
-/// malformed date, bytes that are not visible ASCII — is `None`: the caller
-/// ignores the header and falls back to its own backoff.
-pub fn parse_retry_after(value: &HeaderValue, now: SystemTime) -> Option<Duration> {
-    let text = value.to_str().ok()?.trim();
-    if text.is_empty() {
-        return None;
-    }
-    if text.bytes().all(|b| b.is_ascii_digit()) {
-        let secs = text.parse::<u64>().unwrap_or(u64::MAX);
-        return Some(Duration::from_secs(secs));
-    }
-    let at = httpdate::parse_http_date(text).ok()?;
-    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
 }
 
 /// The wait a response's `Retry-After` asks for. A date is measured from
@@ -181,6 +193,8 @@ fn server_now(headers: &HeaderMap, wall_time: impl FnOnce() -> SystemTime) -> Sy
 
 #[cfg(test)]
 mod tests {
+    use http::HeaderValue;
+
     use super::*;
 
     // Sun, 06 Nov 1994 08:49:37 GMT, the example date of RFC 9110.

@@ -1,5 +1,5 @@
 //! What every request of one middleware shares: the configuration, the
-//! clock, the randomness, the budget, the hook, the redirect policy and
+//! clock, the randomness, the ledger (budget and pauses), the hook, the redirect policy and
 //! whether the middleware built its client with it, and the level of its
 //! events.
 //!
@@ -23,7 +23,9 @@ pub(crate) struct Shared {
     pub(crate) config: RetryConfig,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) jitter: Arc<dyn JitterSource>,
-    pub(crate) budget: Option<Arc<Ledger>>,
+    /// The retry budget's accounts and the pauses servers asked for, if
+    /// either is on.
+    pub(crate) ledger: Option<Arc<Ledger>>,
     pub(crate) hook: Option<Hook>,
     /// The user's redirect policy, which the client the middleware builds
     /// follows, each redirect recorded (see [`crate::redirect`]).
@@ -41,13 +43,13 @@ impl Shared {
     /// The parts of a middleware with this policy, the [`TokioClock`](crate::clock::TokioClock),
     /// thread-local randomness, no hook, and debug-level events.
     pub(crate) fn new(config: RetryConfig) -> Self {
-        let budget =
-            config.budget().map(|budget| Arc::new(Ledger::new(budget, config.max_retries())));
+        let pauses = config.retry_after().pause();
+        let ledger = Ledger::new(config.budget(), config.max_retries(), pauses).map(Arc::new);
         Self {
             config,
             clock: Arc::new(TokioClock),
             jitter: Arc::new(ThreadRngJitter),
-            budget,
+            ledger,
             hook: None,
             redirect: Arc::new(reqwest::redirect::Policy::default()),
             bound: false,

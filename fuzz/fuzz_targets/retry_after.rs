@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use http::HeaderValue;
 use libfuzzer_sys::fuzz_target;
-use reqwest_safe_retry::parse_retry_after;
+use reqwest_safe_retry::rate_limit::parse_retry_after;
 
 fuzz_target!(|input: (u64, &[u8])| {
     let (now_secs, bytes) = input;

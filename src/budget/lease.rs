@@ -34,6 +34,7 @@ enum Sent {
 impl<'a> Lease<'a> {
     /// A lease on `ledger`, if there is a budget, reading time from `clock`.
     pub(crate) fn new(ledger: Option<&'a Ledger>, clock: &'a dyn Clock) -> Self {
+        let ledger = ledger.filter(|ledger| ledger.budgeted());
         Self { ledger, clock, account: None, paid: None }
     }
 
@@ -145,7 +146,10 @@ mod tests {
 
     /// A ledger whose hosts hold `reserve` retries, and a manual clock.
     fn ledger(reserve: u32) -> (Ledger, ManualClock) {
-        (Ledger::new(&RetryBudget::default().with_reserve(reserve), 3), ManualClock::new())
+        (
+            Ledger::new(Some(&RetryBudget::default().with_reserve(reserve)), 3, false).unwrap(),
+            ManualClock::new(),
+        )
     }
 
     /// Retries the host's account allows now, found by spending them.
@@ -167,6 +171,22 @@ mod tests {
         lease.failed(Some(&url()));
         assert!(lease.spend() && lease.spend());
         lease.answered(None);
+    }
+
+    #[test]
+    fn a_request_sent_with_no_copy_still_earns_for_its_host() {
+        let (ledger, clock) = ledger(0);
+        for _ in 0..10 {
+            let mut lease = Lease::new(Some(&ledger), &clock);
+            // The last attempt: no copy is left to name the host by.
+            lease.hold(&url());
+            lease.answered(None);
+        }
+        let mut failing = Lease::new(Some(&ledger), &clock);
+        failing.hold(&url());
+        failing.failed(None);
+        assert!(failing.spend(), "ten answers earned a retry, and the host held pays it");
+        assert!(!failing.spend(), "one");
     }
 
     #[test]

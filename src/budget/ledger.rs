@@ -1,91 +1,158 @@
-//! The live budget: which account a request draws on, and the table of
-//! hosts behind [`BudgetScope::PerHost`].
+//! The live books of one middleware: which budget account a request draws
+//! on, the pauses servers asked for, and the one table of hosts that keeps
+//! both per scheme, host and port.
 
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use reqwest::Url;
 
 use super::account::{Account, Paid, RETRY_COST, SLOTS};
 use super::{BudgetScope, RetryBudget};
-use crate::hosts::{HostState, Hosts};
+use crate::hosts::{Host, HostState, Hosts};
+use crate::pause::{Gate, Pause};
 
 /// Hosts tracked before the least recently used calm ones are forgotten.
 const MAX_HOSTS: usize = 1024;
 /// Shards of the table of hosts, 64 hosts each: callers on different
 /// threads seldom meet on one lock.
 const SHARDS: usize = 16;
+/// The window of the books when there is no budget to set it: how long a
+/// pause that ended is kept for a probe, and a host's table slot for it.
+const NO_BUDGET_WINDOW_MS: u64 = 10_000;
 
-/// The live budget shared by every clone of one middleware: its books.
+/// The live books shared by every clone of one middleware.
 pub(crate) struct Ledger {
-    /// Earned per final answer, in thousandths of a retry.
-    earn: u64,
-    /// The reserve's capacity, in thousandths.
-    reserve: u64,
+    /// The budget's rates, if there is a budget.
+    rates: Option<Rates>,
     /// Width of a slot in milliseconds: at least 10, as the window is at
     /// least 100 ms.
     slot_ms: u64,
     origin: OnceLock<Instant>,
-    accounts: Accounts,
+    /// The account of a global budget.
+    global: Option<Arc<Account>>,
+    /// What is kept per host: a per-host budget's accounts, and pauses.
+    hosts: Hosts<Record>,
+    /// Whether a server's pause is shared by the host's calls.
+    pauses: bool,
+    /// Until when (milliseconds on the books' timeline, plus one) a pause
+    /// may be in force for some host; `0` for never. Until then, a call
+    /// looks its host up before it sends; after, no host is paused and it
+    /// does not.
+    paused_until: AtomicU64,
 }
 
-enum Accounts {
-    Global(Arc<Account>),
-    /// An account per scheme, host and port; hosts whose hashes collide
-    /// are told apart by their exact keys, so two hosts never share an
-    /// account by accident.
-    PerHost(Hosts<Arc<Account>>),
+/// What a budget earns and holds.
+#[derive(Debug, Clone, Copy)]
+struct Rates {
+    /// Earned per final answer, in thousandths of a retry.
+    earn: u64,
+    /// The reserve's capacity, in thousandths.
+    reserve: u64,
 }
 
-impl HostState for Arc<Account> {
+/// What the books keep for one host.
+pub(crate) struct Record {
+    /// Its budget account, with a per-host budget.
+    account: Option<Arc<Account>>,
+    /// The pause its server asked for, if any.
+    pause: Pause,
+    /// The books' slot width, to read the table's clock in milliseconds.
+    slot_ms: u64,
+}
+
+impl Record {
+    fn new(account: Option<Account>, slot_ms: u64) -> Self {
+        Self { account: account.map(Arc::new), pause: Pause::default(), slot_ms }
+    }
+}
+
+impl HostState for Record {
     fn last_used(&self) -> u64 {
-        Account::last_used(self)
+        self.account.as_deref().map_or(0, Account::last_used)
     }
 
-    /// Calm (no retryable outcome within a window), and no call holds the
-    /// account. A host failing now is kept, even past the limit: forgetting
-    /// it would hand it a fresh reserve.
+    /// Calm (no retryable outcome within a window), no call holds the
+    /// account, and no pause is in force or its probe in flight. A host
+    /// failing now is kept, even past the limit: forgetting it would hand
+    /// it a fresh reserve, or lift its pause.
     fn may_forget(&self, now: u64) -> bool {
-        Arc::strong_count(self) == 1 && self.is_calm(now)
+        let account = self
+            .account
+            .as_ref()
+            .is_none_or(|account| Arc::strong_count(account) == 1 && account.is_calm(now));
+        let grace = self.slot_ms.saturating_mul(SLOTS);
+        account && self.pause.may_forget(now.saturating_mul(self.slot_ms), grace)
     }
 }
 
 impl Ledger {
-    /// The live budget for `config`, whose calls may each retry up to
-    /// `per_call` times: the reserve's default size follows from it.
-    pub(crate) fn new(config: &RetryBudget, per_call: u32) -> Self {
-        let window_ms = config.window.as_millis() as u64;
-        let reserve = u64::from(config.reserve_for(per_call)) * RETRY_COST;
-        let scope = match config.scope {
-            BudgetScope::Global => Accounts::Global(Arc::new(Account::new(reserve))),
-            // Hosts past the bound share an account that starts empty: a
-            // failing host never gets a fresh reserve by being new, or
-            // forgotten (it is not forgotten while it fails).
-            BudgetScope::PerHost => Accounts::PerHost(Hosts::sharded(
-                MAX_HOSTS,
-                SHARDS,
-                SLOTS,
-                Arc::new(Account::new(0)),
-            )),
-        };
-        Self {
-            earn: (config.ratio * RETRY_COST as f64).round() as u64,
-            reserve,
-            slot_ms: window_ms / SLOTS,
-            origin: OnceLock::new(),
-            accounts: scope,
+    /// The live books for `budget`, if any, whose calls may each retry up
+    /// to `per_call` times (the reserve's default size follows from it),
+    /// sharing a server's pause among the host's calls if `pauses`. `None`
+    /// when there is nothing to keep.
+    pub(crate) fn new(budget: Option<&RetryBudget>, per_call: u32, pauses: bool) -> Option<Self> {
+        if budget.is_none() && !pauses {
+            return None;
         }
+        let window_ms =
+            budget.map_or(NO_BUDGET_WINDOW_MS, |budget| budget.window.as_millis() as u64);
+        let slot_ms = window_ms / SLOTS;
+        let rates = budget.map(|budget| Rates {
+            earn: (budget.ratio * RETRY_COST as f64).round() as u64,
+            reserve: u64::from(budget.reserve_for(per_call)) * RETRY_COST,
+        });
+        let per_host = budget.is_some_and(|budget| budget.scope == BudgetScope::PerHost);
+        let global = match (budget, rates) {
+            (Some(budget), Some(rates)) if budget.scope == BudgetScope::Global => {
+                Some(Arc::new(Account::new(rates.reserve)))
+            }
+            _ => None,
+        };
+        // Hosts past the bound share an account that starts empty: a
+        // failing host never gets a fresh reserve by being new, or
+        // forgotten (it is not forgotten while it fails). No pause is
+        // kept for them.
+        let overflow = Record::new(per_host.then(|| Account::new(0)), slot_ms);
+        Some(Self {
+            rates,
+            slot_ms,
+            origin: OnceLock::new(),
+            global,
+            hosts: Hosts::sharded(MAX_HOSTS, SHARDS, SLOTS, overflow),
+            pauses,
+            paused_until: AtomicU64::new(0),
+        })
+    }
+
+    /// Whether there is a budget: without one, every retry is allowed and
+    /// nothing is counted.
+    pub(crate) fn budgeted(&self) -> bool {
+        self.rates.is_some()
+    }
+
+    /// Whether accounts are kept per host.
+    fn per_host(&self) -> bool {
+        self.rates.is_some() && self.global.is_none()
+    }
+
+    /// The rates, for code that runs only with a budget.
+    fn rates(&self) -> Rates {
+        self.rates.unwrap_or(Rates { earn: 0, reserve: 0 })
     }
 
     /// The account that a request to `url`, sent at `now`, draws on.
     pub(super) fn account(&self, url: &Url, now: Instant) -> Arc<Account> {
         let seen = self.slot_number(now);
-        let account = match &self.accounts {
-            Accounts::Global(account) => account.clone(),
-            Accounts::PerHost(hosts) => {
-                hosts.with(url, Arc::clone).unwrap_or_else(|| self.insert(hosts, url, seen))
-            }
+        let account = match &self.global {
+            Some(account) => account.clone(),
+            None => self
+                .hosts
+                .with(url, |record| record.account.clone())
+                .flatten()
+                .unwrap_or_else(|| self.insert(url, seen)),
         };
         account.touch(seen);
         account
@@ -95,11 +162,11 @@ impl Ledger {
     /// once, if the host is known or its shard has room: past the bound, a
     /// host that has not failed is not let in, as for its answers.
     pub(super) fn admitted(&self, url: &Url, now: Instant) -> Option<Arc<Account>> {
-        if let Accounts::PerHost(hosts) = &self.accounts {
-            match hosts.with_or_full(url, Arc::clone) {
-                Ok(account) => return Some(account),
+        if self.per_host() {
+            match self.hosts.with_or_full(url, |record| record.account.clone()) {
+                Ok(Some(account)) => return Some(account),
                 Err(true) => return None,
-                Err(false) => {}
+                Ok(None) | Err(false) => {}
             }
         }
         Some(self.account(url, now))
@@ -110,29 +177,33 @@ impl Ledger {
     /// (`now`) is read only to book a retry's worth of answers, or for a
     /// host that is new.
     pub(super) fn earn_for(&self, url: &Url, now: impl FnOnce() -> Instant) {
+        let Rates { earn, reserve } = self.rates();
         let earn = |account: &Arc<Account>| {
-            let batch = account.earn_unbooked(self.earn, self.reserve)?;
+            let batch = account.earn_unbooked(earn, reserve)?;
             Some((account.clone(), batch))
         };
-        let due = match &self.accounts {
-            Accounts::Global(account) => earn(account),
-            Accounts::PerHost(hosts) => match hosts.with_or_full(url, earn) {
-                Ok(due) => due,
-                // Past the bound, a host's answers alone do not let it in:
-                // a new account's reserve is full, so all they would add
-                // is less than a retry, unbooked. A host enters once it
-                // fails, and does not push out a calm one before.
-                Err(true) => return,
-                Err(false) => {
-                    let seen = self.slot_number(now());
-                    let account = self.insert(hosts, url, seen);
-                    account.touch(seen);
-                    if let Some(batch) = account.earn_unbooked(self.earn, self.reserve) {
-                        account.book(seen, batch);
+        let due = match &self.global {
+            Some(account) => earn(account),
+            None => {
+                match self.hosts.with_or_full(url, |record| record.account.as_ref().and_then(earn))
+                {
+                    Ok(due) => due,
+                    // Past the bound, a host's answers alone do not let it in:
+                    // a new account's reserve is full, so all they would add
+                    // is less than a retry, unbooked. A host enters once it
+                    // fails, and does not push out a calm one before.
+                    Err(true) => return,
+                    Err(false) => {
+                        let seen = self.slot_number(now());
+                        let account = self.insert(url, seen);
+                        account.touch(seen);
+                        if let Some(batch) = account.earn_unbooked(self.rates().earn, reserve) {
+                            account.book(seen, batch);
+                        }
+                        return;
                     }
-                    return;
                 }
-            },
+            }
         };
         if let Some((account, batch)) = due {
             account.book(self.slot_number(now()), batch);
@@ -143,17 +214,27 @@ impl Ledger {
     /// unless the table turned a host away within a window, when the new
     /// one may be a failing host that shared the overflow account until
     /// now.
-    fn insert(&self, hosts: &Hosts<Arc<Account>>, url: &Url, now: u64) -> Arc<Account> {
-        let reserve = |crowded: bool| if crowded { 0 } else { self.reserve };
-        hosts
-            .get_or_insert(url, now, |crowded| Arc::new(Account::new(reserve(crowded))))
-            .value
-            .clone()
+    fn insert(&self, url: &Url, now: u64) -> Arc<Account> {
+        let record = self.record(url, now);
+        // A per-host budget's records all have accounts; a record made for
+        // a pause before would have one too.
+        record.value.account.clone().unwrap_or_else(|| Arc::new(Account::new(0)))
+    }
+
+    /// The record of `url`'s host, made if it is new (with a fresh account,
+    /// as [`insert`](Self::insert) says, under a per-host budget).
+    fn record(&self, url: &Url, now: u64) -> Arc<Host<Record>> {
+        let reserve = |crowded: bool| if crowded { 0 } else { self.rates().reserve };
+        let per_host = self.per_host();
+        self.hosts.get_or_insert(url, now, |crowded| {
+            Record::new(per_host.then(|| Account::new(reserve(crowded))), self.slot_ms)
+        })
     }
 
     /// Records a final answer, which earns a share of a retry.
     pub(super) fn earn(&self, account: &Account, now: Instant) {
-        account.earn(self.slot_number(now), self.earn, self.reserve);
+        let Rates { earn, reserve } = self.rates();
+        account.earn(self.slot_number(now), earn, reserve);
     }
 
     /// Records a retryable outcome: the host is failing now.
@@ -169,25 +250,126 @@ impl Ledger {
 
     /// Gives back what a retry cost: it succeeded, or it was never sent.
     pub(super) fn refund(&self, account: &Account, paid: Paid, now: Instant) {
-        account.refund(self.slot_number(now), paid, self.reserve);
+        account.refund(self.slot_number(now), paid, self.rates().reserve);
+    }
+
+    /// Where `url`'s host stands for a request about to go at `now`. While
+    /// no host has been paused within a window, it reads neither the clock
+    /// nor the table.
+    pub(crate) fn gate(&self, url: &Url, now: impl FnOnce() -> Instant) -> Passage {
+        let horizon = self.paused_until.load(Ordering::Acquire);
+        if horizon == 0 {
+            return Passage::Open;
+        }
+        let now = self.ms(now());
+        if now >= horizon {
+            // Every pause ended a window ago: look no host up until the
+            // next one. A pause set meanwhile moved the horizon on.
+            let _ =
+                self.paused_until.compare_exchange(horizon, 0, Ordering::AcqRel, Ordering::Relaxed);
+            return Passage::Open;
+        }
+        let Some(host) = self.hosts.get(url) else { return Passage::Open };
+        match host.value.pause.check(now) {
+            Gate::Open => Passage::Open,
+            Gate::Probe => Passage::Probe(Turn { host, settled: false }),
+            Gate::Until(end) => Passage::Paused(Duration::from_millis(end.saturating_sub(now))),
+            Gate::Probing => Passage::Probing,
+        }
+    }
+
+    /// Pauses `url`'s host until `until` (a time on the clock that read
+    /// `now`), as its server asked. No pause is kept for a host that finds
+    /// no room in the table.
+    pub(crate) fn pause(&self, url: &Url, until: Instant, now: Instant) {
+        if !self.pauses {
+            return;
+        }
+        let host = self.record(url, self.slot_number(now));
+        if !self.hosts.is_overflow(&host) {
+            let until = self.ms(until.max(now));
+            host.value.pause.pause(until);
+            self.look_until(until);
+        }
+    }
+
+    /// Has calls look their hosts up until a window after `until`, a
+    /// pause's end: by then its probe has gone, or the host may be
+    /// forgotten.
+    fn look_until(&self, until: u64) {
+        let window = self.slot_ms.saturating_mul(SLOTS);
+        let horizon = until.saturating_add(window).saturating_add(1);
+        self.paused_until.fetch_max(horizon, Ordering::AcqRel);
+    }
+
+    /// The probe's outcome: the server asked for a new pause, until
+    /// `until`, or the host is open again.
+    pub(crate) fn settle(&self, mut turn: Turn, until: Option<Instant>, now: Instant) {
+        turn.settled = true;
+        let until = until.map(|until| self.ms(until.max(now)));
+        turn.host.value.pause.settle(until);
+        if let Some(until) = until {
+            self.look_until(until);
+        }
+    }
+
+    /// Milliseconds on the books' timeline: since the first time read.
+    fn ms(&self, now: Instant) -> u64 {
+        let origin = *self.origin.get_or_init(|| now);
+        let elapsed = now.saturating_duration_since(origin);
+        elapsed.as_secs().saturating_mul(1000).saturating_add(elapsed.subsec_millis().into())
     }
 
     fn slot_number(&self, now: Instant) -> u64 {
-        let origin = *self.origin.get_or_init(|| now);
-        let elapsed = now.saturating_duration_since(origin);
-        let ms =
-            elapsed.as_secs().saturating_mul(1000).saturating_add(elapsed.subsec_millis().into());
         // `slot_ms` is at least 1 (a window is at least 100 ms).
-        ms.checked_div(self.slot_ms).unwrap_or(u64::MAX)
+        self.ms(now).checked_div(self.slot_ms).unwrap_or(u64::MAX)
+    }
+}
+
+/// Where a host stands for a request about to go to it.
+#[derive(Debug)]
+pub(crate) enum Passage {
+    /// No pause: send.
+    Open,
+    /// The pause is over and the request is its probe: send, and settle
+    /// the pause with the outcome.
+    Probe(Turn),
+    /// Paused for this much longer.
+    Paused(Duration),
+    /// The pause is over and another call's probe is in flight.
+    Probing,
+}
+
+/// A call's turn to probe a host whose pause ended: the pause is settled
+/// by its outcome, or, when it has none (the call was dropped, or its
+/// deadline cut the attempt), given back for the next call to take.
+pub(crate) struct Turn {
+    host: Arc<Host<Record>>,
+    settled: bool,
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        if !self.settled {
+            self.host.value.pause.give_back();
+        }
+    }
+}
+
+impl fmt::Debug for Turn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Turn").field("settled", &self.settled).finish_non_exhaustive()
     }
 }
 
 impl fmt::Debug for Ledger {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Rates { earn, reserve } = self.rates();
         f.debug_struct("Ledger")
-            .field("earn", &self.earn)
-            .field("reserve", &self.reserve)
+            .field("earn", &earn)
+            .field("reserve", &reserve)
             .field("slot_ms", &self.slot_ms)
+            .field("pauses", &self.pauses)
             .finish_non_exhaustive()
     }
 }

@@ -11,7 +11,7 @@ mod lease;
 mod ledger;
 
 pub(crate) use lease::Lease;
-pub(crate) use ledger::Ledger;
+pub(crate) use ledger::{Ledger, Passage, Turn};
 
 /// Whether one budget is shared by every host or each host has its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -86,17 +86,26 @@ pub enum BudgetScope {
 ///   that worked costs nothing, only those that failed again are spent (the
 ///   AWS SDKs' quota does the same). So are retries paid for and never sent,
 ///   when the caller gives up during the wait or the deadline comes first.
-/// - The first retry of a call refused with 429 and a `Retry-After` within
-///   the cap and above zero, spread (the default), is not paid for: the
-///   server asked for it and chose its time, so a burst that a rate limiter
-///   turns away comes back, spread, without the budget refusing it. So is a
-///   wait a predicate hands on as the server's
-///   ([`Verdict::server_asked`](crate::Verdict::server_asked)) on a 429, or
-///   on another answer it calls [`AnyMethod`](crate::Retryability::AnyMethod)
-///   (a refusal before any work): never for an error. A call refused again is
-///   paid for like any other retry: the server is shedding load. These
-///   retries are outside the bound below; each is a call's first, at a
-///   time the server chose.
+/// - A retry that waits out its host's pause is not paid for. A `429` or
+///   `503` whose `Retry-After` is within the cap and above zero (or a wait
+///   a predicate hands on as the server's,
+///   [`Verdict::server_asked`](crate::Verdict::server_asked)) pauses the
+///   host for every call of the middleware, and when the pause ends one
+///   request goes first (see [`RetryAfter::with_pause`](crate::RetryAfter::with_pause)):
+///   the pause bounds these retries to one request a pause per host, so the
+///   budget stays whole for the failures it is for. Never after an error.
+/// - With the pause off, the first retry of a call refused with 429 and a
+///   `Retry-After` within the cap and above zero, spread (the default), is
+///   not paid for: the server asked for it and chose its time, so a burst
+///   that a rate limiter turns away comes back, spread, without the budget
+///   refusing it. So is a wait a predicate hands on as the server's on a
+///   429, or on another answer it calls
+///   [`AnyMethod`](crate::Retryability::AnyMethod) (a refusal before any
+///   work): never for an error. A call refused again is paid for like any
+///   other retry: the server is shedding load.
+///
+/// These free retries are outside the bound below: each is at a time the
+/// server chose, and with the pause, one a pause per host.
 ///
 /// A retry is allowed while the window's earnings not yet spent, plus the
 /// reserve, cover one retry. So in any total outage of length `T` that follows

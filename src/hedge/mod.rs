@@ -109,7 +109,10 @@ impl HedgeMiddleware {
         let budget = config
             .budget
             .as_ref()
-            .map(|budget| Arc::new(Ledger::new(budget, config.max_copies.saturating_sub(1))));
+            .and_then(|budget| {
+                Ledger::new(Some(budget), config.max_copies.saturating_sub(1), false)
+            })
+            .map(Arc::new);
         let inner =
             Inner { config, clock: Arc::new(TokioClock), budget, latencies: Arc::default() };
         Self { inner: Arc::new(inner) }

@@ -217,7 +217,6 @@ impl<V: HostState> Hosts<V> {
     }
 
     /// The entry of `url`'s host, if the table knows it.
-    #[cfg(test)]
     pub(crate) fn get(&self, url: &Url) -> Option<Arc<Host<V>>> {
         let key = HostRef::of(url);
         let hashed = hash(key);
@@ -316,7 +315,6 @@ impl<V: HostState> Hosts<V> {
     }
 
     /// Whether `host` is the overflow entry.
-    #[cfg(test)]
     pub(crate) fn is_overflow(&self, host: &Arc<Host<V>>) -> bool {
         Arc::ptr_eq(host, &self.overflow)
     }

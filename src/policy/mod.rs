@@ -8,13 +8,15 @@
 use std::time::{Duration, Instant};
 
 use http::{Extensions, Method};
-use reqwest::{Request, Response};
+use reqwest::{Request, Response, Url};
 use reqwest_middleware::Result;
 
-use crate::budget::Lease;
+use crate::backoff::{Jitter, scale};
+use crate::budget::{Lease, Passage, Turn};
 use crate::deadline::{Deadline, attempt_bounds, visible_timeout};
 use crate::error::DeadlineExceeded;
 use crate::extensions::{MaxRetries, RetryDeadline};
+use crate::rate_limit::{HostPaused, ReturnIfPaused};
 use crate::reason::{Decision, RetryReason, StopReason};
 use crate::redirect::Seen;
 use crate::report::RetryReport;
@@ -25,7 +27,11 @@ mod steps;
 #[cfg(test)]
 mod tests;
 
-use steps::{Admission, Pacing};
+use steps::{Admission, Pacing, Retryable};
+
+/// The least a call waits before it looks again at a host whose probe is
+/// in flight.
+const MIN_LOOK_AGAIN: Duration = Duration::from_millis(10);
 
 /// One request's policy and progress.
 pub(crate) struct Policy<'a> {
@@ -43,6 +49,14 @@ pub(crate) struct Policy<'a> {
     deadline: Option<Deadline>,
     /// The call's dealings with the retry budget.
     lease: Lease<'a>,
+    /// The turn to probe a paused host, while the attempt that took it is
+    /// in flight.
+    turn: Option<Turn>,
+    /// The URL of a request sent with no copy kept, for the pause its
+    /// answer may ask of the host.
+    taken: Option<Url>,
+    /// The request does not wait for its host's pause.
+    return_if_paused: bool,
     /// Attempts started so far.
     attempts: u32,
     /// Redirects the client followed within them.
@@ -67,7 +81,10 @@ impl<'a> Policy<'a> {
             post: request.method() == Method::POST,
             max_retries: extensions.get::<MaxRetries>().map_or(config.max_retries, MaxRetries::get),
             deadline: limit.map(|limit| Deadline { start: shared.clock.now(), limit }),
-            lease: Lease::new(shared.budget.as_deref(), &*shared.clock),
+            lease: Lease::new(shared.ledger.as_deref(), &*shared.clock),
+            turn: None,
+            taken: None,
+            return_if_paused: extensions.get::<ReturnIfPaused>().is_some(),
             attempts: 0,
             redirects: 0,
             redirected: false,
@@ -125,6 +142,9 @@ impl<'a> Policy<'a> {
                 // copy will be there for `decide` to name the host by.
                 let request = pending.take().expect("a request to send");
                 self.lease.hold(request.url());
+                if self.shared.ledger.is_some() && self.shared.config.retry_after.pause() {
+                    self.taken = Some(request.url().clone());
+                }
                 request
             }
         };
@@ -137,6 +157,78 @@ impl<'a> Policy<'a> {
             *attempt.timeout_mut() = timeout;
         }
         Ok((send(attempt), cut_at))
+    }
+
+    /// Whether `request` may go to its host now (`None`), or must first
+    /// wait out the host's pause for the time returned, then ask again.
+    /// When this request's attempt is the probe the pause's end lets
+    /// through, the call holds the turn until its outcome settles it.
+    ///
+    /// # Errors
+    ///
+    /// When the call does not wait: the wait would outlast the deadline, or
+    /// the request carries [`ReturnIfPaused`].
+    pub(crate) fn passage(
+        &mut self,
+        request: &Request,
+    ) -> std::result::Result<Option<Duration>, HostPaused> {
+        let Some(ledger) = self.shared.ledger.as_deref() else { return Ok(None) };
+        let clock = &*self.shared.clock;
+        let wait = match ledger.gate(request.url(), || clock.now()) {
+            Passage::Open => return Ok(None),
+            Passage::Probe(turn) => {
+                self.turn = Some(turn);
+                return Ok(None);
+            }
+            Passage::Paused(left) => left.saturating_add(self.spread()),
+            Passage::Probing => self.spread().max(MIN_LOOK_AGAIN),
+        };
+        if self.return_if_paused || steps::fits_deadline(self.spent(), wait).is_err() {
+            return Err(HostPaused::new(wait, self.attempts));
+        }
+        self.total_wait = self.total_wait.saturating_add(wait);
+        Ok(Some(wait))
+    }
+
+    /// A call's own spread after a pause, as for `Retry-After`: a random
+    /// part of the first retry's backoff ceiling; all of it when waits are
+    /// not spread, so that a call looking again for a probe's outcome
+    /// still waits.
+    fn spread(&self) -> Duration {
+        let config = &self.shared.config;
+        let ceiling = config.backoff.ceiling(0);
+        if config.retry_after.spread() && config.backoff.jitter() != Jitter::None {
+            scale(ceiling, self.shared.jitter.unit())
+        } else {
+            ceiling
+        }
+    }
+
+    /// Takes in the pause an answer asks of its host: pauses the host, or,
+    /// when the attempt was the probe, settles the pause with it. Returns
+    /// whether the host is paused by it.
+    fn pause_host(
+        &mut self,
+        url: Option<&Url>,
+        retryable: Option<&Retryable>,
+        outcome: &Result<Response>,
+    ) -> bool {
+        let Some(ledger) = self.shared.ledger.as_deref() else { return false };
+        let clock = &*self.shared.clock;
+        let config = &self.shared.config;
+        let asked = steps::pause_asked(config, retryable, outcome, || clock.wall_time());
+        let turn = self.turn.take();
+        if asked.is_none() && turn.is_none() {
+            return false;
+        }
+        let now = clock.now();
+        let until = asked.map(|asked| now.checked_add(asked).unwrap_or(now));
+        match (turn, until, url.or(self.taken.as_ref())) {
+            (Some(turn), _, _) => ledger.settle(turn, until, now),
+            (None, Some(until), Some(url)) => ledger.pause(url, until, now),
+            _ => {}
+        }
+        asked.is_some()
     }
 
     /// The error for a deadline that passed where reqwest could not say so.
@@ -182,6 +274,7 @@ impl<'a> Policy<'a> {
         let config = &self.shared.config;
         let url = request.map(Request::url);
         let classified = steps::classify(config, request, self.attempts, outcome, body_failed);
+        let paused = self.pause_host(url, classified.as_ref(), outcome);
         let Some(retryable) = classified else {
             // A final answer pays towards later retries, and a retry that
             // reached one costs nothing.
@@ -189,6 +282,9 @@ impl<'a> Policy<'a> {
             return Err(StopReason::NothingToRetry);
         };
         self.lease.failed(url);
+        if paused && self.return_if_paused {
+            return Err(StopReason::HostPaused);
+        }
         let spent = self.spent();
         steps::admissible(Admission {
             expired: spent.is_some_and(|(elapsed, limit)| elapsed >= limit),
@@ -204,6 +300,7 @@ impl<'a> Policy<'a> {
             jitter: &*self.shared.jitter,
             retry: self.attempts.saturating_sub(1),
             previous: self.previous_wait,
+            paused,
         };
         let chosen = steps::wait(&pacing, retryable, outcome, || self.shared.clock.wall_time())?;
         if let Some(backoff) = chosen.backoff {

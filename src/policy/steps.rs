@@ -116,12 +116,14 @@ pub(super) struct Chosen {
 }
 
 /// Where a wait is chosen: the settings, the randomness, which retry this
-/// is (0 for the first), and the backoff picked before it.
+/// is (0 for the first), the backoff picked before it, and whether the
+/// outcome paused its host.
 pub(super) struct Pacing<'a> {
     pub(super) config: &'a RetryConfig,
     pub(super) jitter: &'a dyn JitterSource,
     pub(super) retry: u32,
     pub(super) previous: Duration,
+    pub(super) paused: bool,
 }
 
 /// Step three: the wait before the retry that follows `outcome`; or why
@@ -151,15 +153,16 @@ pub(super) fn wait(
     };
     let rules = config.retry_after;
     let within_cap = asked <= rules.cap();
+    let honoured = rules.honours(asked);
     let asked = match rules.over_cap() {
         _ if within_cap => asked,
         RetryAfterOverCap::ReturnResponse => return Err(StopReason::RetryAfterTooLong(asked)),
         RetryAfterOverCap::WaitTheCap => rules.cap(),
     };
     let spread = rules.spread() && config.backoff.jitter() != Jitter::None;
-    let paced = spread && pacing.retry == 0 && within_cap && !asked.is_zero() && {
-        refused_before_work(retryable, outcome)
-    };
+    // A retry gated by its host's pause is bounded by it, one a pause.
+    let paced = pacing.paused
+        || (spread && pacing.retry == 0 && honoured && refused_before_work(retryable, outcome));
     if !spread {
         return Ok(Chosen { after: asked, paced, backoff: None });
     }
@@ -186,6 +189,36 @@ fn refused_before_work(retryable: Retryable, outcome: &Result<Response>) -> bool
         response.status() == StatusCode::TOO_MANY_REQUESTS
             || (retryable.wait != Wait::Policy && retryable.reach == Reach::AnyMethod)
     })
+}
+
+/// The pause an answer asks of its host, whatever follows for this call,
+/// when pauses are on: the wait a predicate hands on as the server's
+/// ([`Verdict::server_asked`](crate::Verdict::server_asked)), or else a
+/// `429`'s or `503`'s `Retry-After`; if the settings honour it in full.
+pub(super) fn pause_asked(
+    config: &RetryConfig,
+    retryable: Option<&Retryable>,
+    outcome: &Result<Response>,
+    wall_time: impl FnOnce() -> SystemTime,
+) -> Option<Duration> {
+    let rules = config.retry_after;
+    let response = outcome.as_ref().ok().filter(|_| rules.pause())?;
+    let headers = response.headers();
+    let asked = match retryable.map(|retryable| retryable.wait) {
+        Some(Wait::Exactly(_)) => return None,
+        Some(Wait::Asked(wait)) => wait,
+        Some(Wait::AskedUntil(at)) => crate::retry_after::until(at, Some(headers), wall_time),
+        Some(Wait::Policy) | None => {
+            if !matches!(
+                response.status(),
+                StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE
+            ) {
+                return None;
+            }
+            crate::retry_after::asked(headers, wall_time)?
+        }
+    };
+    Some(asked).filter(|&asked| rules.honours(asked))
 }
 
 /// Step four: a wait must leave time to send. One that ends within

@@ -152,7 +152,13 @@ fn wait_for(
     outcome: &Result<Response>,
 ) -> std::result::Result<Chosen, StopReason> {
     let jitter = move || unit;
-    let pacing = Pacing { config, jitter: &jitter, retry, previous: config.backoff.initial() };
+    let pacing = Pacing {
+        config,
+        jitter: &jitter,
+        retry,
+        previous: config.backoff.initial(),
+        paused: false,
+    };
     steps::wait(&pacing, retryable, outcome, || SystemTime::UNIX_EPOCH + 1000 * S)
 }
 

@@ -274,21 +274,32 @@ async fn a_first_429_whose_wait_the_server_chose_costs_the_budget_nothing() {
     for retried in reports {
         assert_eq!((retried.attempts, retried.stop), (2, StopReason::NothingToRetry));
     }
-    // A call refused again is paid for: the server is shedding load.
-    let server = MockServer::start().await;
-    script(
-        &server,
-        "/again",
-        vec![
-            wiremock::ResponseTemplate::new(429).insert_header("Retry-After", "1"),
-            wiremock::ResponseTemplate::new(429).insert_header("Retry-After", "1"),
-            wiremock::ResponseTemplate::new(200),
-        ],
-    )
-    .await;
-    let again = report(&client, &format!("{}/again", server.uri())).await;
+    // A call refused again waits for the host's pause again, one request
+    // a pause: the pause bounds it, and the budget does not pay.
+    let again = || async {
+        let server = MockServer::start().await;
+        let refused = wiremock::ResponseTemplate::new(429).insert_header("Retry-After", "1");
+        let answers = vec![refused.clone(), refused, wiremock::ResponseTemplate::new(200)];
+        script(&server, "/again", answers).await;
+        server
+    };
+    let server = again().await;
+    let paused = report(&client, &format!("{}/again", server.uri())).await;
+    assert_eq!((paused.attempts, paused.stop), (3, StopReason::NothingToRetry));
+    // With the pause off, it is paid for: the server is shedding load.
+    let unpaused = |retry_after: RetryAfter| {
+        let config = RetryConfig::builder()
+            .with_retry_after(retry_after.with_pause(false))
+            .with_budget(RetryBudget::default().with_ratio(0.0).with_reserve(0))
+            .build()
+            .unwrap();
+        wrap(self::middleware(config).0)
+    };
+    let server = again().await;
+    let again = report(&unpaused(RetryAfter::default()), &format!("{}/again", server.uri())).await;
     assert_eq!((again.attempts, again.stop), (2, StopReason::BudgetExhausted));
-    // Without the spread the returns would be synchronised: the budget pays.
+    // Without the spread the returns would be synchronised: with the pause
+    // off, the budget pays.
     let server = MockServer::start().await;
     script(
         &server,
@@ -299,13 +310,8 @@ async fn a_first_429_whose_wait_the_server_chose_costs_the_budget_nothing() {
         ],
     )
     .await;
-    let config = RetryConfig::builder()
-        .with_retry_after(RetryAfter::default().with_spread(false))
-        .with_budget(RetryBudget::default().with_ratio(0.0).with_reserve(0))
-        .build()
-        .unwrap();
-    let (exact, _) = self::middleware(config);
-    let unpaid = report(&wrap(exact), &format!("{}/exact", server.uri())).await;
+    let exact = unpaused(RetryAfter::default().with_spread(false));
+    let unpaid = report(&exact, &format!("{}/exact", server.uri())).await;
     assert_eq!((unpaid.attempts, unpaid.stop), (1, StopReason::BudgetExhausted));
     // And a 503 with Retry-After is paid for like any other retry.
     let server = MockServer::start().await;
@@ -318,13 +324,27 @@ async fn a_first_429_whose_wait_the_server_chose_costs_the_budget_nothing() {
         ],
     )
     .await;
+    let busy = unpaused(RetryAfter::default());
+    let unpaid = report(&busy, &format!("{}/busy", server.uri())).await;
+    assert_eq!((unpaid.attempts, unpaid.stop), (1, StopReason::BudgetExhausted));
+}
+
+/// With the pause on (the default), a `503` whose `Retry-After` pauses the
+/// host costs the budget nothing either: the pause bounds its retries.
+#[tokio::test]
+async fn a_retry_that_waits_out_a_pause_costs_the_budget_nothing() {
+    let server = MockServer::start().await;
+    let busy = wiremock::ResponseTemplate::new(503).insert_header("Retry-After", "1");
+    script(&server, "/busy", vec![busy.clone(), busy, wiremock::ResponseTemplate::new(200)]).await;
     let config = RetryConfig::builder()
         .with_budget(RetryBudget::default().with_ratio(0.0).with_reserve(0))
         .build()
         .unwrap();
-    let (busy, _) = self::middleware(config);
-    let unpaid = report(&wrap(busy), &format!("{}/busy", server.uri())).await;
-    assert_eq!((unpaid.attempts, unpaid.stop), (1, StopReason::BudgetExhausted));
+    let (middleware, clock) = self::middleware(config);
+    let paused = report(&wrap(middleware), &format!("{}/busy", server.uri())).await;
+    assert_eq!((paused.attempts, paused.stop), (3, StopReason::NothingToRetry));
+    // Each retry waited its Retry-After and the spread, and no more.
+    assert_eq!(clock.sleeps(), [Duration::from_millis(1500), Duration::from_secs(2)]);
 }
 
 /// A server answering `/limited` with a 429 asking for `asked`, then 200.

@@ -14,6 +14,7 @@ mod hedge;
 mod interop;
 mod migration;
 mod observability;
+mod pause;
 mod properties;
 mod redirects;
 mod retry_after;

@@ -856,7 +856,7 @@ async fn run(case: &Case, kind: ClientKind) -> Result<(), TestCaseError> {
         let now = wall_start() + waits[..attempt].iter().sum::<Duration>();
         let asked = header.and_then(|value| {
             let value = http::HeaderValue::from_str(value).unwrap();
-            reqwest_safe_retry::parse_retry_after(&value, now)
+            reqwest_safe_retry::rate_limit::parse_retry_after(&value, now)
         });
         match asked {
             Some(asked) => {

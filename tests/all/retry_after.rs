@@ -6,7 +6,7 @@ use crate::support;
 use http::HeaderValue;
 use proptest::prelude::*;
 use reqwest_safe_retry::RetryAfter;
-use reqwest_safe_retry::parse_retry_after;
+use reqwest_safe_retry::rate_limit::parse_retry_after;
 use reqwest_safe_retry::{
     Jitter, RetryAfterOverCap, RetryMiddleware, clock::ManualClock, jitter::FixedJitter,
     report::RetryReport, report::StopReason,

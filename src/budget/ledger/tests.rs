@@ -9,12 +9,11 @@ fn url(s: &str) -> Url {
 }
 
 fn budget(scope: BudgetScope) -> Ledger {
-    Ledger::new(&RetryBudget::default().with_scope(scope).with_reserve(1), 3)
+    Ledger::new(Some(&RetryBudget::default().with_scope(scope).with_reserve(1)), 3, false).unwrap()
 }
 
 fn len(b: &Ledger) -> usize {
-    let Accounts::PerHost(hosts) = &b.accounts else { unreachable!() };
-    hosts.len()
+    b.hosts.len()
 }
 
 #[test]
@@ -75,7 +74,7 @@ fn past_the_bound_answers_alone_let_no_host_in() {
         b.earn_for(&url(&format!("http://h{n}.test/")), || t0);
     }
     assert_eq!(len(&b), MAX_HOSTS, "answers fill every shard up to its bound, and no further");
-    let Accounts::PerHost(hosts) = &b.accounts else { unreachable!() };
+    let hosts = &b.hosts;
     let new = url("http://new.test/");
     b.earn_for(&new, || t0);
     assert!(hosts.with(&new, |_| ()).is_none(), "an answer alone does not let it in");
@@ -98,7 +97,7 @@ fn global_scope_shares_one_account() {
 #[test]
 fn the_table_forgets_the_least_recently_used_calm_hosts() {
     let b = budget(BudgetScope::PerHost);
-    let Accounts::PerHost(hosts) = &b.accounts else { unreachable!() };
+    let hosts = &b.hosts;
     let t0 = Instant::now();
     let at = |s: u64| t0 + Duration::from_secs(s);
     // Fill the shard of new.test, each host used at a time of its own.
@@ -152,7 +151,7 @@ fn a_host_that_only_failed_is_not_forgotten_either() {
     for n in 0..(MAX_HOSTS * 3) {
         drop(b.account(&url(&format!("http://h{n}.test/")), t0));
     }
-    let Accounts::PerHost(hosts) = &b.accounts else { unreachable!() };
+    let hosts = &b.hosts;
     assert!(hosts.with(&url("http://down.test/"), |_| ()).is_some());
 }
 
@@ -160,7 +159,7 @@ fn a_host_that_only_failed_is_not_forgotten_either() {
 fn a_host_past_a_table_of_failing_hosts_never_gets_a_fresh_reserve() {
     // A budget whose shard for new.test is full of failing hosts.
     let b = budget(BudgetScope::PerHost);
-    let Accounts::PerHost(hosts) = &b.accounts else { unreachable!() };
+    let hosts = &b.hosts;
     let t0 = Instant::now();
     let new = url("http://new.test/");
     for n in 0.. {

@@ -1,0 +1,249 @@
+//! A host's pause: a `429` or `503` whose `Retry-After` is within the cap
+//! holds back every call of the middleware to that host until the time the
+//! server named, lets one probe through when it ends, and costs the retry
+//! budget nothing. The servers here run in the test's own runtime, in
+//! paused time, and stamp each request with the time it arrived.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use reqwest_middleware::ClientWithMiddleware;
+use reqwest_safe_retry::rate_limit::{HostPaused, ReturnIfPaused};
+use reqwest_safe_retry::report::{RetryReport, StopReason};
+use reqwest_safe_retry::{RetryAfter, RetryConfig, RetryDeadline, RetryMiddleware};
+use tokio::time::Instant;
+
+use crate::support::RawServer;
+
+const MS: Duration = Duration::from_millis(1);
+const S: Duration = Duration::from_secs(1);
+
+/// When each request arrived, from the test's start, in paused time.
+#[derive(Clone)]
+struct Arrivals {
+    start: Instant,
+    times: Arc<Mutex<Vec<Duration>>>,
+}
+
+impl Arrivals {
+    fn new() -> Self {
+        Self { start: Instant::now(), times: Arc::default() }
+    }
+
+    /// Records an arrival now; returns the time since the start.
+    fn record(&self) -> Duration {
+        let at = self.start.elapsed();
+        self.times.lock().unwrap().push(at);
+        at
+    }
+
+    /// Arrivals within `range` of the start.
+    fn within(&self, range: std::ops::Range<Duration>) -> usize {
+        self.times.lock().unwrap().iter().filter(|at| range.contains(*at)).count()
+    }
+
+    fn len(&self) -> usize {
+        self.times.lock().unwrap().len()
+    }
+}
+
+/// A server that answers with what `answer` makes of the request's index
+/// and its time of arrival: a status and a `Retry-After`, if any.
+async fn server(
+    arrivals: &Arrivals,
+    answer: impl Fn(usize, Duration) -> (u16, Option<u64>) + Send + Sync + 'static,
+) -> RawServer {
+    let (arrivals, answer) = (arrivals.clone(), Arc::new(answer));
+    RawServer::start(move |mut conn| {
+        let (arrivals, answer) = (arrivals.clone(), answer.clone());
+        async move {
+            while let Some(request) = conn.request().await {
+                let (status, retry_after) = answer(request.index, arrivals.record());
+                let retry_after =
+                    retry_after.map(|s| format!("retry-after: {s}\r\n")).unwrap_or_default();
+                let head =
+                    format!("HTTP/1.1 {status} X\r\ncontent-length: 2\r\n{retry_after}\r\nok");
+                if conn.write(head).await.is_err() {
+                    return;
+                }
+            }
+        }
+    })
+    .await
+}
+
+/// The quick start's client, on `config`.
+fn quick_start(config: RetryConfig) -> ClientWithMiddleware {
+    RetryMiddleware::new(config).client(reqwest::Client::builder()).unwrap().build()
+}
+
+/// `n` calls to `url` at once; their statuses, in order.
+async fn at_once(client: &ClientWithMiddleware, url: &str, n: usize) -> Vec<u16> {
+    let calls: Vec<_> = (0..n)
+        .map(|_| {
+            let (client, url) = (client.clone(), url.to_owned());
+            tokio::spawn(async move { client.get(url).send().await.unwrap().status().as_u16() })
+        })
+        .collect();
+    let mut statuses = Vec::new();
+    for call in calls {
+        statuses.push(call.await.unwrap());
+    }
+    statuses
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_429_holds_back_the_hosts_other_calls_until_its_retry_after_ends() {
+    let arrivals = Arrivals::new();
+    let server =
+        server(&arrivals, |index, _| if index == 0 { (429, Some(2)) } else { (200, None) }).await;
+    let client = quick_start(RetryConfig::default());
+    let url = server.url("/r");
+    // The first call is told to wait 2 s; it waits, and retries after.
+    let first = tokio::spawn({
+        let (client, url) = (client.clone(), url.clone());
+        async move { client.get(url).send().await.unwrap() }
+    });
+    tokio::time::sleep(100 * MS).await;
+    assert_eq!(arrivals.len(), 1, "the first call was answered");
+    // A hundred more calls start during the pause.
+    let statuses = at_once(&client, &url, 100).await;
+    assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
+    let first = first.await.unwrap();
+    assert_eq!(first.status(), 200);
+    assert_eq!(arrivals.within(Duration::ZERO..2 * S), 1, "only the call that met the 429");
+    assert_eq!(arrivals.len(), 102, "each call sent once more at most: none met the 429 again");
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_the_pause_off_the_other_calls_do_not_wait() {
+    let arrivals = Arrivals::new();
+    let server =
+        server(&arrivals, |index, _| if index == 0 { (429, Some(2)) } else { (200, None) }).await;
+    let config = RetryConfig::builder()
+        .with_retry_after(RetryAfter::default().with_pause(false))
+        .build()
+        .unwrap();
+    let client = quick_start(config);
+    let url = server.url("/r");
+    let first = tokio::spawn({
+        let (client, url) = (client.clone(), url.clone());
+        async move { client.get(url).send().await.unwrap() }
+    });
+    tokio::time::sleep(100 * MS).await;
+    let statuses = at_once(&client, &url, 100).await;
+    assert!(statuses.iter().all(|s| *s == 200));
+    assert_eq!(first.await.unwrap().status(), 200);
+    assert_eq!(arrivals.within(Duration::ZERO..2 * S), 101, "each call went at once");
+}
+
+/// The rate limiter of the issue that asked for the pause: 200 callers at
+/// once, and a server that answers everything with `429` and
+/// `Retry-After: 2` for its first 5 s.
+#[tokio::test(start_paused = true)]
+async fn two_hundred_callers_and_a_rate_limiter_get_one_request_through_a_pause() {
+    let arrivals = Arrivals::new();
+    let limited = 5 * S;
+    let server =
+        server(&arrivals, move |_, at| if at < limited { (429, Some(2)) } else { (200, None) })
+            .await;
+    let client = quick_start(RetryConfig::default());
+    let url = server.url("/r");
+    let statuses = at_once(&client, &url, 200).await;
+    assert!(statuses.iter().all(|s| *s == 200), "every caller succeeds: {statuses:?}");
+    // All 200 first attempts left before any answer came back; after
+    // that, one request a pause (2 s and its spread) until the server
+    // serves.
+    assert_eq!(arrivals.within(Duration::ZERO..MS), 200);
+    let during = arrivals.within(MS..limited);
+    assert!((1..=2).contains(&during), "{during} requests while the limiter refused");
+    assert_eq!(arrivals.len(), 200 + during + 200, "once open, each caller sent once");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_pause_leaves_the_hosts_retry_budget_whole() {
+    let arrivals = Arrivals::new();
+    // Refused for 5 s; from 60 s, one 502, then served.
+    let gave_502 = AtomicBool::new(false);
+    let server = server(&arrivals, move |_, at| match at {
+        at if at < 5 * S => (429, Some(2)),
+        at if at >= 60 * S && !gave_502.swap(true, Ordering::Relaxed) => (502, None),
+        _ => (200, None),
+    })
+    .await;
+    let client = quick_start(RetryConfig::default());
+    let url = server.url("/r");
+    let statuses = at_once(&client, &url, 50).await;
+    assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
+    tokio::time::sleep_until(arrivals.start + 60 * S).await;
+    // A call that meets a 502 is still retried: the budget was not spent
+    // on the pause.
+    let response = client.get(&url).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(RetryReport::from_response(&response).attempts, 2);
+}
+
+/// A host paused for longer than the call's deadline allows: the call
+/// ends at once, and sends nothing.
+#[tokio::test(start_paused = true)]
+async fn a_call_whose_deadline_comes_before_the_pause_ends_returns_at_once() {
+    let arrivals = Arrivals::new();
+    let server =
+        server(&arrivals, |index, _| if index == 0 { (429, Some(20)) } else { (200, None) }).await;
+    let client = quick_start(RetryConfig::default());
+    let url = server.url("/r");
+    let refused = client.get(&url).with_extension(ReturnIfPaused).send().await.unwrap();
+    assert_eq!(refused.status(), 429, "its own answer, returned rather than waited out");
+    assert_eq!(RetryReport::from_response(&refused).stop, StopReason::HostPaused);
+    let started = Instant::now();
+    let error = client.get(&url).with_extension(RetryDeadline::new(5 * S)).send().await;
+    assert_eq!(started.elapsed(), Duration::ZERO, "no wait");
+    let paused = held_back(error);
+    assert_eq!(paused.attempts(), 0);
+    assert!(paused.wait() >= 20 * S - 1 * MS, "{paused:?}");
+    assert_eq!(arrivals.len(), 1, "nothing more was sent");
+    // A deadline that covers the wait: the call waits, then goes.
+    let waited = client.get(&url).with_extension(RetryDeadline::new(30 * S)).send().await;
+    assert_eq!(waited.unwrap().status(), 200);
+    assert!(started.elapsed() >= 20 * S);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_that_does_not_wait_for_a_pause_ends_with_host_paused() {
+    let arrivals = Arrivals::new();
+    let server =
+        server(&arrivals, |index, _| if index == 0 { (503, Some(3)) } else { (200, None) }).await;
+    let client = quick_start(RetryConfig::default());
+    let url = server.url("/r");
+    let first = client.get(&url).with_extension(ReturnIfPaused).send().await.unwrap();
+    assert_eq!(first.status(), 503, "a 503 with a Retry-After pauses the host too");
+    let error = client.get(&url).with_extension(ReturnIfPaused).send().await;
+    let paused = held_back(error);
+    assert!((3 * S - 1 * MS..=3 * S + 500 * MS).contains(&paused.wait()), "{paused:?}");
+    assert_eq!(arrivals.len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_wait_over_the_cap_pauses_no_host() {
+    let arrivals = Arrivals::new();
+    let server =
+        server(&arrivals, |index, _| if index == 0 { (429, Some(600)) } else { (200, None) }).await;
+    let client = quick_start(RetryConfig::default());
+    let url = server.url("/r");
+    let first = client.get(&url).send().await.unwrap();
+    assert_eq!(RetryReport::from_response(&first).stop, StopReason::RetryAfterTooLong(600 * S));
+    let started = Instant::now();
+    assert_eq!(client.get(&url).send().await.unwrap().status(), 200);
+    assert_eq!(started.elapsed(), Duration::ZERO, "the next call went at once");
+}
+
+/// The [`HostPaused`] error inside `error`.
+fn held_back(error: reqwest_middleware::Result<reqwest::Response>) -> HostPaused {
+    match error {
+        Err(reqwest_middleware::Error::Middleware(error)) => {
+            *error.downcast_ref::<HostPaused>().expect("a HostPaused error")
+        }
+        other => panic!("expected HostPaused, got {other:?}"),
+    }
+}
