@@ -59,7 +59,7 @@ impl Shared {
             // next one.
             let caller = extensions.clone();
             loop {
-                if let Err(paused) = self.pass(&mut policy, pending.as_ref()).await {
+                if let Err(paused) = self.pass(&mut policy, pending.as_ref(), extensions).await {
                     let stop = StopReason::HostPaused;
                     return self.end(&policy, what, extensions, &caller, stop, paused);
                 }
@@ -73,7 +73,8 @@ impl Shared {
                     policy.cut(seen);
                     return self.expired(&policy, what, extensions, &caller);
                 };
-                let decision = policy.decide(pending.as_ref(), &outcome, body_failed, seen);
+                let decision =
+                    policy.decide(pending.as_ref(), &outcome, body_failed, seen, extensions);
                 events::notify(self, policy.attempts(), policy.resend_count(), what, decision);
                 // `decide` retries only while a copy is kept in `pending`.
                 let after = match decision {
@@ -99,9 +100,10 @@ impl Shared {
         &self,
         policy: &mut Policy<'_>,
         request: Option<&Request>,
+        extensions: &Extensions,
     ) -> std::result::Result<(), HostPaused> {
         let Some(request) = request else { return Ok(()) };
-        while let Some(wait) = policy.passage(request)? {
+        while let Some(wait) = policy.passage(request, extensions)? {
             let before = self.clock.now();
             self.clock.sleep(wait).await;
             // A clock whose time a sleep does not move would hold the call

@@ -25,8 +25,13 @@ const NO_BUDGET_WINDOW_MS: u64 = 10_000;
 
 /// The live books shared by every clone of one middleware.
 pub(crate) struct Ledger {
-    /// The budget's rates, if there is a budget.
-    rates: Option<Rates>,
+    /// Whether there is a budget.
+    budgeted: bool,
+    /// Earned per final answer, in thousandths of a retry (0 without a
+    /// budget).
+    earn: u64,
+    /// The reserve's capacity, in thousandths (0 without a budget).
+    reserve: u64,
     /// Width of a slot in milliseconds: at least 10, as the window is at
     /// least 100 ms.
     slot_ms: u64,
@@ -42,15 +47,6 @@ pub(crate) struct Ledger {
     /// looks its host up before it sends; after, no host is paused and it
     /// does not.
     paused_until: AtomicU64,
-}
-
-/// What a budget earns and holds.
-#[derive(Debug, Clone, Copy)]
-struct Rates {
-    /// Earned per final answer, in thousandths of a retry.
-    earn: u64,
-    /// The reserve's capacity, in thousandths.
-    reserve: u64,
 }
 
 /// What the books keep for one host.
@@ -100,24 +96,22 @@ impl Ledger {
         let window_ms =
             budget.map_or(NO_BUDGET_WINDOW_MS, |budget| budget.window.as_millis() as u64);
         let slot_ms = window_ms / SLOTS;
-        let rates = budget.map(|budget| Rates {
-            earn: (budget.ratio * RETRY_COST as f64).round() as u64,
-            reserve: u64::from(budget.reserve_for(per_call)) * RETRY_COST,
-        });
+        let earn = budget.map_or(0, |budget| (budget.ratio * RETRY_COST as f64).round() as u64);
+        let reserve =
+            budget.map_or(0, |budget| u64::from(budget.reserve_for(per_call)) * RETRY_COST);
         let per_host = budget.is_some_and(|budget| budget.scope == BudgetScope::PerHost);
-        let global = match (budget, rates) {
-            (Some(budget), Some(rates)) if budget.scope == BudgetScope::Global => {
-                Some(Arc::new(Account::new(rates.reserve)))
-            }
-            _ => None,
-        };
+        let global = budget
+            .filter(|budget| budget.scope == BudgetScope::Global)
+            .map(|_| Arc::new(Account::new(reserve)));
         // Hosts past the bound share an account that starts empty: a
         // failing host never gets a fresh reserve by being new, or
         // forgotten (it is not forgotten while it fails). No pause is
         // kept for them.
         let overflow = Record::new(per_host.then(|| Account::new(0)), slot_ms);
         Some(Self {
-            rates,
+            budgeted: budget.is_some(),
+            earn,
+            reserve,
             slot_ms,
             origin: OnceLock::new(),
             global,
@@ -127,20 +121,22 @@ impl Ledger {
         })
     }
 
+    /// Whether some host may be paused now: until then, no call looks its
+    /// host up before it sends.
+    #[inline]
+    pub(crate) fn may_be_paused(&self) -> bool {
+        self.paused_until.load(Ordering::Relaxed) != 0
+    }
+
     /// Whether there is a budget: without one, every retry is allowed and
     /// nothing is counted.
     pub(crate) fn budgeted(&self) -> bool {
-        self.rates.is_some()
+        self.budgeted
     }
 
     /// Whether accounts are kept per host.
     fn per_host(&self) -> bool {
-        self.rates.is_some() && self.global.is_none()
-    }
-
-    /// The rates, for code that runs only with a budget.
-    fn rates(&self) -> Rates {
-        self.rates.unwrap_or(Rates { earn: 0, reserve: 0 })
+        self.budgeted && self.global.is_none()
     }
 
     /// The account that a request to `url`, sent at `now`, draws on.
@@ -177,9 +173,8 @@ impl Ledger {
     /// (`now`) is read only to book a retry's worth of answers, or for a
     /// host that is new.
     pub(super) fn earn_for(&self, url: &Url, now: impl FnOnce() -> Instant) {
-        let Rates { earn, reserve } = self.rates();
         let earn = |account: &Arc<Account>| {
-            let batch = account.earn_unbooked(earn, reserve)?;
+            let batch = account.earn_unbooked(self.earn, self.reserve)?;
             Some((account.clone(), batch))
         };
         let due = match &self.global {
@@ -197,7 +192,7 @@ impl Ledger {
                         let seen = self.slot_number(now());
                         let account = self.insert(url, seen);
                         account.touch(seen);
-                        if let Some(batch) = account.earn_unbooked(self.rates().earn, reserve) {
+                        if let Some(batch) = account.earn_unbooked(self.earn, self.reserve) {
                             account.book(seen, batch);
                         }
                         return;
@@ -224,7 +219,7 @@ impl Ledger {
     /// The record of `url`'s host, made if it is new (with a fresh account,
     /// as [`insert`](Self::insert) says, under a per-host budget).
     fn record(&self, url: &Url, now: u64) -> Arc<Host<Record>> {
-        let reserve = |crowded: bool| if crowded { 0 } else { self.rates().reserve };
+        let reserve = |crowded: bool| if crowded { 0 } else { self.reserve };
         let per_host = self.per_host();
         self.hosts.get_or_insert(url, now, |crowded| {
             Record::new(per_host.then(|| Account::new(reserve(crowded))), self.slot_ms)
@@ -233,8 +228,7 @@ impl Ledger {
 
     /// Records a final answer, which earns a share of a retry.
     pub(super) fn earn(&self, account: &Account, now: Instant) {
-        let Rates { earn, reserve } = self.rates();
-        account.earn(self.slot_number(now), earn, reserve);
+        account.earn(self.slot_number(now), self.earn, self.reserve);
     }
 
     /// Records a retryable outcome: the host is failing now.
@@ -250,7 +244,7 @@ impl Ledger {
 
     /// Gives back what a retry cost: it succeeded, or it was never sent.
     pub(super) fn refund(&self, account: &Account, paid: Paid, now: Instant) {
-        account.refund(self.slot_number(now), paid, self.rates().reserve);
+        account.refund(self.slot_number(now), paid, self.reserve);
     }
 
     /// Where `url`'s host stands for a request about to go at `now`. While
@@ -364,10 +358,9 @@ impl fmt::Debug for Turn {
 
 impl fmt::Debug for Ledger {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let Rates { earn, reserve } = self.rates();
         f.debug_struct("Ledger")
-            .field("earn", &earn)
-            .field("reserve", &reserve)
+            .field("earn", &self.earn)
+            .field("reserve", &self.reserve)
             .field("slot_ms", &self.slot_ms)
             .field("pauses", &self.pauses)
             .finish_non_exhaustive()

@@ -12,7 +12,7 @@ use reqwest::{Request, Response, Url};
 use reqwest_middleware::Result;
 
 use crate::backoff::{Jitter, scale};
-use crate::budget::{Lease, Passage, Turn};
+use crate::budget::{Lease, Ledger, Passage, Turn};
 use crate::deadline::{Deadline, attempt_bounds, visible_timeout};
 use crate::error::DeadlineExceeded;
 use crate::extensions::{MaxRetries, RetryDeadline};
@@ -54,9 +54,7 @@ pub(crate) struct Policy<'a> {
     turn: Option<Turn>,
     /// The URL of a request sent with no copy kept, for the pause its
     /// answer may ask of the host.
-    taken: Option<Url>,
-    /// The request does not wait for its host's pause.
-    return_if_paused: bool,
+    taken: Option<Box<Url>>,
     /// Attempts started so far.
     attempts: u32,
     /// Redirects the client followed within them.
@@ -84,7 +82,6 @@ impl<'a> Policy<'a> {
             lease: Lease::new(shared.ledger.as_deref(), &*shared.clock),
             turn: None,
             taken: None,
-            return_if_paused: extensions.get::<ReturnIfPaused>().is_some(),
             attempts: 0,
             redirects: 0,
             redirected: false,
@@ -143,7 +140,7 @@ impl<'a> Policy<'a> {
                 let request = pending.take().expect("a request to send");
                 self.lease.hold(request.url());
                 if self.shared.ledger.is_some() && self.shared.config.retry_after.pause() {
-                    self.taken = Some(request.url().clone());
+                    self.taken = Some(Box::new(request.url().clone()));
                 }
                 request
             }
@@ -167,12 +164,29 @@ impl<'a> Policy<'a> {
     /// # Errors
     ///
     /// When the call does not wait: the wait would outlast the deadline, or
-    /// the request carries [`ReturnIfPaused`].
+    /// the request carries [`ReturnIfPaused`] (in `extensions`).
+    #[inline]
     pub(crate) fn passage(
         &mut self,
         request: &Request,
+        extensions: &Extensions,
     ) -> std::result::Result<Option<Duration>, HostPaused> {
-        let Some(ledger) = self.shared.ledger.as_deref() else { return Ok(None) };
+        match self.shared.ledger.as_deref() {
+            Some(ledger) if ledger.may_be_paused() => {
+                self.wait_for_host(ledger, request, extensions)
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// [`passage`](Self::passage), once some host may be paused.
+    #[cold]
+    fn wait_for_host(
+        &mut self,
+        ledger: &Ledger,
+        request: &Request,
+        extensions: &Extensions,
+    ) -> std::result::Result<Option<Duration>, HostPaused> {
         let clock = &*self.shared.clock;
         let wait = match ledger.gate(request.url(), || clock.now()) {
             Passage::Open => return Ok(None),
@@ -183,7 +197,8 @@ impl<'a> Policy<'a> {
             Passage::Paused(left) => left.saturating_add(self.spread()),
             Passage::Probing => self.spread().max(MIN_LOOK_AGAIN),
         };
-        if self.return_if_paused || steps::fits_deadline(self.spent(), wait).is_err() {
+        let own_choice = extensions.get::<ReturnIfPaused>().is_some();
+        if own_choice || steps::fits_deadline(self.spent(), wait).is_err() {
             return Err(HostPaused::new(wait, self.attempts));
         }
         self.total_wait = self.total_wait.saturating_add(wait);
@@ -207,7 +222,23 @@ impl<'a> Policy<'a> {
     /// Takes in the pause an answer asks of its host: pauses the host, or,
     /// when the attempt was the probe, settles the pause with it. Returns
     /// whether the host is paused by it.
+    #[inline]
     fn pause_host(
+        &mut self,
+        url: Option<&Url>,
+        retryable: Option<&Retryable>,
+        outcome: &Result<Response>,
+    ) -> bool {
+        if self.turn.is_none() && !steps::may_pause(retryable, outcome) {
+            return false;
+        }
+        self.settle_pause(url, retryable, outcome)
+    }
+
+    /// [`pause_host`](Self::pause_host), for an answer that may pause its
+    /// host or an attempt that was the probe.
+    #[cold]
+    fn settle_pause(
         &mut self,
         url: Option<&Url>,
         retryable: Option<&Retryable>,
@@ -223,7 +254,7 @@ impl<'a> Policy<'a> {
         }
         let now = clock.now();
         let until = asked.map(|asked| now.checked_add(asked).unwrap_or(now));
-        match (turn, until, url.or(self.taken.as_ref())) {
+        match (turn, until, url.or(self.taken.as_deref())) {
             (Some(turn), _, _) => ledger.settle(turn, until, now),
             (None, Some(until), Some(url)) => ledger.pause(url, until, now),
             _ => {}
@@ -248,9 +279,10 @@ impl<'a> Policy<'a> {
         outcome: &Result<Response>,
         body_failed: bool,
         seen: Seen,
+        extensions: &Extensions,
     ) -> Decision {
         self.note(seen, outcome);
-        match self.retry(request, outcome, body_failed, seen) {
+        match self.retry(request, outcome, body_failed, seen, extensions) {
             Ok((after, reason)) => {
                 self.total_wait = self.total_wait.saturating_add(after);
                 Decision::Retry { after, reason }
@@ -270,6 +302,7 @@ impl<'a> Policy<'a> {
         outcome: &Result<Response>,
         body_failed: bool,
         seen: Seen,
+        extensions: &Extensions,
     ) -> std::result::Result<(Duration, RetryReason), StopReason> {
         let config = &self.shared.config;
         let url = request.map(Request::url);
@@ -282,7 +315,7 @@ impl<'a> Policy<'a> {
             return Err(StopReason::NothingToRetry);
         };
         self.lease.failed(url);
-        if paused && self.return_if_paused {
+        if paused && extensions.get::<ReturnIfPaused>().is_some() {
             return Err(StopReason::HostPaused);
         }
         let spent = self.spent();

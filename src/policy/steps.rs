@@ -191,6 +191,16 @@ fn refused_before_work(retryable: Retryable, outcome: &Result<Response>) -> bool
     })
 }
 
+/// Whether an outcome may ask for a pause: an answer that is a `429` or
+/// `503`, or one a predicate hands a server's wait on for. Every answer
+/// meets this test; it reads no header.
+#[inline]
+pub(super) fn may_pause(retryable: Option<&Retryable>, outcome: &Result<Response>) -> bool {
+    let Ok(response) = outcome else { return false };
+    matches!(response.status(), StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE)
+        || retryable.is_some_and(|r| matches!(r.wait, Wait::Asked(_) | Wait::AskedUntil(_)))
+}
+
 /// The pause an answer asks of its host, whatever follows for this call,
 /// when pauses are on: the wait a predicate hands on as the server's
 /// ([`Verdict::server_asked`](crate::Verdict::server_asked)), or else a
