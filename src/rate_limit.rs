@@ -24,7 +24,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use http::HeaderValue;
+use http::{HeaderMap, HeaderValue};
 
 /// Marks one request as one that does not wait for its host's pause: if
 /// the host is paused when it is about to be sent, the call ends at once
@@ -96,7 +96,7 @@ impl HostPaused {
 ///
 /// ```
 /// use std::time::{Duration, SystemTime};
-/// use http::HeaderValue;
+/// use http::{HeaderMap, HeaderValue};
 /// use reqwest_safe_retry::rate_limit::parse_retry_after;
 ///
 /// let now = SystemTime::UNIX_EPOCH + Duration::from_secs(784_111_770);
@@ -117,10 +117,166 @@ pub fn parse_retry_after(value: &HeaderValue, now: SystemTime) -> Option<Duratio
     if text.is_empty() {
         return None;
     }
-    if text.bytes().all(|b| b.is_ascii_digit()) {
-        let secs = text.parse::<u64>().unwrap_or(u64::MAX);
+    if let Some(secs) = seconds(text) {
         return Some(Duration::from_secs(secs));
     }
     let at = httpdate::parse_http_date(text).ok()?;
     Some(at.duration_since(now).unwrap_or(Duration::ZERO))
+}
+
+/// The wait a response's rate-limit headers ask for when its limit is
+/// spent, measured from `now` (the server's, as for a `Retry-After` date):
+///
+/// - GitHub's `x-ratelimit-reset` (a Unix time in seconds), when
+///   `x-ratelimit-remaining` is `0`;
+/// - the IETF draft's `RateLimit` field (`"default";r=0;t=30`): the
+///   longest `t` (seconds) of the limits whose `r` (remaining) is `0`;
+/// - its earlier `RateLimit-Reset` (seconds), when `RateLimit-Remaining`
+///   is `0`.
+///
+/// A limit not spent asks for nothing, and so does a value that is not a
+/// whole number of seconds, or a time no `SystemTime` can hold: the
+/// headers are then ignored. Of several, the longest wait.
+pub(crate) fn reset_asked(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
+    let github = spent(headers, "x-ratelimit-remaining")
+        .then(|| header_seconds(headers.get("x-ratelimit-reset")?))
+        .flatten()
+        .and_then(|at| SystemTime::UNIX_EPOCH.checked_add(Duration::from_secs(at)))
+        .map(|at| at.duration_since(now).unwrap_or(Duration::ZERO));
+    let field = headers.get_all("ratelimit").iter().filter_map(spent_field).max();
+    let older = spent(headers, "ratelimit-remaining")
+        .then(|| header_seconds(headers.get("ratelimit-reset")?))
+        .flatten()
+        .map(Duration::from_secs);
+    [github, field, older].into_iter().flatten().max()
+}
+
+/// Whether the rate-limit headers name a spent limit and when it resets.
+pub(crate) fn limit_spent(headers: &HeaderMap) -> bool {
+    reset_asked(headers, SystemTime::UNIX_EPOCH).is_some()
+}
+
+/// Whether the header `name` says no request is left: `0`.
+fn spent(headers: &HeaderMap, name: &str) -> bool {
+    headers.get(name).and_then(|value| value.to_str().ok()).is_some_and(|v| v.trim() == "0")
+}
+
+/// A whole number of seconds, digits only; one too large for a `u64`
+/// saturates, so it reads as longer than any cap.
+fn seconds(text: &str) -> Option<u64> {
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some(text.parse().unwrap_or(u64::MAX))
+}
+
+/// A header's value as [`seconds`].
+fn header_seconds(value: &HeaderValue) -> Option<u64> {
+    seconds(value.to_str().ok()?.trim())
+}
+
+/// The longest reset among the limits of one `RateLimit` field value whose
+/// remaining count is `0`: each limit is a name and its parameters,
+/// `"name";r=0;t=30`, the limits separated by commas.
+fn spent_field(value: &HeaderValue) -> Option<Duration> {
+    let text = value.to_str().ok()?;
+    text.split(',')
+        .filter_map(|limit| {
+            let (mut remaining, mut reset) = (None, None);
+            for parameter in limit.split(';').skip(1) {
+                let (key, value) = parameter.split_once('=')?;
+                let number = seconds(value.trim());
+                match key.trim() {
+                    "r" => remaining = number,
+                    "t" => reset = number,
+                    _ => {}
+                }
+            }
+            (remaining? == 0).then_some(Duration::from_secs(reset?))
+        })
+        .max()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Headers from `(name, value)` pairs.
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        pairs
+            .iter()
+            .map(|(k, v)| (http::HeaderName::from_static(k), HeaderValue::from_str(v).unwrap()))
+            .collect()
+    }
+
+    fn at(secs: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
+    }
+
+    #[test]
+    fn githubs_reset_counts_when_no_request_is_left() {
+        let now = at(1_700_000_000);
+        let spent = headers(&[("x-ratelimit-remaining", "0"), ("x-ratelimit-reset", "1700000040")]);
+        assert_eq!(reset_asked(&spent, now), Some(Duration::from_secs(40)));
+        let left = headers(&[("x-ratelimit-remaining", "12"), ("x-ratelimit-reset", "1700000040")]);
+        assert_eq!(reset_asked(&left, now), None, "requests left: no wait");
+        let past = headers(&[("x-ratelimit-remaining", "0"), ("x-ratelimit-reset", "1699999000")]);
+        assert_eq!(reset_asked(&past, now), Some(Duration::ZERO));
+        let no_reset = headers(&[("x-ratelimit-remaining", "0")]);
+        assert_eq!(reset_asked(&no_reset, now), None);
+    }
+
+    #[test]
+    fn the_ietf_field_counts_its_spent_limits_longest_reset() {
+        let now = at(0);
+        let one = headers(&[("ratelimit", "\"default\";r=0;t=30")]);
+        assert_eq!(reset_asked(&one, now), Some(Duration::from_secs(30)));
+        let two =
+            headers(&[("ratelimit", "\"burst\";r=4;t=1, \"day\";r=0;t=600, \"hour\";r=0;t=90")]);
+        assert_eq!(reset_asked(&two, now), Some(Duration::from_secs(600)));
+        let left = headers(&[("ratelimit", "\"default\";r=3;t=30")]);
+        assert_eq!(reset_asked(&left, now), None);
+        let older = headers(&[("ratelimit-remaining", "0"), ("ratelimit-reset", "12")]);
+        assert_eq!(reset_asked(&older, now), Some(Duration::from_secs(12)));
+    }
+
+    #[test]
+    fn the_longest_wait_of_several_counts() {
+        let now = at(1_000);
+        let both = headers(&[
+            ("x-ratelimit-remaining", "0"),
+            ("x-ratelimit-reset", "1005"),
+            ("ratelimit", "\"default\";r=0;t=9"),
+        ]);
+        assert_eq!(reset_asked(&both, now), Some(Duration::from_secs(9)));
+    }
+
+    #[test]
+    fn garbage_rate_limit_headers_are_ignored() {
+        let now = at(1_000);
+        for pairs in [
+            &[("x-ratelimit-remaining", "0"), ("x-ratelimit-reset", "soon")][..],
+            &[("x-ratelimit-remaining", "zero"), ("x-ratelimit-reset", "1005")],
+            &[("x-ratelimit-remaining", "0"), ("x-ratelimit-reset", "-5")],
+            &[("x-ratelimit-remaining", "0"), ("x-ratelimit-reset", "1.5e3")],
+            &[("ratelimit", "r=0;t=9")],
+            &[("ratelimit", "\"default\";r=0")],
+            &[("ratelimit", "\"default\";r=0;t=nine")],
+            &[("ratelimit", "\"default\";r;t=9")],
+            &[("ratelimit-remaining", "0"), ("ratelimit-reset", "")],
+        ] {
+            assert_eq!(reset_asked(&headers(pairs), now), None, "{pairs:?}");
+        }
+        // A reset no `SystemTime` can hold is no reset.
+        let absurd = headers(&[
+            ("x-ratelimit-remaining", "0"),
+            ("x-ratelimit-reset", "18446744073709551615"),
+        ]);
+        assert_eq!(reset_asked(&absurd, now), None);
+        let opaque = HeaderMap::from_iter([(
+            http::HeaderName::from_static("ratelimit"),
+            HeaderValue::from_bytes(b"\xff;r=0;t=1").unwrap(),
+        )]);
+        assert_eq!(reset_asked(&opaque, now), None);
+    }
 }

@@ -15,6 +15,7 @@ use crate::rate_limit::parse_retry_after;
 /// | `cap` | 30 s | a server may ask us to wait, not to hang; longer asks are returned to the caller |
 /// | `over_cap` | [`RetryAfterOverCap::ReturnResponse`] | the caller, not the middleware, decides whether to wait longer than the cap |
 /// | `spread` | on | `Retry-After` is a floor: clients told the same thing come back spread over the retry's backoff ceiling, not in one instant |
+/// | `rate_limit_headers` | off | only `Retry-After` is a standard; read the others where an API writes them |
 /// | `pause` | on | a server that asks one call to wait has asked the whole process: the host's other calls wait too, and one probe goes when the wait ends |
 ///
 /// ```
@@ -35,6 +36,7 @@ pub struct RetryAfter {
     over_cap: RetryAfterOverCap,
     spread: bool,
     pause: bool,
+    rate_limit_headers: bool,
 }
 
 impl Default for RetryAfter {
@@ -44,6 +46,7 @@ impl Default for RetryAfter {
             over_cap: RetryAfterOverCap::ReturnResponse,
             spread: true,
             pause: true,
+            rate_limit_headers: false,
         }
     }
 }
@@ -113,6 +116,42 @@ impl RetryAfter {
         self
     }
 
+    /// Whether the rate-limit headers some APIs write are read where an
+    /// answer has no `Retry-After` (off by default), and a `403` that is a
+    /// rate limit is taken as a `429`.
+    ///
+    /// On, the wait an answer asks for is also read from:
+    ///
+    /// - GitHub's `x-ratelimit-reset` (a Unix time), when
+    ///   `x-ratelimit-remaining` is `0`;
+    /// - the IETF draft's `RateLimit` field (`"default";r=0;t=30`): the
+    ///   longest reset `t` (seconds) of its limits with none remaining
+    ///   (`r=0`), or its earlier `RateLimit-Reset` (seconds) when
+    ///   `RateLimit-Remaining` is `0`.
+    ///
+    /// Such a wait is honoured as a `Retry-After` is: measured against the
+    /// response's `Date`, capped, spread, and pausing the host. And a `403`
+    /// that carries a `Retry-After` or a spent limit (GitHub answers its
+    /// rate limits so) is retried as a `429` is, whatever the method: the
+    /// server refused before doing any work. A limit not spent, or a value
+    /// that is not a whole number of seconds, is ignored.
+    ///
+    /// ```
+    /// use reqwest_safe_retry::{RetryAfter, RetryConfig};
+    ///
+    /// // GitHub: wait for the reset it names, up to a minute.
+    /// let retry_after = RetryAfter::default()
+    ///     .with_rate_limit_headers(true)
+    ///     .with_cap(std::time::Duration::from_secs(60));
+    /// let config = RetryConfig::builder().with_retry_after(retry_after).build()?;
+    /// assert!(config.retry_after().rate_limit_headers());
+    /// # Ok::<(), reqwest_safe_retry::ConfigError>(())
+    /// ```
+    pub fn with_rate_limit_headers(mut self, read: bool) -> Self {
+        self.rate_limit_headers = read;
+        self
+    }
+
     /// The longest wait honoured.
     pub fn cap(&self) -> Duration {
         self.cap
@@ -131,6 +170,20 @@ impl RetryAfter {
     /// Whether a wait the server asks for pauses its host for every call.
     pub fn pause(&self) -> bool {
         self.pause
+    }
+
+    /// Whether rate-limit headers other than `Retry-After` are read.
+    pub fn rate_limit_headers(&self) -> bool {
+        self.rate_limit_headers
+    }
+
+    /// Whether `response` is a `403` these settings take as a `429`: with
+    /// the rate-limit headers read, one that carries a `Retry-After` or a
+    /// spent limit.
+    pub(crate) fn takes_as_429(&self, status: http::StatusCode, headers: &HeaderMap) -> bool {
+        self.rate_limit_headers
+            && status == http::StatusCode::FORBIDDEN
+            && (headers.contains_key(RETRY_AFTER) || crate::rate_limit::limit_spent(headers))
     }
 
     /// Whether a wait the server asked for is one to honour in full: above
@@ -158,14 +211,21 @@ pub enum RetryAfterOverCap {
     WaitTheCap,
 }
 
-/// The wait a response's `Retry-After` asks for. A date is measured from
+/// The wait a response's `Retry-After` asks for, or, with the rate-limit
+/// headers read, those headers when it has none. A time is measured from
 /// [`server_now`].
 pub(crate) fn asked(
+    rules: &RetryAfter,
     headers: &HeaderMap,
     wall_time: impl FnOnce() -> SystemTime,
 ) -> Option<Duration> {
-    let value = headers.get(RETRY_AFTER)?;
-    parse_retry_after(value, server_now(headers, wall_time))
+    match headers.get(RETRY_AFTER) {
+        Some(value) => parse_retry_after(value, server_now(headers, wall_time)),
+        None if rules.rate_limit_headers => {
+            crate::rate_limit::reset_asked(headers, server_now(headers, wall_time))
+        }
+        None => None,
+    }
 }
 
 /// The wait until `at`, a time the server named, measured from
@@ -245,10 +305,11 @@ mod tests {
         let retry_at = (RETRY_AFTER, "Sun, 06 Nov 1994 08:49:37 GMT");
         let with_date = headers(&[retry_at.clone(), (DATE, "Sun, 06 Nov 1994 08:49:30 GMT")]);
         let never = || -> SystemTime { unreachable!("the response's Date is used") };
-        assert_eq!(asked(&with_date, never), Some(Duration::from_secs(7)));
+        let rules = RetryAfter::default();
+        assert_eq!(asked(&rules, &with_date, never), Some(Duration::from_secs(7)));
         let without = headers(&[retry_at]);
-        assert_eq!(asked(&without, rfc_example), Some(Duration::ZERO));
-        assert_eq!(asked(&HeaderMap::new(), never), None);
+        assert_eq!(asked(&rules, &without, rfc_example), Some(Duration::ZERO));
+        assert_eq!(asked(&rules, &HeaderMap::new(), never), None);
     }
 
     #[test]

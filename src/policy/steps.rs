@@ -47,6 +47,15 @@ pub(super) fn classify(
         }
     }
     let (reach, reason) = match outcome {
+        // A 403 the settings take as a rate limit is weighed as a 429.
+        Ok(response) if config.retry_after.takes_as_429(response.status(), response.headers()) => {
+            let (reach, _) = classify::classify_status(
+                StatusCode::TOO_MANY_REQUESTS,
+                &config.retryable_statuses,
+                config.retry_429_any_method,
+            )?;
+            Some((reach, RetryReason::Status(StatusCode::FORBIDDEN)))
+        }
         Ok(response) => classify::classify_status(
             response.status(),
             &config.retryable_statuses,
@@ -143,7 +152,8 @@ pub(super) fn wait(
     let headers = outcome.as_ref().ok().map(Response::headers);
     let asked = match retryable.wait {
         Wait::Exactly(after) => return Ok(Chosen { after, paced: false, backoff: None }),
-        Wait::Policy => headers.and_then(|headers| crate::retry_after::asked(headers, wall_time)),
+        Wait::Policy => headers
+            .and_then(|headers| crate::retry_after::asked(&config.retry_after, headers, wall_time)),
         Wait::Asked(wait) => Some(wait),
         Wait::AskedUntil(at) => Some(crate::retry_after::until(at, headers, wall_time)),
     };
@@ -187,18 +197,27 @@ pub(super) fn wait(
 fn refused_before_work(retryable: Retryable, outcome: &Result<Response>) -> bool {
     outcome.as_ref().is_ok_and(|response| {
         response.status() == StatusCode::TOO_MANY_REQUESTS
+            || retryable.reason == RetryReason::Status(StatusCode::FORBIDDEN)
             || (retryable.wait != Wait::Policy && retryable.reach == Reach::AnyMethod)
     })
 }
 
 /// Whether an outcome may ask for a pause: an answer that is a `429` or
-/// `503`, or one a predicate hands a server's wait on for. Every answer
-/// meets this test; it reads no header.
+/// `503`, a `403` when rate-limit headers are read, or one a predicate
+/// hands a server's wait on for. Every answer meets this test; it reads
+/// no header.
 #[inline]
-pub(super) fn may_pause(retryable: Option<&Retryable>, outcome: &Result<Response>) -> bool {
+pub(super) fn may_pause(
+    config: &RetryConfig,
+    retryable: Option<&Retryable>,
+    outcome: &Result<Response>,
+) -> bool {
     let Ok(response) = outcome else { return false };
-    matches!(response.status(), StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE)
-        || retryable.is_some_and(|r| matches!(r.wait, Wait::Asked(_) | Wait::AskedUntil(_)))
+    match response.status() {
+        StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE => true,
+        StatusCode::FORBIDDEN if config.retry_after.rate_limit_headers() => true,
+        _ => retryable.is_some_and(|r| matches!(r.wait, Wait::Asked(_) | Wait::AskedUntil(_))),
+    }
 }
 
 /// The pause an answer asks of its host, whatever follows for this call,
@@ -219,13 +238,14 @@ pub(super) fn pause_asked(
         Some(Wait::Asked(wait)) => wait,
         Some(Wait::AskedUntil(at)) => crate::retry_after::until(at, Some(headers), wall_time),
         Some(Wait::Policy) | None => {
-            if !matches!(
-                response.status(),
-                StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE
-            ) {
+            let status = response.status();
+            let limited =
+                matches!(status, StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE)
+                    || rules.takes_as_429(status, headers);
+            if !limited {
                 return None;
             }
-            crate::retry_after::asked(headers, wall_time)?
+            crate::retry_after::asked(&rules, headers, wall_time)?
         }
     };
     Some(asked).filter(|&asked| rules.honours(asked))

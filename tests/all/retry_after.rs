@@ -285,3 +285,88 @@ proptest! {
         prop_assert_eq!(parse_retry_after(&value, now), Some(want));
     }
 }
+
+/// The RFC 9110 example date, as a response's `Date`, and its Unix time.
+const DATE: (&str, u64) = ("Sun, 06 Nov 1994 08:49:37 GMT", 784_111_777);
+
+/// A client that reads rate-limit headers (or not), its waits unspread.
+fn reading(headers: bool) -> (reqwest_middleware::ClientWithMiddleware, ManualClock) {
+    let retry_after = RetryAfter::default().with_spread(false).with_rate_limit_headers(headers);
+    client(policy().with_retry_after(retry_after).build().unwrap())
+}
+
+/// GitHub's primary rate limit: a 403 with no request left and the reset as
+/// a Unix time, 10 s after the response's `Date`.
+fn github_limit() -> ResponseTemplate {
+    ResponseTemplate::new(403)
+        .insert_header("date", DATE.0)
+        .insert_header("x-ratelimit-remaining", "0")
+        .insert_header("x-ratelimit-reset", (DATE.1 + 10).to_string().as_str())
+}
+
+#[tokio::test]
+async fn a_github_rate_limit_is_waited_out_with_the_rate_limit_headers_read() {
+    let server = MockServer::start().await;
+    script(&server, "/r", vec![github_limit(), ResponseTemplate::new(201)]).await;
+    let (client, clock) = reading(true);
+    // A POST: the 403 refused it before any work, as a 429 does.
+    let response = client.post(format!("{}/r", server.uri())).send().await.unwrap();
+    assert_eq!(response.status(), 201);
+    assert_eq!(clock.sleeps(), [Duration::from_secs(10)], "the reset the server named");
+    assert_eq!(hits(&server).await, 2);
+}
+
+#[tokio::test]
+async fn without_the_rate_limit_headers_read_a_403_is_final() {
+    let server = MockServer::start().await;
+    script(&server, "/r", vec![github_limit(), ResponseTemplate::new(201)]).await;
+    let (client, clock) = reading(false);
+    let response = client.post(format!("{}/r", server.uri())).send().await.unwrap();
+    assert_eq!(response.status(), 403);
+    assert_eq!(RetryReport::from_response(&response).stop, StopReason::NothingToRetry);
+    assert!(clock.sleeps().is_empty());
+}
+
+#[tokio::test]
+async fn a_403_that_names_no_limit_stays_final_with_the_headers_read() {
+    let server = MockServer::start().await;
+    let left = github_limit().insert_header("x-ratelimit-remaining", "7");
+    for forbidden in [ResponseTemplate::new(403), left] {
+        script(&server, "/r", vec![forbidden, ResponseTemplate::new(201)]).await;
+        let (client, _) = reading(true);
+        let response = client.post(format!("{}/r", server.uri())).send().await.unwrap();
+        assert_eq!(response.status(), 403);
+        server.reset().await;
+    }
+}
+
+#[tokio::test]
+async fn the_ietf_ratelimit_field_names_the_wait_of_a_429_without_retry_after() {
+    let server = MockServer::start().await;
+    let limited = ResponseTemplate::new(429)
+        .insert_header("ratelimit-policy", "\"default\";q=100;w=60")
+        .insert_header("ratelimit", "\"default\";r=0;t=7");
+    script(&server, "/r", vec![limited, ResponseTemplate::new(200)]).await;
+    let (client, clock) = reading(true);
+    assert_eq!(get(&client, &server).await.status(), 200);
+    assert_eq!(clock.sleeps(), [Duration::from_secs(7)]);
+    // Not read: the backoff.
+    server.reset().await;
+    let limited = ResponseTemplate::new(429).insert_header("ratelimit", "\"default\";r=0;t=7");
+    script(&server, "/r", vec![limited, ResponseTemplate::new(200)]).await;
+    let (client, clock) = reading(false);
+    assert_eq!(get(&client, &server).await.status(), 200);
+    assert_eq!(clock.sleeps(), [Duration::from_millis(100)]);
+}
+
+#[tokio::test]
+async fn a_reset_over_the_cap_is_returned_as_a_retry_after_over_it_is() {
+    let server = MockServer::start().await;
+    let far = ResponseTemplate::new(429).insert_header("ratelimit", "\"default\";r=0;t=3600");
+    script(&server, "/r", vec![far, ResponseTemplate::new(200)]).await;
+    let (client, _) = reading(true);
+    let response = get(&client, &server).await;
+    assert_eq!(response.status(), 429);
+    let stop = RetryReport::from_response(&response).stop;
+    assert_eq!(stop, StopReason::RetryAfterTooLong(Duration::from_secs(3600)));
+}
