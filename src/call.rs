@@ -11,7 +11,7 @@ use reqwest_middleware::{Error, Next, Result};
 
 use crate::body::{self, RequestBuffer};
 use crate::events;
-use crate::future::first;
+use crate::future::{first, yield_once};
 use crate::policy::Policy;
 use crate::rate_limit::HostPaused;
 use crate::reason::{Decision, StopReason};
@@ -111,6 +111,9 @@ impl Shared {
             if self.clock.now() <= before {
                 break;
             }
+            // The probe may be another task of this thread's, and a sleep
+            // may end at once (a test's clock): it gets its turn.
+            yield_once().await;
         }
         Ok(())
     }

@@ -1,7 +1,9 @@
-//! The one combinator the crate needs: a future raced against a cut.
+//! The combinators the crate needs: a future raced against a cut, and a
+//! turn handed to the other tasks.
 //!
-//! It bounds an attempt by the deadline, the reading of a streamed body by
-//! the time it may take, and the drain of a retried response by the wait.
+//! The race bounds an attempt by the deadline, the reading of a streamed
+//! body by the time it may take, and the drain of a retried response by the
+//! wait.
 
 use std::future::{Future, poll_fn};
 use std::pin::pin;
@@ -20,4 +22,20 @@ pub(crate) async fn first<T>(
         cut.as_mut().poll(cx).map(|()| None)
     })
     .await
+}
+
+/// Lets the executor run its other tasks once before this one goes on: a
+/// call waiting on another's probe must not keep the thread from it, even
+/// on a clock whose sleeps end at once.
+pub(crate) async fn yield_once() {
+    let mut yielded = false;
+    poll_fn(|cx| {
+        if yielded {
+            return Poll::Ready(());
+        }
+        yielded = true;
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    })
+    .await;
 }

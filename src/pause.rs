@@ -69,6 +69,7 @@ impl Pause {
             if now < until {
                 return Gate::Until(until);
             }
+            // The flag is clear here.
             match self.word.compare_exchange_weak(
                 word,
                 word | PROBING,
@@ -87,14 +88,22 @@ impl Pause {
     pub(crate) fn pause(&self, until: u64) {
         let _ = self.word.fetch_update(Ordering::AcqRel, Ordering::Acquire, |word| {
             let later = if word == 0 { until } else { decode(word).max(until) };
+            // `encode` leaves the flag's bit clear: the old flag goes on as it was.
             Some(encode(later) | (word & PROBING))
         });
     }
 
     /// The probe's outcome: the server asked for a new pause, until
-    /// `until`, or it did not and the host is open again.
+    /// `until` (or a later one set meanwhile holds), or it did not and the
+    /// host is open again.
     pub(crate) fn settle(&self, until: Option<u64>) {
-        self.word.store(until.map_or(0, encode), Ordering::Release);
+        let _ = self.word.fetch_update(Ordering::AcqRel, Ordering::Acquire, |word| {
+            Some(match until {
+                None => 0,
+                Some(until) if word == 0 => encode(until),
+                Some(until) => encode(decode(word).max(until)),
+            })
+        });
     }
 
     /// A probe that ended with no outcome (cancelled, or cut by its
@@ -154,6 +163,10 @@ mod tests {
         pause.settle(Some(4000));
         assert_eq!(pause.check(3000), Gate::Until(4000));
         assert_eq!(pause.check(4000), Gate::Probe, "one probe for the next window too");
+        // A longer pause set while the probe was in flight holds.
+        pause.pause(9000);
+        pause.settle(Some(5000));
+        assert_eq!(pause.check(6000), Gate::Until(9000));
     }
 
     #[test]

@@ -184,7 +184,8 @@ fn spent_field(value: &HeaderValue) -> Option<Duration> {
         .filter_map(|limit| {
             let (mut remaining, mut reset) = (None, None);
             for parameter in limit.split(';').skip(1) {
-                let (key, value) = parameter.split_once('=')?;
+                // A parameter with no value is a flag: not one of these.
+                let Some((key, value)) = parameter.split_once('=') else { continue };
                 let number = seconds(value.trim());
                 match key.trim() {
                     "r" => remaining = number,
@@ -231,13 +232,26 @@ mod tests {
         let now = at(0);
         let one = headers(&[("ratelimit", "\"default\";r=0;t=30")]);
         assert_eq!(reset_asked(&one, now), Some(Duration::from_secs(30)));
-        let two =
-            headers(&[("ratelimit", "\"burst\";r=4;t=1, \"day\";r=0;t=600, \"hour\";r=0;t=90")]);
+        let two = headers(&[(
+            "ratelimit",
+            "\"burst\";r=4;t=1, \"day\";r=0;t=600;flag, \"hour\";r=0;t=90",
+        )]);
         assert_eq!(reset_asked(&two, now), Some(Duration::from_secs(600)));
         let left = headers(&[("ratelimit", "\"default\";r=3;t=30")]);
         assert_eq!(reset_asked(&left, now), None);
         let older = headers(&[("ratelimit-remaining", "0"), ("ratelimit-reset", "12")]);
         assert_eq!(reset_asked(&older, now), Some(Duration::from_secs(12)));
+    }
+
+    #[test]
+    fn a_limit_is_spent_when_none_is_left_and_it_names_its_reset() {
+        let spent = headers(&[("x-ratelimit-remaining", "0"), ("x-ratelimit-reset", "1700000040")]);
+        assert!(limit_spent(&spent));
+        assert!(limit_spent(&headers(&[("ratelimit", "\"default\";r=0;t=30")])));
+        let left = headers(&[("x-ratelimit-remaining", "3"), ("x-ratelimit-reset", "1700000040")]);
+        assert!(!limit_spent(&left));
+        assert!(!limit_spent(&headers(&[("x-ratelimit-remaining", "0")])), "no reset named");
+        assert!(!limit_spent(&HeaderMap::new()));
     }
 
     #[test]

@@ -109,6 +109,12 @@ impl RetryAfter {
     /// waited, as [`with_over_cap`](Self::with_over_cap) says) and other
     /// calls go on.
     ///
+    /// A probe refused again with no wait named (or one over the cap or of
+    /// zero) holds the host for the first retry's backoff ceiling before
+    /// the next probe; any other outcome opens it. The pause holds back
+    /// whole attempts: a [hedge](crate::hedge) below this middleware may
+    /// still send copies of a probe.
+    ///
     /// Off, each call honours the wait it was told alone, as most clients
     /// do.
     pub fn with_pause(mut self, pause: bool) -> Self {
@@ -183,7 +189,10 @@ impl RetryAfter {
     pub(crate) fn takes_as_429(&self, status: http::StatusCode, headers: &HeaderMap) -> bool {
         self.rate_limit_headers
             && status == http::StatusCode::FORBIDDEN
-            && (headers.contains_key(RETRY_AFTER) || crate::rate_limit::limit_spent(headers))
+            && (headers
+                .get(RETRY_AFTER)
+                .is_some_and(|value| parse_retry_after(value, SystemTime::UNIX_EPOCH).is_some())
+                || crate::rate_limit::limit_spent(headers))
     }
 
     /// Whether a wait the server asked for is one to honour in full: above
@@ -310,6 +319,26 @@ mod tests {
         let without = headers(&[retry_at]);
         assert_eq!(asked(&rules, &without, rfc_example), Some(Duration::ZERO));
         assert_eq!(asked(&rules, &HeaderMap::new(), never), None);
+    }
+
+    #[test]
+    fn a_403_is_taken_as_a_429_only_when_it_names_a_wait_and_the_headers_are_read() {
+        let map = |pairs: &[(&'static str, &'static str)]| -> HeaderMap {
+            pairs
+                .iter()
+                .map(|(k, v)| (http::HeaderName::from_static(k), HeaderValue::from_static(v)))
+                .collect()
+        };
+        let read = RetryAfter::default().with_rate_limit_headers(true);
+        let forbidden = http::StatusCode::FORBIDDEN;
+        let secondary = map(&[("retry-after", "60")]);
+        let primary = map(&[("x-ratelimit-remaining", "0"), ("x-ratelimit-reset", "1700000000")]);
+        assert!(read.takes_as_429(forbidden, &secondary));
+        assert!(read.takes_as_429(forbidden, &primary));
+        assert!(!read.takes_as_429(forbidden, &map(&[("retry-after", "soon")])), "garbage");
+        assert!(!read.takes_as_429(forbidden, &HeaderMap::new()), "a plain 403");
+        assert!(!read.takes_as_429(http::StatusCode::UNAUTHORIZED, &secondary), "only a 403");
+        assert!(!RetryAfter::default().takes_as_429(forbidden, &secondary), "headers not read");
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! both per scheme, host and port.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -47,6 +47,9 @@ pub(crate) struct Ledger {
     /// looks its host up before it sends; after, no host is paused and it
     /// does not.
     paused_until: AtomicU64,
+    /// Probes in flight: while there are any, calls keep looking their
+    /// hosts up, however long a probe takes.
+    probes: AtomicUsize,
 }
 
 /// What the books keep for one host.
@@ -118,6 +121,7 @@ impl Ledger {
             hosts: Hosts::sharded(MAX_HOSTS, SHARDS, SLOTS, overflow),
             pauses,
             paused_until: AtomicU64::new(0),
+            probes: AtomicUsize::new(0),
         })
     }
 
@@ -250,15 +254,16 @@ impl Ledger {
     /// Where `url`'s host stands for a request about to go at `now`. While
     /// no host has been paused within a window, it reads neither the clock
     /// nor the table.
-    pub(crate) fn gate(&self, url: &Url, now: impl FnOnce() -> Instant) -> Passage {
+    pub(crate) fn gate(&self, url: &Url, now: impl FnOnce() -> Instant) -> Passage<'_> {
         let horizon = self.paused_until.load(Ordering::Acquire);
         if horizon == 0 {
             return Passage::Open;
         }
         let now = self.ms(now());
-        if now >= horizon {
-            // Every pause ended a window ago: look no host up until the
-            // next one. A pause set meanwhile moved the horizon on.
+        if now >= horizon && self.probes.load(Ordering::Acquire) == 0 {
+            // Every pause ended a window ago and no probe is in flight:
+            // look no host up until the next pause. One set meanwhile
+            // moved the horizon on, and the exchange fails.
             let _ =
                 self.paused_until.compare_exchange(horizon, 0, Ordering::AcqRel, Ordering::Relaxed);
             return Passage::Open;
@@ -266,25 +271,39 @@ impl Ledger {
         let Some(host) = self.hosts.get(url) else { return Passage::Open };
         match host.value.pause.check(now) {
             Gate::Open => Passage::Open,
-            Gate::Probe => Passage::Probe(Turn { host, settled: false }),
+            Gate::Probe => {
+                self.probes.fetch_add(1, Ordering::AcqRel);
+                self.look_until(now);
+                Passage::Probe(Turn { host, ledger: self, settled: false })
+            }
             Gate::Until(end) => Passage::Paused(Duration::from_millis(end.saturating_sub(now))),
             Gate::Probing => Passage::Probing,
         }
     }
 
-    /// Pauses `url`'s host until `until` (a time on the clock that read
-    /// `now`), as its server asked. No pause is kept for a host that finds
-    /// no room in the table.
-    pub(crate) fn pause(&self, url: &Url, until: Instant, now: Instant) {
+    /// Pauses `url`'s host for `asked` from `now`, as its server asked.
+    /// Returns whether it did: no pause is kept for a host that finds no
+    /// room in the table.
+    pub(crate) fn pause(&self, url: &Url, asked: Duration, now: Instant) -> bool {
         if !self.pauses {
-            return;
+            return false;
         }
         let host = self.record(url, self.slot_number(now));
-        if !self.hosts.is_overflow(&host) {
-            let until = self.ms(until.max(now));
-            host.value.pause.pause(until);
-            self.look_until(until);
+        if self.hosts.is_overflow(&host) {
+            return false;
         }
+        let until = self.until(asked, now);
+        host.value.pause.pause(until);
+        self.look_until(until);
+        true
+    }
+
+    /// The end of a pause of `asked` from `now`, on the books' timeline:
+    /// rounded up, so that a probe never goes before the time the server
+    /// named, and saturating for a wait no clock can hold.
+    fn until(&self, asked: Duration, now: Instant) -> u64 {
+        let asked = u64::try_from(asked.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX);
+        self.ms(now).saturating_add(asked)
     }
 
     /// Has calls look their hosts up until a window after `until`, a
@@ -296,11 +315,11 @@ impl Ledger {
         self.paused_until.fetch_max(horizon, Ordering::AcqRel);
     }
 
-    /// The probe's outcome: the server asked for a new pause, until
-    /// `until`, or the host is open again.
-    pub(crate) fn settle(&self, mut turn: Turn, until: Option<Instant>, now: Instant) {
+    /// The probe's outcome: the server asked for a new pause, of `asked`
+    /// from `now`, or the host is open again.
+    pub(crate) fn settle(&self, mut turn: Turn<'_>, asked: Option<Duration>, now: Instant) {
         turn.settled = true;
-        let until = until.map(|until| self.ms(until.max(now)));
+        let until = asked.map(|asked| self.until(asked, now));
         turn.host.value.pause.settle(until);
         if let Some(until) = until {
             self.look_until(until);
@@ -322,12 +341,12 @@ impl Ledger {
 
 /// Where a host stands for a request about to go to it.
 #[derive(Debug)]
-pub(crate) enum Passage {
+pub(crate) enum Passage<'a> {
     /// No pause: send.
     Open,
     /// The pause is over and the request is its probe: send, and settle
     /// the pause with the outcome.
-    Probe(Turn),
+    Probe(Turn<'a>),
     /// Paused for this much longer.
     Paused(Duration),
     /// The pause is over and another call's probe is in flight.
@@ -337,20 +356,22 @@ pub(crate) enum Passage {
 /// A call's turn to probe a host whose pause ended: the pause is settled
 /// by its outcome, or, when it has none (the call was dropped, or its
 /// deadline cut the attempt), given back for the next call to take.
-pub(crate) struct Turn {
+pub(crate) struct Turn<'a> {
     host: Arc<Host<Record>>,
+    ledger: &'a Ledger,
     settled: bool,
 }
 
-impl Drop for Turn {
+impl Drop for Turn<'_> {
     fn drop(&mut self) {
         if !self.settled {
             self.host.value.pause.give_back();
         }
+        self.ledger.probes.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
-impl fmt::Debug for Turn {
+impl fmt::Debug for Turn<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Turn").field("settled", &self.settled).finish_non_exhaustive()
     }

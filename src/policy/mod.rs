@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use http::{Extensions, Method};
-use reqwest::{Request, Response, Url};
+use reqwest::{Request, Response};
 use reqwest_middleware::Result;
 
 use crate::budget::{Lease, Turn};
@@ -47,10 +47,7 @@ pub(crate) struct Policy<'a> {
     lease: Lease<'a>,
     /// The turn to probe a paused host, while the attempt that took it is
     /// in flight.
-    turn: Option<Turn>,
-    /// The URL of a request sent with no copy kept, for the pause its
-    /// answer may ask of the host.
-    taken: Option<Box<Url>>,
+    turn: Option<Turn<'a>>,
     /// Attempts started so far.
     attempts: u32,
     /// Redirects the client followed within them.
@@ -77,7 +74,6 @@ impl<'a> Policy<'a> {
             deadline: limit.map(|limit| Deadline { start: shared.clock.now(), limit }),
             lease: Lease::new(shared.ledger.as_deref(), &*shared.clock),
             turn: None,
-            taken: None,
             attempts: 0,
             redirects: 0,
             redirected: false,
@@ -135,9 +131,6 @@ impl<'a> Policy<'a> {
                 // copy will be there for `decide` to name the host by.
                 let request = pending.take().expect("a request to send");
                 self.lease.hold(request.url());
-                if self.shared.ledger.is_some() && self.shared.config.retry_after.pause() {
-                    self.taken = Some(Box::new(request.url().clone()));
-                }
                 request
             }
         };
@@ -197,7 +190,7 @@ impl<'a> Policy<'a> {
         let config = &self.shared.config;
         let url = request.map(Request::url);
         let classified = steps::classify(config, request, self.attempts, outcome, body_failed);
-        let paused = self.pause_host(url, classified.as_ref(), outcome);
+        let paused = self.pause_host(classified.as_ref(), outcome);
         let Some(retryable) = classified else {
             // A final answer pays towards later retries, and a retry that
             // reached one costs nothing.
@@ -205,9 +198,6 @@ impl<'a> Policy<'a> {
             return Err(StopReason::NothingToRetry);
         };
         self.lease.failed(url);
-        if paused && extensions.get::<ReturnIfPaused>().is_some() {
-            return Err(StopReason::HostPaused);
-        }
         let spent = self.spent();
         steps::admissible(Admission {
             expired: spent.is_some_and(|(elapsed, limit)| elapsed >= limit),
@@ -218,6 +208,9 @@ impl<'a> Policy<'a> {
             max_retries: self.max_retries,
             replayable: request.is_some(),
         })?;
+        if paused && extensions.get::<ReturnIfPaused>().is_some() {
+            return Err(StopReason::HostPaused);
+        }
         let pacing = Pacing {
             config,
             jitter: &*self.shared.jitter,

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use http::Extensions;
-use reqwest::{Request, Response, Url};
+use reqwest::{Request, Response};
 use reqwest_middleware::Result;
 
 use super::Policy;
@@ -13,12 +13,13 @@ use super::steps::{self, Retryable};
 use crate::backoff::{Jitter, scale};
 use crate::budget::{Ledger, Passage};
 use crate::rate_limit::{HostPaused, ReturnIfPaused};
+use crate::shared::Shared;
 
 /// The least a call waits before it looks again at a host whose probe is
 /// in flight.
 const MIN_LOOK_AGAIN: Duration = Duration::from_millis(10);
 
-impl Policy<'_> {
+impl<'a> Policy<'a> {
     /// Whether `request` may go to its host now (`None`), or must first
     /// wait out the host's pause for the time returned, then ask again.
     /// When this request's attempt is the probe the pause's end lets
@@ -34,7 +35,8 @@ impl Policy<'_> {
         request: &Request,
         extensions: &Extensions,
     ) -> std::result::Result<Option<Duration>, HostPaused> {
-        match self.shared.ledger.as_deref() {
+        let shared: &'a Shared = self.shared;
+        match shared.ledger.as_deref() {
             Some(ledger) if ledger.may_be_paused() => {
                 self.wait_for_host(ledger, request, extensions)
             }
@@ -46,7 +48,7 @@ impl Policy<'_> {
     #[cold]
     fn wait_for_host(
         &mut self,
-        ledger: &Ledger,
+        ledger: &'a Ledger,
         request: &Request,
         extensions: &Extensions,
     ) -> std::result::Result<Option<Duration>, HostPaused> {
@@ -82,46 +84,44 @@ impl Policy<'_> {
         }
     }
 
-    /// Takes in the pause an answer asks of its host: pauses the host, or,
-    /// when the attempt was the probe, settles the pause with it. Returns
-    /// whether the host is paused by it.
+    /// Takes in the pause an answer asks of its host: pauses the host that
+    /// answered, or, when the attempt was the probe, settles the pause with
+    /// it. Returns whether the host is paused by it: a retry that waits
+    /// the pause out is bounded by it.
     #[inline]
     pub(super) fn pause_host(
         &mut self,
-        url: Option<&Url>,
         retryable: Option<&Retryable>,
         outcome: &Result<Response>,
     ) -> bool {
         if self.turn.is_none() && !steps::may_pause(&self.shared.config, retryable, outcome) {
             return false;
         }
-        self.settle_pause(url, retryable, outcome)
+        self.settle_pause(retryable, outcome)
     }
 
     /// [`pause_host`](Self::pause_host), for an answer that may pause its
     /// host or an attempt that was the probe.
     #[cold]
-    fn settle_pause(
-        &mut self,
-        url: Option<&Url>,
-        retryable: Option<&Retryable>,
-        outcome: &Result<Response>,
-    ) -> bool {
+    fn settle_pause(&mut self, retryable: Option<&Retryable>, outcome: &Result<Response>) -> bool {
         let Some(ledger) = self.shared.ledger.as_deref() else { return false };
         let clock = &*self.shared.clock;
         let config = &self.shared.config;
         let asked = steps::pause_asked(config, retryable, outcome, || clock.wall_time());
-        let turn = self.turn.take();
-        if asked.is_none() && turn.is_none() {
-            return false;
-        }
         let now = clock.now();
-        let until = asked.map(|asked| now.checked_add(asked).unwrap_or(now));
-        match (turn, until, url.or(self.taken.as_deref())) {
-            (Some(turn), _, _) => ledger.settle(turn, until, now),
-            (None, Some(until), Some(url)) => ledger.pause(url, until, now),
-            _ => {}
+        if let Some(turn) = self.turn.take() {
+            // A probe refused again with no time named (or none honoured)
+            // holds the host for a backoff step, so that the calls waiting
+            // do not all go to a server still refusing.
+            let refused = steps::may_pause(config, retryable, outcome);
+            let held = asked.or_else(|| refused.then(|| config.backoff.ceiling(0)));
+            ledger.settle(turn, held, now);
+            return asked.is_some();
         }
-        asked.is_some()
+        // The host that answered: the last hop's, after a redirect.
+        match (asked, outcome) {
+            (Some(asked), Ok(response)) => ledger.pause(response.url(), asked, now),
+            _ => false,
+        }
     }
 }

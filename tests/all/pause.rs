@@ -247,3 +247,111 @@ fn held_back(error: reqwest_middleware::Result<reqwest::Response>) -> HostPaused
         other => panic!("expected HostPaused, got {other:?}"),
     }
 }
+
+/// A server whose first answer is a 429 asking for 2 s, whose second (the
+/// probe) takes `slow` to come and is `probe`, and which serves after.
+async fn probed(arrivals: &Arrivals, slow: Duration, probe: (u16, Option<u64>)) -> RawServer {
+    let (arrivals, slow) = (arrivals.clone(), slow);
+    RawServer::start(move |mut conn| {
+        let arrivals = arrivals.clone();
+        async move {
+            while let Some(request) = conn.request().await {
+                arrivals.record();
+                let (status, retry_after) = match request.index {
+                    0 => (429, Some(2)),
+                    1 => {
+                        tokio::time::sleep(slow).await;
+                        probe
+                    }
+                    _ => (200, None),
+                };
+                let retry_after =
+                    retry_after.map(|s| format!("retry-after: {s}\r\n")).unwrap_or_default();
+                let head =
+                    format!("HTTP/1.1 {status} X\r\ncontent-length: 2\r\n{retry_after}\r\nok");
+                if conn.write(head).await.is_err() {
+                    return;
+                }
+            }
+        }
+    })
+    .await
+}
+
+/// The times of the arrivals, in order.
+fn sorted(arrivals: &Arrivals) -> Vec<Duration> {
+    let mut times = arrivals.times.lock().unwrap().clone();
+    times.sort();
+    times
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_call_goes_while_the_probe_is_in_flight_however_long_it_takes() {
+    let arrivals = Arrivals::new();
+    // The probe's answer takes 15 s: longer than the budget's window.
+    let server = probed(&arrivals, 15 * S, (200, None)).await;
+    let client = quick_start(RetryConfig::default());
+    let url = server.url("/r");
+    let first = tokio::spawn({
+        let (client, url) = (client.clone(), url.clone());
+        async move { client.get(url).send().await.unwrap() }
+    });
+    tokio::time::sleep(100 * MS).await;
+    let statuses = at_once(&client, &url, 20).await;
+    assert!(statuses.iter().all(|s| *s == 200));
+    assert_eq!(first.await.unwrap().status(), 200);
+    let times = sorted(&arrivals);
+    let probe = times[1];
+    assert!(probe >= 2 * S, "{times:?}");
+    let during = times.iter().filter(|at| (probe..probe + 15 * S).contains(*at)).count();
+    assert_eq!(during, 1, "only the probe while it was in flight: {times:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_probe_refused_again_with_no_time_named_holds_the_others_a_backoff_step() {
+    let arrivals = Arrivals::new();
+    let server = probed(&arrivals, Duration::ZERO, (429, None)).await;
+    let client = quick_start(RetryConfig::default());
+    let url = server.url("/r");
+    let first = tokio::spawn({
+        let (client, url) = (client.clone(), url.clone());
+        async move { client.get(url).send().await.unwrap() }
+    });
+    tokio::time::sleep(100 * MS).await;
+    let statuses = at_once(&client, &url, 20).await;
+    assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
+    let _ = first.await.unwrap();
+    let times = sorted(&arrivals);
+    let probe = times[1];
+    // The first retry's backoff ceiling, 500 ms by default.
+    let held = times.iter().filter(|at| (probe..probe + 500 * MS).contains(*at)).count();
+    assert_eq!(held, 1, "none went on the probe's bare 429: {times:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_wait_no_clock_can_hold_pauses_the_host_for_good() {
+    let arrivals = Arrivals::new();
+    let server = server(&arrivals, |_, _| (429, None)).await;
+    // A server answering with a Retry-After past any clock, under no cap.
+    let endless = RawServer::start(|mut conn| async move {
+        while conn.request().await.is_some() {
+            let head = "HTTP/1.1 429 X\r\ncontent-length: 2\r\nretry-after: 99999999999999999999\r\n\r\nok";
+            if conn.write(head).await.is_err() {
+                return;
+            }
+        }
+    })
+    .await;
+    drop(server);
+    let config = RetryConfig::builder()
+        .with_retry_after(RetryAfter::default().with_cap(Duration::MAX))
+        .build()
+        .unwrap();
+    let client = quick_start(config);
+    let url = endless.url("/r");
+    let once = client.get(&url).with_extension(reqwest_safe_retry::MaxRetries::new(0));
+    assert_eq!(once.send().await.unwrap().status(), 429);
+    let error = client.get(&url).with_extension(ReturnIfPaused).send().await;
+    assert!(held_back(error).wait() > Duration::from_secs(3600 * 24 * 365));
+    assert_eq!(endless.requests(), 1);
+}
