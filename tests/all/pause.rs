@@ -54,12 +54,25 @@ async fn server(
     arrivals: &Arrivals,
     answer: impl Fn(usize, Duration) -> (u16, Option<u64>) + Send + Sync + 'static,
 ) -> RawServer {
+    held(arrivals, move |index, at| {
+        let (status, retry_after) = answer(index, at);
+        (status, retry_after, Duration::ZERO)
+    })
+    .await
+}
+
+/// As [`server`], each answer also held back for the time `answer` names.
+async fn held(
+    arrivals: &Arrivals,
+    answer: impl Fn(usize, Duration) -> (u16, Option<u64>, Duration) + Send + Sync + 'static,
+) -> RawServer {
     let (arrivals, answer) = (arrivals.clone(), Arc::new(answer));
     RawServer::start(move |mut conn| {
         let (arrivals, answer) = (arrivals.clone(), answer.clone());
         async move {
             while let Some(request) = conn.request().await {
-                let (status, retry_after) = answer(request.index, arrivals.record());
+                let (status, retry_after, hold) = answer(request.index, arrivals.record());
+                tokio::time::sleep(hold).await;
                 let retry_after =
                     retry_after.map(|s| format!("retry-after: {s}\r\n")).unwrap_or_default();
                 let head =
@@ -93,6 +106,18 @@ async fn at_once(client: &ClientWithMiddleware, url: &str, n: usize) -> Vec<u16>
     statuses
 }
 
+/// One call, and `n` more at once 100 ms later, while the first waits out
+/// what it was told; the statuses of the `n`, and the first's.
+async fn first_then(client: &ClientWithMiddleware, url: &str, n: usize) -> (Vec<u16>, u16) {
+    let first = tokio::spawn({
+        let (client, url) = (client.clone(), url.to_owned());
+        async move { client.get(url).send().await.unwrap().status().as_u16() }
+    });
+    tokio::time::sleep(100 * MS).await;
+    let statuses = at_once(client, url, n).await;
+    (statuses, first.await.unwrap())
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_429_holds_back_the_hosts_other_calls_until_its_retry_after_ends() {
     let arrivals = Arrivals::new();
@@ -100,18 +125,11 @@ async fn a_429_holds_back_the_hosts_other_calls_until_its_retry_after_ends() {
         server(&arrivals, |index, _| if index == 0 { (429, Some(2)) } else { (200, None) }).await;
     let client = quick_start(RetryConfig::default());
     let url = server.url("/r");
-    // The first call is told to wait 2 s; it waits, and retries after.
-    let first = tokio::spawn({
-        let (client, url) = (client.clone(), url.clone());
-        async move { client.get(url).send().await.unwrap() }
-    });
-    tokio::time::sleep(100 * MS).await;
-    assert_eq!(arrivals.len(), 1, "the first call was answered");
-    // A hundred more calls start during the pause.
-    let statuses = at_once(&client, &url, 100).await;
+    // The first call is told to wait 2 s, and retries after; a hundred
+    // more start during the pause.
+    let (statuses, first) = first_then(&client, &url, 100).await;
     assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
-    let first = first.await.unwrap();
-    assert_eq!(first.status(), 200);
+    assert_eq!(first, 200);
     assert_eq!(arrivals.within(Duration::ZERO..2 * S), 1, "only the call that met the 429");
     assert_eq!(arrivals.len(), 102, "each call sent once more at most: none met the 429 again");
 }
@@ -127,14 +145,9 @@ async fn with_the_pause_off_the_other_calls_do_not_wait() {
         .unwrap();
     let client = quick_start(config);
     let url = server.url("/r");
-    let first = tokio::spawn({
-        let (client, url) = (client.clone(), url.clone());
-        async move { client.get(url).send().await.unwrap() }
-    });
-    tokio::time::sleep(100 * MS).await;
-    let statuses = at_once(&client, &url, 100).await;
+    let (statuses, first) = first_then(&client, &url, 100).await;
     assert!(statuses.iter().all(|s| *s == 200));
-    assert_eq!(first.await.unwrap().status(), 200);
+    assert_eq!(first, 200);
     assert_eq!(arrivals.within(Duration::ZERO..2 * S), 101, "each call went at once");
 }
 
@@ -251,29 +264,10 @@ fn held_back(error: reqwest_middleware::Result<reqwest::Response>) -> HostPaused
 /// A server whose first answer is a 429 asking for 2 s, whose second (the
 /// probe) takes `slow` to come and is `probe`, and which serves after.
 async fn probed(arrivals: &Arrivals, slow: Duration, probe: (u16, Option<u64>)) -> RawServer {
-    let (arrivals, slow) = (arrivals.clone(), slow);
-    RawServer::start(move |mut conn| {
-        let arrivals = arrivals.clone();
-        async move {
-            while let Some(request) = conn.request().await {
-                arrivals.record();
-                let (status, retry_after) = match request.index {
-                    0 => (429, Some(2)),
-                    1 => {
-                        tokio::time::sleep(slow).await;
-                        probe
-                    }
-                    _ => (200, None),
-                };
-                let retry_after =
-                    retry_after.map(|s| format!("retry-after: {s}\r\n")).unwrap_or_default();
-                let head =
-                    format!("HTTP/1.1 {status} X\r\ncontent-length: 2\r\n{retry_after}\r\nok");
-                if conn.write(head).await.is_err() {
-                    return;
-                }
-            }
-        }
+    held(arrivals, move |index, _| match index {
+        0 => (429, Some(2), Duration::ZERO),
+        1 => (probe.0, probe.1, slow),
+        _ => (200, None, Duration::ZERO),
     })
     .await
 }
@@ -292,14 +286,9 @@ async fn no_call_goes_while_the_probe_is_in_flight_however_long_it_takes() {
     let server = probed(&arrivals, 15 * S, (200, None)).await;
     let client = quick_start(RetryConfig::default());
     let url = server.url("/r");
-    let first = tokio::spawn({
-        let (client, url) = (client.clone(), url.clone());
-        async move { client.get(url).send().await.unwrap() }
-    });
-    tokio::time::sleep(100 * MS).await;
-    let statuses = at_once(&client, &url, 20).await;
+    let (statuses, first) = first_then(&client, &url, 20).await;
     assert!(statuses.iter().all(|s| *s == 200));
-    assert_eq!(first.await.unwrap().status(), 200);
+    assert_eq!(first, 200);
     let times = sorted(&arrivals);
     let probe = times[1];
     assert!(probe >= 2 * S, "{times:?}");
@@ -313,14 +302,9 @@ async fn a_probe_refused_again_with_no_time_named_holds_the_others_a_backoff_ste
     let server = probed(&arrivals, Duration::ZERO, (429, None)).await;
     let client = quick_start(RetryConfig::default());
     let url = server.url("/r");
-    let first = tokio::spawn({
-        let (client, url) = (client.clone(), url.clone());
-        async move { client.get(url).send().await.unwrap() }
-    });
-    tokio::time::sleep(100 * MS).await;
-    let statuses = at_once(&client, &url, 20).await;
+    let (statuses, first) = first_then(&client, &url, 20).await;
     assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
-    let _ = first.await.unwrap();
+    assert_eq!(first, 200);
     let times = sorted(&arrivals);
     let probe = times[1];
     // The first retry's backoff ceiling, 500 ms by default.
