@@ -212,8 +212,22 @@ pub(crate) struct HeapPeaks {
     /// the second half (exact), else the highest of samples taken every
     /// 10 ms.
     pub(crate) second: u64,
+    /// The 95th percentile of the live bytes sampled every 10 ms in each
+    /// half: what the check compares. A peak is one burst of calls in
+    /// flight at once, and swings by more than a tenth from run to run; a
+    /// heap that grows with the hosts used moves the whole spread of the
+    /// samples, this figure with it.
+    pub(crate) first_p95: u64,
+    pub(crate) second_p95: u64,
     /// Live bytes at the end of the traffic.
     pub(crate) at_end: u64,
+}
+
+/// The 95th percentile of `samples`.
+fn p95(mut samples: Vec<u64>) -> u64 {
+    samples.sort_unstable();
+    let at = (samples.len().saturating_sub(1) * 95) / 100;
+    samples.get(at).copied().unwrap_or_default()
 }
 
 /// Samples the heap every 10 ms, from another thread, until `end` after
@@ -228,21 +242,26 @@ pub(crate) fn sample_heap(
         let mut peaks = HeapPeaks::default();
         let mut first_max = None;
         let mut sampled_second = 0;
+        let (mut first_samples, mut second_samples) = (Vec::new(), Vec::new());
         loop {
             std::thread::sleep(Duration::from_millis(10));
             let stats = dhat::HeapStats::get();
             let t = start.elapsed();
             if t < half {
+                first_samples.push(stats.curr_bytes as u64);
                 continue;
             }
             let first = *first_max.get_or_insert(stats.max_bytes as u64);
             if t < end && !stop.load(Ordering::Relaxed) {
                 sampled_second = sampled_second.max(stats.curr_bytes as u64);
+                second_samples.push(stats.curr_bytes as u64);
                 continue;
             }
             let last = stats.max_bytes as u64;
             peaks.first = first;
             peaks.second = if last > first { last } else { sampled_second };
+            peaks.first_p95 = p95(first_samples);
+            peaks.second_p95 = p95(second_samples);
             peaks.at_end = stats.curr_bytes as u64;
             return peaks;
         }
