@@ -339,3 +339,26 @@ async fn a_wait_no_clock_can_hold_pauses_the_host_for_good() {
     assert!(held_back(error).wait() > Duration::from_secs(3600 * 24 * 365));
     assert_eq!(endless.requests(), 1);
 }
+
+/// After a redirect, the pause goes on the host that asked for it: the
+/// last hop's, not the one the call was sent to.
+#[tokio::test]
+async fn the_pause_goes_on_the_host_that_answered_after_a_redirect() {
+    use wiremock::{Mock, MockServer, ResponseTemplate, matchers::path};
+    let (first, last) = (MockServer::start().await, MockServer::start().await);
+    let to_last = ResponseTemplate::new(302).insert_header("location", last.uri() + "/r");
+    Mock::given(path("/r")).respond_with(to_last).mount(&first).await;
+    let limited = ResponseTemplate::new(429).insert_header("retry-after", "30");
+    Mock::given(path("/r")).respond_with(limited).mount(&last).await;
+    let client = quick_start(RetryConfig::default());
+    let once = reqwest_safe_retry::MaxRetries::new(0);
+    let redirected = client.get(first.uri() + "/r").with_extension(once).send().await.unwrap();
+    assert_eq!(redirected.status(), 429);
+    // The last hop is paused...
+    let error = client.get(last.uri() + "/r").with_extension(ReturnIfPaused).send().await;
+    assert_eq!(held_back(error).attempts(), 0);
+    // ...and the host the call went to is not.
+    let again = client.get(first.uri() + "/r").with_extension(ReturnIfPaused).send().await;
+    assert_eq!(again.unwrap().status(), 429, "sent, and redirected to the paused host");
+    assert_eq!(first.received_requests().await.unwrap().len(), 2);
+}
