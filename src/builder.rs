@@ -142,6 +142,19 @@ impl RetryConfigBuilder {
         self
     }
 
+    /// Whether first attempts to a host that turns most of them away are
+    /// throttled, in this middleware and its clones: on by default. Each
+    /// host's calls are let through in the share its recent answers
+    /// support, and the rest end at once with
+    /// [`Throttled`](crate::rate_limit::Throttled), unsent. See
+    /// [`rate_limit`](crate::rate_limit) for the rules;
+    /// [`SkipThrottling`](crate::rate_limit::SkipThrottling) exempts one
+    /// request.
+    pub fn with_throttling(mut self, throttling: bool) -> Self {
+        self.config.throttling = throttling;
+        self
+    }
+
     /// Which bodies are read into memory so that the request can be sent
     /// again, or a response whose body breaks retried: see
     /// [`BodyBuffering`]. Off by default.

@@ -12,8 +12,8 @@ use reqwest_middleware::{Error, Next, Result};
 use crate::body::{self, RequestBuffer};
 use crate::events;
 use crate::future::{first, yield_once};
-use crate::policy::Policy;
-use crate::rate_limit::HostPaused;
+use crate::policy::{HeldBack, Policy};
+use crate::rate_limit::Throttled;
 use crate::reason::{Decision, StopReason};
 use crate::redirect::{self, Seen};
 use crate::report::{AttemptNumber, deliver};
@@ -59,9 +59,16 @@ impl Shared {
             // next one.
             let caller = extensions.clone();
             loop {
-                if let Err(paused) = self.pass(&mut policy, pending.as_ref(), extensions).await {
-                    let stop = StopReason::HostPaused;
-                    return self.end(&policy, what, extensions, &caller, stop, paused);
+                match self.pass(&mut policy, pending.as_ref(), extensions).await {
+                    Ok(()) => {}
+                    Err(HeldBack::Paused(paused)) => {
+                        let stop = StopReason::HostPaused;
+                        return self.end(&policy, what, extensions, &caller, stop, paused);
+                    }
+                    Err(HeldBack::Throttled) => {
+                        let stop = StopReason::Throttled;
+                        return self.end(&policy, what, extensions, &caller, stop, Throttled);
+                    }
                 }
                 let send = sender(&next, extensions);
                 let Ok((sent, cut_at)) = policy.start(&mut pending, send) else {
@@ -95,13 +102,14 @@ impl Shared {
     }
 
     /// Waits while the request's host is paused at its server's request,
-    /// unless the call does not wait (see [`Policy::passage`]).
+    /// unless the call does not wait or its throttle keeps it back (see
+    /// [`Policy::passage`]).
     async fn pass(
         &self,
         policy: &mut Policy<'_>,
         request: Option<&Request>,
         extensions: &Extensions,
-    ) -> std::result::Result<(), HostPaused> {
+    ) -> std::result::Result<(), HeldBack> {
         let Some(request) = request else { return Ok(()) };
         while let Some(wait) = policy.passage(request, extensions)? {
             let before = self.clock.now();

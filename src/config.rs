@@ -33,6 +33,7 @@ use crate::retry_after::RetryAfter;
 /// | `drain_limit` | 64 KiB | enough to finish a typical error body so the connection is reused, small enough to bound memory |
 /// | `budget` | [`RetryBudget::default`]: a tenth of a retry earned per final answer, a reserve of one call's retries and two more, per host | the extra load of an outage stays bounded for any number of processes, and a fresh client still gets every retry of an isolated failure |
 /// | `body_buffering` | [`BodyBuffering::default`]: off | a streamed request body is sent once, never held in memory; a response is returned once its headers arrive |
+/// | `throttling` | on | a host that turns most requests away is sent a share of new calls, settling where it accepts one attempt in 2.7; a quiet caller (under 0.75 calls a second) or a host failing half of its answers independently of load is left alone (see [`rate_limit`](crate::rate_limit)) |
 /// | `predicate` | none | the built-in rules above |
 #[derive(Clone, Debug)]
 pub struct RetryConfig {
@@ -47,6 +48,7 @@ pub struct RetryConfig {
     pub(crate) drain_limit: usize,
     pub(crate) budget: Option<RetryBudget>,
     pub(crate) body_buffering: BodyBuffering,
+    pub(crate) throttling: bool,
     pub(crate) predicate: Option<Predicate>,
 }
 /// The statuses that say "not now" rather than "no": retried by default,
@@ -91,6 +93,7 @@ impl Default for RetryConfig {
             drain_limit: 64 * 1024,
             budget: Some(RetryBudget::default()),
             body_buffering: BodyBuffering::default(),
+            throttling: true,
             predicate: None,
         }
     }
@@ -125,6 +128,12 @@ impl RetryConfig {
     /// How a wait the server asks for is honoured.
     pub fn retry_after(&self) -> RetryAfter {
         self.retry_after
+    }
+
+    /// Whether first attempts to a host that turns most requests away are
+    /// throttled: see [`rate_limit`](crate::rate_limit).
+    pub fn throttling(&self) -> bool {
+        self.throttling
     }
 
     /// The total time for a call, if bounded.

@@ -340,6 +340,7 @@ pub mod report;
 mod retry_after;
 mod safety;
 mod shared;
+mod throttle;
 
 pub use backoff::{Backoff, Jitter};
 pub use body::BodyBuffering;

@@ -1,6 +1,7 @@
 //! What a server says about its limits, and what the middleware makes of
-//! it: the wait a `Retry-After` asks for, and the pause it puts a host in
-//! for every call of the middleware.
+//! it: the wait a `Retry-After` asks for, the pause it puts a host in for
+//! every call of the middleware, and the throttle on first attempts to a
+//! host that turns most requests away.
 //!
 //! # Why a pause shared by the host's calls
 //!
@@ -21,6 +22,37 @@
 //! answers pause a host and turns the pause off. A call that cannot wait
 //! ends with [`HostPaused`]: when its deadline comes first, or when it
 //! carries [`ReturnIfPaused`].
+//!
+//! # Why first attempts are throttled
+//!
+//! The retry budget bounds retries, but a host that is down, or in
+//! overload, still gets every new call of every process. So each middleware
+//! keeps, per host, the share of first attempts it lets through, moved by
+//! the host's recent answers: down when fewer than one attempt in 2.7 was
+//! accepted, up when more were. A call the share keeps back ends at once
+//! with [`Throttled`], unsent, and earns the budget nothing.
+//!
+//! - **An outage** is shed within seconds: ten rejections in a row over
+//!   four seconds halve the share with each further one, down to a
+//!   twentieth. A call still goes whenever none went for 2.5 s, and the
+//!   first one the host accepts lets half of the calls through at once;
+//!   the rest follow within a few answers.
+//! - **An overload** settles where the host accepts about one attempt in
+//!   2.7, the balance of Google's client-side throttling: enough to keep
+//!   the server busy, not ten times what it can take.
+//! - **A host failing half its answers independently of load** is left
+//!   alone: the ratio rests on about 40 recent answers, and half of them
+//!   accepted is well above one in 2.7.
+//! - **A quiet caller** (fewer than 0.75 calls a second to the host) is
+//!   never throttled.
+//!
+//! Rejections are `429`, `502`, `503` and `504` answers, refused or
+//! unreachable connections, and connect and read timeouts; every other
+//! answer is accepted, and other errors count as neither. The README's
+//! herd simulation compares this with the field's other designs.
+//!
+//! [`RetryConfigBuilder::with_throttling`](crate::RetryConfigBuilder::with_throttling)
+//! turns it off for a middleware, and [`SkipThrottling`] for one request.
 
 use std::time::{Duration, SystemTime};
 
@@ -86,6 +118,44 @@ impl HostPaused {
         self.attempts
     }
 }
+
+/// Marks one request as one the host's throttle never keeps back: it is
+/// sent whatever share of first attempts the host gets. Its answer still
+/// counts towards the host's share.
+///
+/// ```
+/// use reqwest_safe_retry::rate_limit::SkipThrottling;
+///
+/// # fn build(client: &reqwest_middleware::ClientWithMiddleware) {
+/// // A payment's confirmation goes even while its host sheds load.
+/// let _ = client.get("http://example.test/confirm").with_extension(SkipThrottling);
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SkipThrottling;
+
+/// The call's first attempt was kept back: its host has been turning most
+/// requests away, and the call fell outside the share of first attempts
+/// the host gets for now. Nothing was sent, and the call earned the retry
+/// budget nothing.
+///
+/// It comes inside [`reqwest_middleware::Error::Middleware`]:
+///
+/// ```
+/// # fn check(error: &reqwest_middleware::Error) -> bool {
+/// use reqwest_safe_retry::rate_limit::Throttled;
+///
+/// matches!(error, reqwest_middleware::Error::Middleware(e) if e.is::<Throttled>())
+/// # }
+/// ```
+///
+/// The call's [`RetryReport`](crate::report::RetryReport) stops with
+/// [`StopReason::Throttled`](crate::report::StopReason::Throttled), after no
+/// attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("not sent: its host has been turning most requests away, and this call was kept back")]
+#[non_exhaustive]
+pub struct Throttled;
 
 /// The wait a `Retry-After` value asks for, measured from `now`.
 ///

@@ -71,6 +71,10 @@ pub enum StopReason {
     /// wait: its deadline would pass first, or it carries `ReturnIfPaused`.
     /// See [`RetryAfter::with_pause`](crate::RetryAfter::with_pause).
     HostPaused,
+    /// The host has been turning most requests away and the call's first
+    /// attempt was kept back, unsent. See
+    /// [`Throttled`](crate::rate_limit::Throttled).
+    Throttled,
 }
 
 /// What the middleware does after an attempt.
@@ -113,6 +117,9 @@ impl fmt::Display for StopReason {
             StopReason::DeadlineExceeded => f.write_str("deadline reached"),
             StopReason::BudgetExhausted => f.write_str("retry budget exhausted"),
             StopReason::HostPaused => f.write_str("host paused at its server's request"),
+            StopReason::Throttled => {
+                f.write_str("throttled: not sent to a host turning requests away")
+            }
         }
     }
 }
@@ -138,8 +145,8 @@ impl RetryReason {
 impl StopReason {
     /// A stable, low-cardinality label for metrics and logs:
     /// `nothing_to_retry`, `not_safe`, `retries_exhausted`, `not_replayable`,
-    /// `retry_after_too_long`, `deadline_exceeded`, `budget_exhausted` or
-    /// `host_paused`. No duration is ever part of it.
+    /// `retry_after_too_long`, `deadline_exceeded`, `budget_exhausted`,
+    /// `host_paused` or `throttled`. No duration is ever part of it.
     pub fn as_str(&self) -> &'static str {
         match self {
             StopReason::NothingToRetry => "nothing_to_retry",
@@ -150,6 +157,7 @@ impl StopReason {
             StopReason::DeadlineExceeded => "deadline_exceeded",
             StopReason::BudgetExhausted => "budget_exhausted",
             StopReason::HostPaused => "host_paused",
+            StopReason::Throttled => "throttled",
         }
     }
 }
@@ -230,6 +238,7 @@ mod tests {
             StopReason::DeadlineExceeded,
             StopReason::BudgetExhausted,
             StopReason::HostPaused,
+            StopReason::Throttled,
         ]
         .iter()
         .map(StopReason::as_str)
@@ -245,6 +254,7 @@ mod tests {
                 "deadline_exceeded",
                 "budget_exhausted",
                 "host_paused",
+                "throttled",
             ]
         );
         // The same label whatever the duration: no durations in labels.

@@ -23,8 +23,8 @@ pub(crate) struct Shared {
     pub(crate) config: RetryConfig,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) jitter: Arc<dyn JitterSource>,
-    /// The retry budget's accounts and the pauses servers asked for, if
-    /// either is on.
+    /// The retry budget's accounts, the pauses servers asked for and the
+    /// hosts' throttles, if any is on.
     pub(crate) ledger: Option<Arc<Ledger>>,
     pub(crate) hook: Option<Hook>,
     /// The user's redirect policy, which the client the middleware builds
@@ -44,7 +44,9 @@ impl Shared {
     /// thread-local randomness, no hook, and debug-level events.
     pub(crate) fn new(config: RetryConfig) -> Self {
         let pauses = config.retry_after().pause();
-        let ledger = Ledger::new(config.budget(), config.max_retries(), pauses).map(Arc::new);
+        let throttling = config.throttling();
+        let ledger =
+            Ledger::new(config.budget(), config.max_retries(), pauses, throttling).map(Arc::new);
         Self {
             config,
             clock: Arc::new(TokioClock),

@@ -59,9 +59,12 @@ impl<'a> Lease<'a> {
     }
 
     /// A final answer from `url`'s host (`None`: the host held): it earns a
-    /// share of a retry, and the retry that reached it costs nothing.
-    pub(crate) fn answered(&mut self, url: Option<&Url>) {
-        let Some(ledger) = self.ledger else { return };
+    /// share of a retry, and the retry that reached it costs nothing. An
+    /// answer the host `accepted` (see [`crate::throttle`]) is counted in
+    /// its throttle in the same lookup, where there is one: returns whether
+    /// it was.
+    pub(crate) fn answered(&mut self, url: Option<&Url>, accepted: bool) -> bool {
+        let Some(ledger) = self.ledger else { return false };
         match (&self.account, url) {
             (Some(account), _) => {
                 let now = self.clock.now();
@@ -69,11 +72,15 @@ impl<'a> Lease<'a> {
                     ledger.refund(account, paid, now);
                 }
                 ledger.earn(account, now);
+                false
             }
             // The common case: nothing held, no reference counted, and no
             // time read but to book a retry's worth of answers.
-            (None, Some(url)) => ledger.earn_for(url, || self.clock.now()),
-            (None, None) => {}
+            (None, Some(url)) => {
+                ledger.earn_for(url, accepted, || self.clock.now());
+                true
+            }
+            (None, None) => false,
         }
     }
 
@@ -147,7 +154,8 @@ mod tests {
     /// A ledger whose hosts hold `reserve` retries, and a manual clock.
     fn ledger(reserve: u32) -> (Ledger, ManualClock) {
         (
-            Ledger::new(Some(&RetryBudget::default().with_reserve(reserve)), 3, false).unwrap(),
+            Ledger::new(Some(&RetryBudget::default().with_reserve(reserve)), 3, false, false)
+                .unwrap(),
             ManualClock::new(),
         )
     }
@@ -170,7 +178,7 @@ mod tests {
         let mut lease = Lease::new(None, &clock);
         lease.failed(Some(&url()));
         assert!(lease.spend() && lease.spend());
-        lease.answered(None);
+        lease.answered(None, false);
     }
 
     #[test]
@@ -180,7 +188,7 @@ mod tests {
             let mut lease = Lease::new(Some(&ledger), &clock);
             // The last attempt: no copy is left to name the host by.
             lease.hold(&url());
-            lease.answered(None);
+            lease.answered(None, false);
         }
         let mut failing = Lease::new(Some(&ledger), &clock);
         failing.hold(&url());
@@ -208,7 +216,7 @@ mod tests {
                 "sent, then a final answer",
                 |l| {
                     l.sent();
-                    l.answered(None);
+                    l.answered(None, false);
                 },
                 true,
             ),
@@ -226,7 +234,7 @@ mod tests {
                 "a hedge's copy, then a final answer",
                 |l| {
                     l.keep();
-                    l.answered(None);
+                    l.answered(None, false);
                 },
                 false,
             ),
@@ -250,7 +258,7 @@ mod tests {
     fn a_call_that_only_answers_holds_no_account() {
         let (ledger, clock) = ledger(1);
         let mut lease = Lease::new(Some(&ledger), &clock);
-        lease.answered(Some(&url()));
+        lease.answered(Some(&url()), false);
         assert!(lease.account.is_none());
         assert_eq!(left(&ledger, &clock), 1, "the host is known, its reserve full");
     }

@@ -1,18 +1,19 @@
 //! The live books of one middleware: which budget account a request draws
-//! on, the pauses servers asked for, and the one table of hosts that keeps
-//! both per scheme, host and port.
+//! on, the pauses servers asked for, each host's throttle, and the one
+//! table of hosts that keeps all three per scheme, host and port.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use reqwest::Url;
 
 use super::account::{Account, Paid, RETRY_COST, SLOTS};
 use super::{BudgetScope, RetryBudget};
 use crate::hosts::{Host, HostState, Hosts};
-use crate::pause::{Gate, Pause};
+use crate::pause::Pause;
+use crate::throttle::{Answer, Throttle};
 
 /// Hosts tracked before the least recently used calm ones are forgotten.
 const MAX_HOSTS: usize = 1024;
@@ -42,11 +43,14 @@ pub(crate) struct Ledger {
     hosts: Hosts<Record>,
     /// Whether a server's pause is shared by the host's calls.
     pauses: bool,
+    /// Whether first attempts are throttled per host (see
+    /// [`crate::throttle`]).
+    throttling: bool,
     /// Until when (milliseconds on the books' timeline, plus one) a pause
-    /// may be in force for some host; `0` for never. Until then, a call
-    /// looks its host up before it sends; after, no host is paused and it
-    /// does not.
-    paused_until: AtomicU64,
+    /// may be in force or a throttle watched for some host; `0` for never.
+    /// Until then, a call looks its host up before it sends; after, no host
+    /// is paused or throttled, and it does not.
+    watch_until: AtomicU64,
     /// Probes in flight: while there are any, calls keep looking their
     /// hosts up, however long a probe takes.
     probes: AtomicUsize,
@@ -58,13 +62,20 @@ pub(crate) struct Record {
     account: Option<Arc<Account>>,
     /// The pause its server asked for, if any.
     pause: Pause,
+    /// How many of its first attempts go (see [`crate::throttle`]).
+    pub(super) throttle: Throttle,
     /// The books' slot width, to read the table's clock in milliseconds.
     slot_ms: u64,
 }
 
 impl Record {
     fn new(account: Option<Account>, slot_ms: u64) -> Self {
-        Self { account: account.map(Arc::new), pause: Pause::default(), slot_ms }
+        Self {
+            account: account.map(Arc::new),
+            pause: Pause::default(),
+            throttle: Throttle::default(),
+            slot_ms,
+        }
     }
 }
 
@@ -74,26 +85,35 @@ impl HostState for Record {
     }
 
     /// Calm (no retryable outcome within a window), no call holds the
-    /// account, and no pause is in force or its probe in flight. A host
-    /// failing now is kept, even past the limit: forgetting it would hand
-    /// it a fresh reserve, or lift its pause.
+    /// account, no pause is in force or its probe in flight, and its
+    /// throttle is not watched. A host failing now is kept, even past the
+    /// limit: forgetting it would hand it a fresh reserve, or lift its
+    /// pause or its throttle.
     fn may_forget(&self, now: u64) -> bool {
         let account = self
             .account
             .as_ref()
             .is_none_or(|account| Arc::strong_count(account) == 1 && account.is_calm(now));
         let grace = self.slot_ms.saturating_mul(SLOTS);
-        account && self.pause.may_forget(now.saturating_mul(self.slot_ms), grace)
+        account
+            && self.pause.may_forget(now.saturating_mul(self.slot_ms), grace)
+            && self.throttle.idle()
     }
 }
 
 impl Ledger {
     /// The live books for `budget`, if any, whose calls may each retry up
     /// to `per_call` times (the reserve's default size follows from it),
-    /// sharing a server's pause among the host's calls if `pauses`. `None`
-    /// when there is nothing to keep.
-    pub(crate) fn new(budget: Option<&RetryBudget>, per_call: u32, pauses: bool) -> Option<Self> {
-        if budget.is_none() && !pauses {
+    /// sharing a server's pause among the host's calls if `pauses`, and
+    /// throttling first attempts per host if `throttling`. `None` when
+    /// there is nothing to keep.
+    pub(crate) fn new(
+        budget: Option<&RetryBudget>,
+        per_call: u32,
+        pauses: bool,
+        throttling: bool,
+    ) -> Option<Self> {
+        if budget.is_none() && !pauses && !throttling {
             return None;
         }
         let window_ms =
@@ -120,16 +140,17 @@ impl Ledger {
             global,
             hosts: Hosts::sharded(MAX_HOSTS, SHARDS, SLOTS, overflow),
             pauses,
-            paused_until: AtomicU64::new(0),
+            throttling,
+            watch_until: AtomicU64::new(0),
             probes: AtomicUsize::new(0),
         })
     }
 
-    /// Whether some host may be paused now: until then, no call looks its
-    /// host up before it sends.
+    /// Whether some host may be paused or throttled now: until then, no
+    /// call looks its host up before it sends.
     #[inline]
-    pub(crate) fn may_be_paused(&self) -> bool {
-        self.paused_until.load(Ordering::Relaxed) != 0
+    pub(crate) fn may_hold(&self) -> bool {
+        self.watch_until.load(Ordering::Relaxed) != 0
     }
 
     /// Whether there is a budget: without one, every retry is allowed and
@@ -173,39 +194,54 @@ impl Ledger {
     }
 
     /// Records a final answer from `url`'s host, with no reference to its
-    /// account kept: the happy path's whole cost of the budget. The time
-    /// (`now`) is read only to book a retry's worth of answers, or for a
-    /// host that is new.
-    pub(super) fn earn_for(&self, url: &Url, now: impl FnOnce() -> Instant) {
-        let earn = |account: &Arc<Account>| {
+    /// account kept: the happy path's whole cost of the budget, and, when
+    /// `accepted` (see [`crate::throttle`]), of the host's throttle too,
+    /// in the same lookup. The time (`now`) is read only to book a retry's
+    /// worth of answers or a throttle's tally, for a host whose throttle
+    /// is watched, or for a host that is new.
+    pub(super) fn earn_for(&self, url: &Url, accepted: bool, now: impl FnOnce() -> Instant) {
+        let tally = accepted && self.throttling;
+        let mut now = Lazy::new(now);
+        if let Some(account) = &self.global {
+            if let Some(batch) = account.earn_unbooked(self.earn, self.reserve) {
+                account.book(self.slot_number(now.get()), batch);
+            }
+            if tally {
+                self.observe(url, Answer::Accepted, || now.get());
+            }
+            return;
+        }
+        let earned = self.hosts.with_or_full(url, |record| {
+            if tally {
+                self.tally(record, &mut now);
+            }
+            let account = record.account.as_ref()?;
             let batch = account.earn_unbooked(self.earn, self.reserve)?;
             Some((account.clone(), batch))
-        };
-        let due = match &self.global {
-            Some(account) => earn(account),
-            None => {
-                match self.hosts.with_or_full(url, |record| record.account.as_ref().and_then(earn))
-                {
-                    Ok(due) => due,
-                    // Past the bound, a host's answers alone do not let it in:
-                    // a new account's reserve is full, so all they would add
-                    // is less than a retry, unbooked. A host enters once it
-                    // fails, and does not push out a calm one before.
-                    Err(true) => return,
-                    Err(false) => {
-                        let seen = self.slot_number(now());
-                        let account = self.insert(url, seen);
-                        account.touch(seen);
-                        if let Some(batch) = account.earn_unbooked(self.earn, self.reserve) {
-                            account.book(seen, batch);
-                        }
-                        return;
-                    }
-                }
-            }
-        };
-        if let Some((account, batch)) = due {
-            account.book(self.slot_number(now()), batch);
+        });
+        match earned {
+            Ok(Some((account, batch))) => account.book(self.slot_number(now.get()), batch),
+            Ok(None) => {}
+            // Past the bound, a host's answers alone do not let it in:
+            // a new account's reserve is full, so all they would add
+            // is less than a retry, unbooked. A host enters once it
+            // fails, and does not push out a calm one before.
+            Err(true) => {}
+            Err(false) => self.earn_new(url, now.get()),
+        }
+    }
+
+    /// [`earn_for`](Self::earn_for) for a host the table does not know
+    /// and has room for.
+    fn earn_new(&self, url: &Url, now: Instant) {
+        if !self.per_host() {
+            return;
+        }
+        let seen = self.slot_number(now);
+        let account = self.insert(url, seen);
+        account.touch(seen);
+        if let Some(batch) = account.earn_unbooked(self.earn, self.reserve) {
+            account.book(seen, batch);
         }
     }
 
@@ -251,81 +287,6 @@ impl Ledger {
         account.refund(self.slot_number(now), paid, self.reserve);
     }
 
-    /// Where `url`'s host stands for a request about to go at `now`. While
-    /// no host has been paused within a window, it reads neither the clock
-    /// nor the table.
-    pub(crate) fn gate(&self, url: &Url, now: impl FnOnce() -> Instant) -> Passage<'_> {
-        let horizon = self.paused_until.load(Ordering::Acquire);
-        if horizon == 0 {
-            return Passage::Open;
-        }
-        let now = self.ms(now());
-        if now >= horizon && self.probes.load(Ordering::Acquire) == 0 {
-            // Every pause ended a window ago and no probe is in flight:
-            // look no host up until the next pause. One set meanwhile
-            // moved the horizon on, and the exchange fails.
-            let _ =
-                self.paused_until.compare_exchange(horizon, 0, Ordering::AcqRel, Ordering::Relaxed);
-            return Passage::Open;
-        }
-        let Some(host) = self.hosts.get(url) else { return Passage::Open };
-        match host.value.pause.check(now) {
-            Gate::Open => Passage::Open,
-            Gate::Probe => {
-                self.probes.fetch_add(1, Ordering::AcqRel);
-                self.look_until(now);
-                Passage::Probe(Turn { host, ledger: self, settled: false })
-            }
-            Gate::Until(end) => Passage::Paused(Duration::from_millis(end.saturating_sub(now))),
-            Gate::Probing => Passage::Probing,
-        }
-    }
-
-    /// Pauses `url`'s host for `asked` from `now`, as its server asked.
-    /// Returns whether it did: no pause is kept for a host that finds no
-    /// room in the table.
-    pub(crate) fn pause(&self, url: &Url, asked: Duration, now: Instant) -> bool {
-        if !self.pauses {
-            return false;
-        }
-        let host = self.record(url, self.slot_number(now));
-        if self.hosts.is_overflow(&host) {
-            return false;
-        }
-        let until = self.until(asked, now);
-        host.value.pause.pause(until);
-        self.look_until(until);
-        true
-    }
-
-    /// The end of a pause of `asked` from `now`, on the books' timeline:
-    /// rounded up, so that a probe never goes before the time the server
-    /// named, and saturating for a wait no clock can hold.
-    fn until(&self, asked: Duration, now: Instant) -> u64 {
-        let asked = u64::try_from(asked.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX);
-        self.ms(now).saturating_add(asked)
-    }
-
-    /// Has calls look their hosts up until a window after `until`, a
-    /// pause's end: by then its probe has gone, or the host may be
-    /// forgotten.
-    fn look_until(&self, until: u64) {
-        let window = self.slot_ms.saturating_mul(SLOTS);
-        let horizon = until.saturating_add(window).saturating_add(1);
-        self.paused_until.fetch_max(horizon, Ordering::AcqRel);
-    }
-
-    /// The probe's outcome: the server asked for a new pause, of `asked`
-    /// from `now`, or the host is open again.
-    pub(crate) fn settle(&self, mut turn: Turn<'_>, asked: Option<Duration>, now: Instant) {
-        turn.settled = true;
-        let until = asked.map(|asked| self.until(asked, now));
-        turn.host.value.pause.settle(until);
-        if let Some(until) = until {
-            self.look_until(until);
-        }
-    }
-
     /// Milliseconds on the books' timeline: since the first time read.
     fn ms(&self, now: Instant) -> u64 {
         let origin = *self.origin.get_or_init(|| now);
@@ -336,44 +297,6 @@ impl Ledger {
     fn slot_number(&self, now: Instant) -> u64 {
         // `slot_ms` is at least 1 (a window is at least 100 ms).
         self.ms(now).checked_div(self.slot_ms).unwrap_or(u64::MAX)
-    }
-}
-
-/// Where a host stands for a request about to go to it.
-#[derive(Debug)]
-pub(crate) enum Passage<'a> {
-    /// No pause: send.
-    Open,
-    /// The pause is over and the request is its probe: send, and settle
-    /// the pause with the outcome.
-    Probe(Turn<'a>),
-    /// Paused for this much longer.
-    Paused(Duration),
-    /// The pause is over and another call's probe is in flight.
-    Probing,
-}
-
-/// A call's turn to probe a host whose pause ended: the pause is settled
-/// by its outcome, or, when it has none (the call was dropped, or its
-/// deadline cut the attempt), given back for the next call to take.
-pub(crate) struct Turn<'a> {
-    host: Arc<Host<Record>>,
-    ledger: &'a Ledger,
-    settled: bool,
-}
-
-impl Drop for Turn<'_> {
-    fn drop(&mut self) {
-        if !self.settled {
-            self.host.value.pause.give_back();
-        }
-        self.ledger.probes.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-impl fmt::Debug for Turn<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Turn").field("settled", &self.settled).finish_non_exhaustive()
     }
 }
 
@@ -388,5 +311,28 @@ impl fmt::Debug for Ledger {
     }
 }
 
+mod watch;
+
+pub(crate) use watch::{HostHandle, Passage, Turn};
+
 #[cfg(test)]
 mod tests;
+
+/// A time read at most once, when first needed.
+pub(super) struct Lazy<F> {
+    read: Option<F>,
+    at: Option<Instant>,
+}
+
+impl<F: FnOnce() -> Instant> Lazy<F> {
+    pub(super) fn new(read: F) -> Self {
+        Self { read: Some(read), at: None }
+    }
+
+    pub(super) fn get(&mut self) -> Instant {
+        if let Some(read) = self.read.take() {
+            self.at = Some(read());
+        }
+        self.at.expect("read once")
+    }
+}

@@ -11,7 +11,7 @@ mod lease;
 mod ledger;
 
 pub(crate) use lease::Lease;
-pub(crate) use ledger::{Ledger, Passage, Turn};
+pub(crate) use ledger::{HostHandle, Ledger, Passage, Turn};
 
 /// Whether one budget is shared by every host or each host has its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -110,7 +110,7 @@ impl HedgeMiddleware {
             .budget
             .as_ref()
             .and_then(|budget| {
-                Ledger::new(Some(budget), config.max_copies.saturating_sub(1), false)
+                Ledger::new(Some(budget), config.max_copies.saturating_sub(1), false, false)
             })
             .map(Arc::new);
         let inner =

@@ -225,7 +225,9 @@ impl Race<'_, '_, '_> {
 /// a hedge, as it earns a share of a retry.
 fn book(lease: &mut Lease<'_>, outcome: &Result<Response>) {
     match kind(outcome) {
-        Kind::Final => lease.answered(None),
+        Kind::Final => {
+            lease.answered(None, false);
+        }
         _ => lease.failed(None),
     }
 }

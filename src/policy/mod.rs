@@ -11,7 +11,7 @@ use http::{Extensions, Method};
 use reqwest::{Request, Response};
 use reqwest_middleware::Result;
 
-use crate::budget::{Lease, Turn};
+use crate::budget::{HostHandle, Lease, Turn};
 use crate::deadline::{Deadline, attempt_bounds, visible_timeout};
 use crate::error::DeadlineExceeded;
 use crate::extensions::{MaxRetries, RetryDeadline};
@@ -21,12 +21,14 @@ use crate::redirect::Seen;
 use crate::report::RetryReport;
 use crate::safety::{Safety, safety};
 use crate::shared::Shared;
+use crate::throttle::{self, Answer};
 
 mod pause;
 mod steps;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use pause::HeldBack;
 use steps::{Admission, Pacing};
 
 /// One request's policy and progress.
@@ -48,6 +50,9 @@ pub(crate) struct Policy<'a> {
     /// The turn to probe a paused host, while the attempt that took it is
     /// in flight.
     turn: Option<Turn<'a>>,
+    /// The host of a request that went out with no copy left to name it
+    /// by, for its throttle to hear the answer.
+    host: Option<HostHandle>,
     /// Attempts started so far.
     attempts: u32,
     /// Redirects the client followed within them.
@@ -74,6 +79,7 @@ impl<'a> Policy<'a> {
             deadline: limit.map(|limit| Deadline { start: shared.clock.now(), limit }),
             lease: Lease::new(shared.ledger.as_deref(), &*shared.clock),
             turn: None,
+            host: None,
             attempts: 0,
             redirects: 0,
             redirected: false,
@@ -131,6 +137,7 @@ impl<'a> Policy<'a> {
                 // copy will be there for `decide` to name the host by.
                 let request = pending.take().expect("a request to send");
                 self.lease.hold(request.url());
+                self.host = self.shared.ledger.as_deref().and_then(|l| l.handle(request.url()));
                 request
             }
         };
@@ -191,13 +198,18 @@ impl<'a> Policy<'a> {
         let url = request.map(Request::url);
         let classified = steps::classify(config, request, self.attempts, outcome, body_failed);
         let paused = self.pause_host(classified.as_ref(), outcome);
+        let answer = if body_failed { None } else { throttle::answer(config, outcome, url) };
         let Some(retryable) = classified else {
             // A final answer pays towards later retries, and a retry that
-            // reached one costs nothing.
-            self.lease.answered(url);
+            // reached one costs nothing. The host's throttle counts it in
+            // the same lookup, where it can.
+            if !self.lease.answered(url, answer == Some(Answer::Accepted)) {
+                self.observe(url, answer);
+            }
             return Err(StopReason::NothingToRetry);
         };
         self.lease.failed(url);
+        self.observe(url, answer);
         let spent = self.spent();
         steps::admissible(Admission {
             expired: spent.is_some_and(|(elapsed, limit)| elapsed >= limit),
@@ -227,6 +239,18 @@ impl<'a> Policy<'a> {
             return Err(StopReason::BudgetExhausted);
         }
         Ok((chosen.after, retryable.reason))
+    }
+
+    /// Tells the throttle of the host the attempt went to (`url`, or the
+    /// one held) how it answered, if the answer counts.
+    fn observe(&self, url: Option<&reqwest::Url>, answer: Option<Answer>) {
+        let (Some(ledger), Some(answer)) = (self.shared.ledger.as_deref(), answer) else { return };
+        let clock = &*self.shared.clock;
+        match (url, &self.host) {
+            (Some(url), _) => ledger.observe(url, answer, || clock.now()),
+            (None, Some(host)) => ledger.observe_held(host, answer, clock.now()),
+            (None, None) => {}
+        }
     }
 
     /// How long the call has taken, and may take, if it has a deadline.

@@ -1,6 +1,7 @@
-//! The policy's part in a host's pause: whether a request may go to its
-//! host now, and what an answer makes of the pause (see
-//! [`crate::pause`]).
+//! The policy's part in what holds a host's requests back: whether a
+//! request may go to its host now (its pause, and for a first attempt its
+//! throttle), and what an answer makes of the pause (see [`crate::pause`]
+//! and [`crate::throttle`]).
 
 use std::time::Duration;
 
@@ -12,8 +13,17 @@ use super::Policy;
 use super::steps::{self, Retryable};
 use crate::backoff::{Jitter, scale};
 use crate::budget::{Ledger, Passage};
-use crate::rate_limit::{HostPaused, ReturnIfPaused};
+use crate::rate_limit::{HostPaused, ReturnIfPaused, SkipThrottling};
 use crate::shared::Shared;
+
+/// Why a request did not go to its host.
+#[derive(Debug)]
+pub(crate) enum HeldBack {
+    /// The host is paused and the call did not wait.
+    Paused(HostPaused),
+    /// The host's throttle kept the call's first attempt back.
+    Throttled,
+}
 
 /// The least a call waits before it looks again at a host whose probe is
 /// in flight.
@@ -28,18 +38,18 @@ impl<'a> Policy<'a> {
     /// # Errors
     ///
     /// When the call does not wait: the wait would outlast the deadline, or
-    /// the request carries [`ReturnIfPaused`] (in `extensions`).
+    /// the request carries [`ReturnIfPaused`] (in `extensions`); or when
+    /// the host's throttle keeps the call's first attempt back, unless the
+    /// request carries [`SkipThrottling`].
     #[inline]
     pub(crate) fn passage(
         &mut self,
         request: &Request,
         extensions: &Extensions,
-    ) -> std::result::Result<Option<Duration>, HostPaused> {
+    ) -> std::result::Result<Option<Duration>, HeldBack> {
         let shared: &'a Shared = self.shared;
         match shared.ledger.as_deref() {
-            Some(ledger) if ledger.may_be_paused() => {
-                self.wait_for_host(ledger, request, extensions)
-            }
+            Some(ledger) if ledger.may_hold() => self.wait_for_host(ledger, request, extensions),
             _ => Ok(None),
         }
     }
@@ -51,10 +61,15 @@ impl<'a> Policy<'a> {
         ledger: &'a Ledger,
         request: &Request,
         extensions: &Extensions,
-    ) -> std::result::Result<Option<Duration>, HostPaused> {
+    ) -> std::result::Result<Option<Duration>, HeldBack> {
         let clock = &*self.shared.clock;
-        let wait = match ledger.gate(request.url(), || clock.now()) {
+        let jitter = &*self.shared.jitter;
+        let draw = || jitter.unit();
+        let first = self.attempts == 0 && extensions.get::<SkipThrottling>().is_none();
+        let first: Option<&dyn Fn() -> f64> = if first { Some(&draw) } else { None };
+        let wait = match ledger.gate(request.url(), || clock.now(), first) {
             Passage::Open => return Ok(None),
+            Passage::Throttled => return Err(HeldBack::Throttled),
             Passage::Probe(turn) => {
                 self.turn = Some(turn);
                 return Ok(None);
@@ -64,7 +79,7 @@ impl<'a> Policy<'a> {
         };
         let own_choice = extensions.get::<ReturnIfPaused>().is_some();
         if own_choice || steps::fits_deadline(self.spent(), wait).is_err() {
-            return Err(HostPaused::new(wait, self.attempts));
+            return Err(HeldBack::Paused(HostPaused::new(wait, self.attempts)));
         }
         self.total_wait = self.total_wait.saturating_add(wait);
         Ok(Some(wait))

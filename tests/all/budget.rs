@@ -7,6 +7,7 @@ use crate::support;
 
 use reqwest_middleware::ClientWithMiddleware;
 
+use reqwest_safe_retry::rate_limit::Throttled;
 use reqwest_safe_retry::{Backoff, RetryAfter};
 use reqwest_safe_retry::{
     RetryBudget, RetryConfig, RetryMiddleware, clock::ManualClock, jitter::FixedJitter,
@@ -429,24 +430,47 @@ async fn a_fleet_of_quiet_processes_adds_little_to_a_total_outage() {
     // A hundred processes, each with its own middleware and so its own
     // budget, each sending a request a second through a minute of outage:
     // together they add at most their reserves, one call's retries and two
-    // more each: 1 + 5 / 60 the load, not a floor each per second.
-    let mut calls = 0;
-    let mut requests = 0;
-    for _ in 0..100 {
-        let (middleware, clock) = middleware(RetryConfig::default());
-        let client = reqwest_middleware::ClientBuilder::new(bare_reqwest())
-            .with(middleware)
-            .with(Answers::new(&[503]))
-            .build();
-        for _ in 0..60 {
-            calls += report(&client, "http://down.test/").await.attempts;
-            requests += 1;
-            clock.advance(Duration::from_secs(1));
+    // more each: 1 + 5 / 60 the load, not a floor each per second. That is
+    // the budget's bound alone; the default's throttle sends far fewer.
+    let fleet = |config: RetryConfig| async move {
+        let (mut calls, mut requests, mut throttled) = (0, 0, 0);
+        for _ in 0..100 {
+            let (middleware, clock) = middleware(config.clone());
+            let client = reqwest_middleware::ClientBuilder::new(bare_reqwest())
+                .with(middleware)
+                .with(Answers::new(&[503]))
+                .build();
+            for _ in 0..60 {
+                match client.get("http://down.test/").send().await {
+                    Ok(response) => calls += RetryReport::from_response(&response).attempts,
+                    Err(error) => {
+                        assert!(is_throttled(&error), "{error}");
+                        throttled += 1;
+                    }
+                }
+                requests += 1;
+                clock.advance(Duration::from_secs(1));
+            }
         }
-    }
+        (requests, calls, throttled)
+    };
+    let budget_alone = RetryConfig::builder().with_throttling(false).build().unwrap();
+    let (requests, calls, throttled) = fleet(budget_alone).await;
     let amplification = f64::from(calls) / f64::from(requests);
-    assert_eq!((requests, calls), (6000, 6500), "five retries per process, from its reserve");
+    assert_eq!((requests, calls, throttled), (6000, 6500, 0), "five retries per process");
     assert!(amplification <= 1.1, "{amplification}");
+
+    let (requests, calls, throttled) = fleet(RetryConfig::default()).await;
+    assert_eq!(requests, 6000);
+    // Per process: the dozen calls before ten rejections in a row over 4 s
+    // say the host is down, the reserve's five retries, then one probe
+    // each 2.5 s (this jitter source's draws never pass a share below 1).
+    assert!(f64::from(calls) <= 0.6 * f64::from(requests), "{calls} calls");
+    assert!(throttled >= requests / 2, "{throttled} calls kept back");
+}
+
+fn is_throttled(error: &reqwest_middleware::Error) -> bool {
+    matches!(error, reqwest_middleware::Error::Middleware(e) if e.is::<Throttled>())
 }
 
 #[tokio::test]
@@ -542,6 +566,9 @@ async fn without_a_budget_only_the_count_bounds_retries() {
     let config = RetryConfig::builder()
         .with_backoff(Backoff::default().with_initial(Duration::ZERO).with_max(Duration::ZERO))
         .with_budget(None)
+        // Fifty calls into a host that rejects every attempt, in one instant:
+        // the throttle would keep most of them back.
+        .with_throttling(false)
         .build()
         .unwrap();
     let (middleware, _) = middleware(config);

@@ -9,7 +9,8 @@ fn url(s: &str) -> Url {
 }
 
 fn budget(scope: BudgetScope) -> Ledger {
-    Ledger::new(Some(&RetryBudget::default().with_scope(scope).with_reserve(1)), 3, false).unwrap()
+    Ledger::new(Some(&RetryBudget::default().with_scope(scope).with_reserve(1)), 3, false, false)
+        .unwrap()
 }
 
 fn len(b: &Ledger) -> usize {
@@ -39,24 +40,24 @@ fn answers_earn_for_their_own_host_and_budget() {
     assert!(b.try_spend(&a, t0).is_some() && b.try_spend(&c, t0).is_some(), "reserves spent");
     // The same thread records answers for one host in two budgets.
     for _ in 0..10 {
-        b.earn_for(&url("http://a.test/p"), || t0);
-        other.earn_for(&url("http://a.test/p"), || t0);
+        b.earn_for(&url("http://a.test/p"), true, || t0);
+        other.earn_for(&url("http://a.test/p"), true, || t0);
     }
     // Ten tenths: the reserve is full again, the window empty.
     assert_eq!(a.available(0), 1, "ten answers from a.test");
     assert_eq!(c.available(0), 0, "c.test earned nothing");
     // Hosts taking turns, and a URL naming a user.
     for _ in 0..10 {
-        b.earn_for(&url("http://c.test/"), || t0);
-        b.earn_for(&url("http://user@a.test/"), || t0);
+        b.earn_for(&url("http://c.test/"), true, || t0);
+        b.earn_for(&url("http://user@a.test/"), true, || t0);
     }
     assert_eq!((a.available(0), c.available(0)), (2, 1));
     // One host over and over, after a first URL that named a user.
-    b.earn_for(&url("http://user@d.test/"), || t0);
+    b.earn_for(&url("http://user@d.test/"), true, || t0);
     let d = b.account(&url("http://d.test/"), t0);
     assert!(b.try_spend(&d, t0).is_some(), "the reserve");
     for _ in 0..19 {
-        b.earn_for(&url("http://d.test/q"), || t0);
+        b.earn_for(&url("http://d.test/q"), true, || t0);
     }
     // The first answer went to the window (the reserve was full); the
     // retry took that 0.1 and 0.9 of the reserve; nine answers refilled
@@ -71,12 +72,12 @@ fn past_the_bound_answers_alone_let_no_host_in() {
     let b = budget(BudgetScope::PerHost);
     let t0 = Instant::now();
     for n in 0..MAX_HOSTS * 4 {
-        b.earn_for(&url(&format!("http://h{n}.test/")), || t0);
+        b.earn_for(&url(&format!("http://h{n}.test/")), true, || t0);
     }
     assert_eq!(len(&b), MAX_HOSTS, "answers fill every shard up to its bound, and no further");
     let hosts = &b.hosts;
     let new = url("http://new.test/");
-    b.earn_for(&new, || t0);
+    b.earn_for(&new, true, || t0);
     assert!(hosts.with(&new, |_| ()).is_none(), "an answer alone does not let it in");
     // A failure lets a host in, making room among the calm ones.
     let failing = b.account(&new, t0);

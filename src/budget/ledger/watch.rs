@@ -1,0 +1,227 @@
+//! The ledger's watch over hosts before a request goes: the pauses servers
+//! asked for, and the throttles of hosts that turn requests away.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use reqwest::Url;
+
+use super::{Lazy, Ledger, Record, SLOTS};
+use crate::hosts::Host;
+use crate::pause::Gate;
+use crate::throttle::{Answer, Tally, Throttle};
+
+impl Ledger {
+    /// Asks `throttle` whether a first attempt goes at `now`; while it is
+    /// watched, the call keeps every call looking its host up.
+    fn ask(&self, throttle: &Throttle, now: u64, draw: &dyn Fn() -> f64) -> Passage<'_> {
+        if !throttle.watched() {
+            return Passage::Open;
+        }
+        let goes = throttle.ask(now, draw);
+        if throttle.watched() {
+            self.look_until(now);
+        }
+        if goes { Passage::Open } else { Passage::Throttled }
+    }
+
+    /// Books how `url`'s host answered an attempt at `now`: a rejection
+    /// lets the host into the table, as a failure does, and has calls look
+    /// it up before they send. Nothing, unless first attempts are
+    /// throttled.
+    pub(crate) fn observe(&self, url: &Url, answer: Answer, now: impl FnOnce() -> Instant) {
+        if !self.throttling {
+            return;
+        }
+        let mut now = Lazy::new(now);
+        if answer == Answer::Accepted {
+            // A host the table does not know has nothing to throttle.
+            let _ = self.hosts.with_or_full(url, |record| self.tally(record, &mut now));
+            return;
+        }
+        let at = now.get();
+        let host = self.record(url, self.slot_number(at));
+        if !self.hosts.is_overflow(&host) {
+            self.book(&host.value.throttle, answer, self.ms(at));
+        }
+    }
+
+    /// The entry of `url`'s host, if the table knows it and first attempts
+    /// are throttled: for a call whose request goes out with no copy left
+    /// to name the host by.
+    pub(crate) fn handle(&self, url: &Url) -> Option<HostHandle> {
+        if !self.throttling {
+            return None;
+        }
+        self.hosts.get(url).filter(|host| !self.hosts.is_overflow(host)).map(HostHandle)
+    }
+
+    /// [`observe`](Self::observe) for the host a call holds.
+    pub(crate) fn observe_held(&self, host: &HostHandle, answer: Answer, now: Instant) {
+        self.book(&host.0.value.throttle, answer, self.ms(now));
+    }
+
+    /// Counts an accepted answer in `record`'s throttle, reading the time
+    /// only when its tally is due or it is watched.
+    pub(super) fn tally(&self, record: &Record, now: &mut Lazy<impl FnOnce() -> Instant>) {
+        match record.throttle.tally() {
+            Tally::Counted => {}
+            Tally::Fold | Tally::Watched => {
+                let now = self.ms(now.get());
+                self.book(&record.throttle, Answer::Accepted, now);
+            }
+        }
+    }
+
+    /// Books an answer into a host's throttle at `now`: at once while it
+    /// is watched or for a rejection, else by bringing the tally up to
+    /// date.
+    pub(super) fn book(&self, throttle: &Throttle, answer: Answer, now: u64) {
+        if answer == Answer::Accepted && !throttle.watched() {
+            throttle.fold(now);
+        } else if throttle.observe(now, answer) {
+            self.look_until(now);
+        }
+    }
+
+    /// Where `url`'s host stands for a request about to go at `now`: its
+    /// pause, then, for a first attempt (`first` gives it a uniform draw
+    /// when the throttle needs one), its throttle. While no host has been
+    /// paused or throttled within a window, it reads neither the clock nor
+    /// the table.
+    pub(crate) fn gate(
+        &self,
+        url: &Url,
+        now: impl FnOnce() -> Instant,
+        first: Option<&dyn Fn() -> f64>,
+    ) -> Passage<'_> {
+        let horizon = self.watch_until.load(Ordering::Acquire);
+        if horizon == 0 {
+            return Passage::Open;
+        }
+        let now = self.ms(now());
+        if now >= horizon && self.probes.load(Ordering::Acquire) == 0 {
+            // Every pause ended and every throttle calmed a window ago, and
+            // no probe is in flight: look no host up until the next pause
+            // or rejection. One meanwhile moved the horizon on, and the
+            // exchange fails.
+            let _ =
+                self.watch_until.compare_exchange(horizon, 0, Ordering::AcqRel, Ordering::Relaxed);
+            return Passage::Open;
+        }
+        let Some(host) = self.hosts.get(url) else { return Passage::Open };
+        match host.value.pause.check(now) {
+            Gate::Open => {}
+            Gate::Probe => {
+                self.probes.fetch_add(1, Ordering::AcqRel);
+                self.look_until(now);
+                return Passage::Probe(Turn { host, ledger: self, settled: false });
+            }
+            Gate::Until(end) => {
+                return Passage::Paused(Duration::from_millis(end.saturating_sub(now)));
+            }
+            Gate::Probing => return Passage::Probing,
+        }
+        match first {
+            Some(draw) if self.throttling => self.ask(&host.value.throttle, now, draw),
+            _ => Passage::Open,
+        }
+    }
+
+    /// Pauses `url`'s host for `asked` from `now`, as its server asked.
+    /// Returns whether it did: no pause is kept for a host that finds no
+    /// room in the table.
+    pub(crate) fn pause(&self, url: &Url, asked: Duration, now: Instant) -> bool {
+        if !self.pauses {
+            return false;
+        }
+        let host = self.record(url, self.slot_number(now));
+        if self.hosts.is_overflow(&host) {
+            return false;
+        }
+        let until = self.until(asked, now);
+        host.value.pause.pause(until);
+        self.look_until(until);
+        true
+    }
+
+    /// The end of a pause of `asked` from `now`, on the books' timeline:
+    /// rounded up, so that a probe never goes before the time the server
+    /// named, and saturating for a wait no clock can hold.
+    fn until(&self, asked: Duration, now: Instant) -> u64 {
+        let asked = u64::try_from(asked.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX);
+        self.ms(now).saturating_add(asked)
+    }
+
+    /// Has calls look their hosts up until a window after `until`, a
+    /// pause's end: by then its probe has gone, or the host may be
+    /// forgotten.
+    fn look_until(&self, until: u64) {
+        let window = self.slot_ms.saturating_mul(SLOTS);
+        let horizon = until.saturating_add(window).saturating_add(1);
+        self.watch_until.fetch_max(horizon, Ordering::AcqRel);
+    }
+
+    /// The probe's outcome: the server asked for a new pause, of `asked`
+    /// from `now`, or the host is open again.
+    pub(crate) fn settle(&self, mut turn: Turn<'_>, asked: Option<Duration>, now: Instant) {
+        turn.settled = true;
+        let until = asked.map(|asked| self.until(asked, now));
+        turn.host.value.pause.settle(until);
+        if let Some(until) = until {
+            self.look_until(until);
+        }
+    }
+}
+
+/// Where a host stands for a request about to go to it.
+#[derive(Debug)]
+pub(crate) enum Passage<'a> {
+    /// No pause: send.
+    Open,
+    /// The pause is over and the request is its probe: send, and settle
+    /// the pause with the outcome.
+    Probe(Turn<'a>),
+    /// Paused for this much longer.
+    Paused(Duration),
+    /// The pause is over and another call's probe is in flight.
+    Probing,
+    /// The host's throttle keeps this first attempt back: it is not sent.
+    Throttled,
+}
+
+/// A call's turn to probe a host whose pause ended: the pause is settled
+/// by its outcome, or, when it has none (the call was dropped, or its
+/// deadline cut the attempt), given back for the next call to take.
+pub(crate) struct Turn<'a> {
+    host: Arc<Host<Record>>,
+    ledger: &'a Ledger,
+    settled: bool,
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        if !self.settled {
+            self.host.value.pause.give_back();
+        }
+        self.ledger.probes.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl fmt::Debug for Turn<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Turn").field("settled", &self.settled).finish_non_exhaustive()
+    }
+}
+
+/// A host's entry, held by a call that can no longer name it by its
+/// request.
+pub(crate) struct HostHandle(Arc<Host<Record>>);
+
+impl fmt::Debug for HostHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HostHandle").finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,374 @@
+//! Adaptive admission of first attempts, per host: when a host turns most
+//! of a process's requests away, the process stops sending it most of its
+//! new calls, and gives them back as soon as the host answers again.
+//!
+//! It belongs to the family of Google's client-side throttling (the SRE
+//! book's "Handling Overload"): each process counts its requests to a host
+//! and the ones the host accepted, and refuses a share of new ones locally
+//! when too few are accepted. That formula, `(requests − K × accepts) /
+//! (requests + 1)` over two minutes, keeps a host in overload at K times
+//! what it accepts; but it counts the calls it refused as requests, so
+//! once a host has been down it takes minutes to trust it again, and two
+//! minutes of healthy history make it slow to notice an outage. What is
+//! kept here instead (the herd simulator measures both, see the README):
+//!
+//! - **A share of calls let through, moved by evidence.** Each answer to an
+//!   attempt moves the share: down when fewer than one in
+//!   [`ACCEPTS_WORTH`] attempts were accepted lately, up when more were.
+//!   The share settles where the host accepts one attempt in
+//!   `ACCEPTS_WORTH`, as the SRE formula's does; but it moves only when an
+//!   answer arrives, so a share that is low, and sends little, is not
+//!   driven lower by old answers alone, and recovers at the pace answers
+//!   come back.
+//! - **A window of samples, not of minutes.** Answers count for
+//!   [`MIN_TAU_MS`] (an exponential decay), longer when the host is called
+//!   rarely, so that the ratio always rests on about [`SAMPLES`] answers:
+//!   a host failing half of its answers independently of load (a flaky
+//!   backend, not an overloaded one) is not throttled by chance.
+//! - **A total outage seen quickly.** [`STREAK`] rejections in a row, over
+//!   at least [`STREAK_MS`], halve the share with each further rejection.
+//!   The first accepted answer after such a run forgets the run's answers
+//!   and lets half of the calls through at once.
+//! - **Never below a probe.** A call goes when none went for
+//!   [`PROBE_MS`], whatever the share, so a recovered host is seen.
+//! - **Quiet callers are left alone.** A process sending fewer than
+//!   [`QUIET_PER_SEC`] calls a second to a host is never throttled: its
+//!   load cannot hurt, and its few answers prove nothing.
+//!
+//! Rejections are `429`, `502`, `503` and `504` answers, refused or
+//! unreachable connections, and connect and read timeouts; every other
+//! answer is accepted. Other errors count as neither.
+//!
+//! While a host has had no rejection for [`CALLS_TAU_MS`] and its share is
+//! whole, nothing here is locked or timed: answers are tallied with one
+//! atomic add, and the books are brought up to date every [`FOLD`] of them.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+
+use http::StatusCode;
+use reqwest::{Response, Url};
+use reqwest_middleware::Result;
+
+use crate::classify;
+use crate::config::RetryConfig;
+use crate::reason::RetryReason;
+
+/// The share settles where the host accepts one attempt in this many.
+pub(crate) const ACCEPTS_WORTH: f64 = 2.7;
+/// The shortest time constant of the decay of answers, in milliseconds.
+pub(crate) const MIN_TAU_MS: f64 = 4_000.0;
+/// The longest, for a host called rarely.
+const MAX_TAU_MS: f64 = 60_000.0;
+/// About how many answers the ratio rests on.
+pub(crate) const SAMPLES: f64 = 40.0;
+/// The time constant of the count of calls, in milliseconds: the rate of
+/// calls is this count over it.
+pub(crate) const CALLS_TAU_MS: f64 = 10_000.0;
+/// Below this many calls a second to a host, a process is never throttled.
+pub(crate) const QUIET_PER_SEC: f64 = 0.75;
+/// How far one answer moves the share down, per unit of shortfall.
+const DOWN_GAIN: f64 = 0.1;
+/// How far one answer moves the share up, per unit of excess.
+const UP_GAIN: f64 = 0.3;
+/// The least share let through.
+pub(crate) const FLOOR: f64 = 0.05;
+/// A call goes when none went for this long, in milliseconds.
+pub(crate) const PROBE_MS: u64 = 2_500;
+/// Rejections in a row that mean the host is down...
+pub(crate) const STREAK: u32 = 10;
+/// ...when they span at least this long since the last accepted answer.
+pub(crate) const STREAK_MS: u64 = 4_000;
+/// The share let through at once when a host that was down answers again.
+const REOPEN: f64 = 0.5;
+/// Answers the ratio must rest on before it moves the share: a fresh
+/// process's first few answers prove nothing.
+pub(crate) const MIN_ANSWERS: f64 = 10.0;
+/// Answers tallied before the books are brought up to date, while calm.
+pub(crate) const FOLD: u32 = 16;
+
+/// How an attempt's outcome counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Answer {
+    Accepted,
+    Rejected,
+}
+
+/// How `outcome`, the answer to an attempt sent to `url`, counts: `429`,
+/// `502`, `503` and `504` (and a `403` the settings take as a `429`), a
+/// refused or unreachable connection, a refused stream and a timeout are
+/// rejections; every other response is accepted; other errors count as
+/// neither.
+pub(crate) fn answer(
+    config: &RetryConfig,
+    outcome: &Result<Response>,
+    url: Option<&Url>,
+) -> Option<Answer> {
+    match outcome {
+        Ok(response) => {
+            let status = response.status();
+            let rejected = matches!(
+                status,
+                StatusCode::TOO_MANY_REQUESTS
+                    | StatusCode::BAD_GATEWAY
+                    | StatusCode::SERVICE_UNAVAILABLE
+                    | StatusCode::GATEWAY_TIMEOUT
+            ) || config.retry_after.takes_as_429(status, response.headers());
+            Some(if rejected { Answer::Rejected } else { Answer::Accepted })
+        }
+        Err(error) => match classify::classify_error(error, url) {
+            Some((
+                _,
+                RetryReason::NotConnected | RetryReason::RefusedStream | RetryReason::Timeout,
+            )) => Some(Answer::Rejected),
+            _ => None,
+        },
+    }
+}
+
+/// One host's books: decayed counts and the share let through. Times are
+/// milliseconds on the ledger's timeline. Plain arithmetic, so that every
+/// rule can be tested with times written down.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Books {
+    /// When the counts were last decayed.
+    at: u64,
+    /// First attempts asked for, let through or not.
+    calls: f64,
+    /// Attempts whose answer counted, and how many of them were accepted.
+    answered: f64,
+    accepted: f64,
+    /// The share of first attempts let through, from [`FLOOR`] to 1.
+    share: f64,
+    /// Rejections since the last accepted answer, and when that was.
+    rejections: u32,
+    last_accepted: u64,
+    /// When a first attempt was last let through.
+    last_sent: u64,
+    /// When the last rejection came; `None` for never.
+    last_rejected: Option<u64>,
+}
+
+impl Default for Books {
+    fn default() -> Self {
+        Self {
+            at: 0,
+            calls: 0.0,
+            answered: 0.0,
+            accepted: 0.0,
+            share: 1.0,
+            rejections: 0,
+            last_accepted: 0,
+            last_sent: 0,
+            last_rejected: None,
+        }
+    }
+}
+
+impl Books {
+    /// Decays the counts to `now`; a time before the last is taken as it.
+    fn advance(&mut self, now: u64) {
+        let Some(elapsed) = now.checked_sub(self.at).filter(|&ms| ms > 0) else { return };
+        let elapsed = elapsed as f64;
+        let tau = self.tau();
+        let answers = (-elapsed / tau).exp();
+        self.answered *= answers;
+        self.accepted *= answers;
+        self.calls *= (-elapsed / CALLS_TAU_MS).exp();
+        self.at = now;
+    }
+
+    /// Calls a second lately.
+    fn rate(&self) -> f64 {
+        self.calls * 1000.0 / CALLS_TAU_MS
+    }
+
+    /// The time constant of the answers' decay: long enough to hold about
+    /// [`SAMPLES`] of them at the current rate of calls.
+    fn tau(&self) -> f64 {
+        let rate = self.rate();
+        if rate <= 0.0 {
+            return MAX_TAU_MS;
+        }
+        (SAMPLES * 1000.0 / rate).clamp(MIN_TAU_MS, MAX_TAU_MS)
+    }
+
+    /// Whether rejections in a row have lasted long enough to call the
+    /// host down.
+    fn down(&self, now: u64) -> bool {
+        self.rejections >= STREAK && now.saturating_sub(self.last_accepted) >= STREAK_MS
+    }
+
+    /// The share of first attempts let through at `now`.
+    pub(crate) fn share(&self, now: u64) -> f64 {
+        if !self.down(now) {
+            return self.share;
+        }
+        let halvings = self.rejections.saturating_sub(STREAK).saturating_add(1);
+        let streak = 0.5_f64.powi(i32::try_from(halvings).unwrap_or(i32::MAX));
+        self.share.min(streak).max(FLOOR)
+    }
+
+    /// A first attempt asks to go at `now`; `draw` gives a uniform number
+    /// in `[0, 1]`, asked for only when the share decides. Returns whether
+    /// the attempt goes. The call counts either way.
+    pub(crate) fn ask(&mut self, now: u64, draw: impl FnOnce() -> f64) -> bool {
+        self.advance(now);
+        self.calls += 1.0;
+        let share = self.share(now);
+        let goes = share >= 1.0
+            || self.rate() < QUIET_PER_SEC
+            || now.saturating_sub(self.last_sent) >= PROBE_MS
+            || draw() < share;
+        if goes {
+            self.last_sent = now;
+        }
+        goes
+    }
+
+    /// Takes in the answer to an attempt at `now`.
+    pub(crate) fn observe(&mut self, now: u64, answer: Answer) {
+        self.advance(now);
+        match answer {
+            Answer::Accepted => {
+                if self.down(now) {
+                    // The host is back: what it said while down is stale.
+                    self.answered = 0.0;
+                    self.accepted = 0.0;
+                    self.share = self.share.max(REOPEN);
+                }
+                self.rejections = 0;
+                self.last_accepted = now;
+                self.accepted += 1.0;
+            }
+            Answer::Rejected => {
+                self.rejections = self.rejections.saturating_add(1);
+                self.last_rejected = Some(now);
+            }
+        }
+        self.answered += 1.0;
+        self.steer();
+    }
+
+    /// Moves the share by the latest ratio of accepted answers: down in
+    /// proportion to the shortfall below one in [`ACCEPTS_WORTH`], up in
+    /// proportion to the excess; not at all before the ratio rests on
+    /// [`MIN_ANSWERS`].
+    fn steer(&mut self) {
+        if self.answered < MIN_ANSWERS {
+            return;
+        }
+        let error = ACCEPTS_WORTH * self.accepted / self.answered - 1.0;
+        let gain = if error < 0.0 { DOWN_GAIN } else { UP_GAIN };
+        self.share = (self.share * (gain * error).exp()).clamp(FLOOR, 1.0);
+    }
+
+    /// Takes in `answers` accepted answers to first attempts, tallied while
+    /// the host was calm, at `now`.
+    pub(crate) fn fold(&mut self, now: u64, answers: u32) {
+        self.advance(now);
+        let answers = f64::from(answers);
+        self.calls += answers;
+        self.answered += answers;
+        self.accepted += answers;
+        self.last_accepted = now;
+    }
+
+    /// Whether nothing here needs watching: the share is whole, no
+    /// rejection is in a run, and none came for [`CALLS_TAU_MS`].
+    pub(crate) fn calm(&self, now: u64) -> bool {
+        self.share >= 1.0
+            && self.rejections == 0
+            && self.last_rejected.is_none_or(|at| now.saturating_sub(at) as f64 >= CALLS_TAU_MS)
+    }
+}
+
+/// A host's throttle: its books, and what lets a calm host skip them.
+#[derive(Debug, Default)]
+pub(crate) struct Throttle {
+    /// Whether the host needs watching: set by a rejection, cleared once
+    /// the books are calm.
+    watched: AtomicBool,
+    /// Accepted answers tallied and not yet in the books.
+    tallied: AtomicU32,
+    books: Mutex<Books>,
+}
+
+/// What a tallied answer asks of the caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Tally {
+    /// Counted; nothing else to do.
+    Counted,
+    /// Bring the books up to date: call [`Throttle::fold`] with the time.
+    Fold,
+    /// The host is watched: book the answer with its time
+    /// ([`Throttle::observe`]).
+    Watched,
+}
+
+impl Throttle {
+    fn books(&self) -> std::sync::MutexGuard<'_, Books> {
+        // The books are plain numbers, valid whatever a panicking holder
+        // left.
+        self.books.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Whether the host needs watching now.
+    pub(crate) fn watched(&self) -> bool {
+        self.watched.load(Ordering::Relaxed)
+    }
+
+    /// Counts an accepted answer with no time read, while the host is calm.
+    #[inline]
+    pub(crate) fn tally(&self) -> Tally {
+        if self.watched() {
+            return Tally::Watched;
+        }
+        let tallied = self.tallied.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
+        if tallied >= FOLD { Tally::Fold } else { Tally::Counted }
+    }
+
+    /// Brings the tallied answers into the books at `now`.
+    pub(crate) fn fold(&self, now: u64) {
+        let answers = self.tallied.swap(0, Ordering::Relaxed);
+        if answers > 0 {
+            self.books().fold(now, answers);
+        }
+    }
+
+    /// A first attempt asks to go at `now` (see [`Books::ask`]); a host
+    /// that is not watched lets it go untouched.
+    pub(crate) fn ask(&self, now: u64, draw: impl FnOnce() -> f64) -> bool {
+        if !self.watched() {
+            return true;
+        }
+        let mut books = self.books();
+        let goes = books.ask(now, draw);
+        if books.calm(now) {
+            self.watched.store(false, Ordering::Relaxed);
+        }
+        goes
+    }
+
+    /// Takes in an answer at `now`. Returns whether the host is watched
+    /// after it.
+    pub(crate) fn observe(&self, now: u64, answer: Answer) -> bool {
+        let answers = self.tallied.swap(0, Ordering::Relaxed);
+        let mut books = self.books();
+        if answers > 0 {
+            books.fold(now, answers);
+        }
+        books.observe(now, answer);
+        let watched = !books.calm(now);
+        self.watched.store(watched, Ordering::Relaxed);
+        watched
+    }
+
+    /// Whether the host may be forgotten: nothing is being watched.
+    pub(crate) fn idle(&self) -> bool {
+        !self.watched()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,239 @@
+use super::*;
+
+/// A small deterministic generator of uniform draws.
+struct Draws(u64);
+
+impl Draws {
+    fn next(&mut self) -> f64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// What a stretch of calls came to: calls made, first attempts sent, and
+/// how many the server accepted.
+#[derive(Debug, Default, Clone, Copy)]
+struct Run {
+    calls: u32,
+    sent: u32,
+    accepted: u32,
+}
+
+/// Calls at `per_sec` a second from `from` for `secs` seconds, each sent
+/// once if the books let it go and answered by `server(ms, n)`, `n`
+/// counting the sent attempts.
+fn drive(
+    books: &mut Books,
+    draws: &mut Draws,
+    from: u64,
+    secs: u64,
+    per_sec: u64,
+    mut server: impl FnMut(u64, u32) -> Answer,
+) -> Run {
+    let mut run = Run::default();
+    let gap = 1000 / per_sec;
+    for i in 0..secs * per_sec {
+        let now = from + i * gap;
+        run.calls += 1;
+        if books.ask(now, || draws.next()) {
+            let answer = server(now, run.sent);
+            run.sent += 1;
+            run.accepted += u32::from(answer == Answer::Accepted);
+            books.observe(now, answer);
+        }
+    }
+    run
+}
+
+fn accept(_: u64, _: u32) -> Answer {
+    Answer::Accepted
+}
+
+fn reject(_: u64, _: u32) -> Answer {
+    Answer::Rejected
+}
+
+/// One answer in two rejected, at random.
+fn flaky(seed: u64) -> impl FnMut(u64, u32) -> Answer {
+    let mut draws = Draws(seed);
+    move |_, _| if draws.next() < 0.5 { Answer::Rejected } else { Answer::Accepted }
+}
+
+#[test]
+fn a_healthy_host_gets_every_call() {
+    let mut books = Books::default();
+    let run = drive(&mut books, &mut Draws(1), 0, 60, 10, accept);
+    assert_eq!(run.sent, run.calls);
+    assert_eq!(books.share(60_000), 1.0);
+    assert!(books.calm(60_000));
+}
+
+#[test]
+fn an_outage_is_shed_within_ten_seconds_and_held_at_the_floor() {
+    let mut books = Books::default();
+    let mut draws = Draws(7);
+    drive(&mut books, &mut draws, 0, 60, 10, accept);
+    let first = drive(&mut books, &mut draws, 60_000, 10, 10, reject);
+    let next = drive(&mut books, &mut draws, 70_000, 10, 10, reject);
+    let after = drive(&mut books, &mut draws, 80_000, 100, 10, reject);
+    assert!(f64::from(next.sent) < 0.5 * f64::from(next.calls), "{first:?} then {next:?}");
+    assert!(f64::from(after.sent) <= 0.10 * f64::from(after.calls), "{after:?}");
+    assert!(after.sent > 0, "probes still go");
+    assert_eq!(books.share(180_000), FLOOR);
+}
+
+#[test]
+fn a_host_that_answers_again_gets_its_calls_back_at_once() {
+    let mut books = Books::default();
+    let mut draws = Draws(3);
+    drive(&mut books, &mut draws, 0, 60, 10, accept);
+    drive(&mut books, &mut draws, 60_000, 120, 10, reject);
+    let back = drive(&mut books, &mut draws, 180_000, 5, 10, accept);
+    let later = drive(&mut books, &mut draws, 185_000, 60, 10, accept);
+    assert!(back.sent >= back.calls - 10, "{back:?}");
+    assert_eq!(later.sent, later.calls);
+    assert_eq!(books.share(245_000), 1.0);
+}
+
+#[test]
+fn a_host_failing_half_its_answers_independently_of_load_is_not_throttled() {
+    for per_sec in [1, 10, 100] {
+        let mut books = Books::default();
+        let run = drive(&mut books, &mut Draws(11), 0, 600, per_sec, flaky(5));
+        let kept = f64::from(run.sent) / f64::from(run.calls);
+        assert!(kept >= 0.99, "{per_sec}/s: {run:?}");
+    }
+}
+
+#[test]
+fn an_overloaded_host_is_sent_about_accepts_worth_times_what_it_takes() {
+    // The server takes one call a second from ten offered: a token bucket
+    // holding one second's worth.
+    let mut books = Books::default();
+    let mut draws = Draws(13);
+    drive(&mut books, &mut draws, 0, 30, 10, accept);
+    let (mut tokens, mut last) = (1.0_f64, 30_000_u64);
+    let mut server = |now: u64, _| {
+        tokens = (tokens + (now - last) as f64 / 1000.0).min(1.0);
+        last = now;
+        if tokens >= 1.0 {
+            tokens -= 1.0;
+            Answer::Accepted
+        } else {
+            Answer::Rejected
+        }
+    };
+    drive(&mut books, &mut draws, 30_000, 20, 10, &mut server);
+    let settled = drive(&mut books, &mut draws, 50_000, 120, 10, &mut server);
+    let ratio = f64::from(settled.sent) / f64::from(settled.accepted);
+    assert!((2.0..=3.2).contains(&ratio), "{settled:?}: {ratio}");
+    // A one-token server loses the seconds in which no call came; most
+    // seconds had one.
+    assert!(settled.accepted >= 80, "{settled:?}");
+}
+
+#[test]
+fn a_quiet_caller_is_never_throttled() {
+    let mut books = Books::default();
+    // One call every two seconds, each rejected, for ten minutes.
+    for i in 0..300 {
+        let now = i * 2000;
+        assert!(books.ask(now, || 0.999), "call {i}");
+        books.observe(now, Answer::Rejected);
+    }
+    assert!(books.share(600_000) < 1.0);
+}
+
+#[test]
+fn a_call_goes_when_none_went_for_a_probes_time() {
+    let mut books = Books::default();
+    let mut draws = Draws(17);
+    drive(&mut books, &mut draws, 0, 60, 10, reject);
+    assert_eq!(books.share(60_000), FLOOR);
+    let last = books.last_sent;
+    // Draws that never pass: only the probe's rule lets a call through.
+    let mut goes = Vec::new();
+    for i in 1..=60 {
+        let now = last + i * 100;
+        if books.ask(now, || 1.0) {
+            goes.push(now - last);
+        }
+    }
+    assert_eq!(goes, [PROBE_MS, 2 * PROBE_MS]);
+}
+
+#[test]
+fn rejections_in_a_row_mean_down_only_once_they_span_the_streak_time() {
+    let mut books = Books::default();
+    books.observe(1_000, Answer::Accepted);
+    for i in 0..STREAK {
+        books.observe(1_000 + u64::from(i), Answer::Rejected);
+    }
+    assert!(!books.down(1_000 + u64::from(STREAK)));
+    assert!(books.down(1_000 + STREAK_MS));
+    // Each rejection past the streak halves the share.
+    let before = books.share(1_000 + STREAK_MS);
+    books.observe(1_000 + STREAK_MS, Answer::Rejected);
+    assert_eq!(books.share(1_000 + STREAK_MS), (before / 2.0).max(FLOOR));
+}
+
+#[test]
+fn the_first_answer_after_a_host_was_down_forgets_the_outage() {
+    let mut books = Books::default();
+    for i in 0..40 {
+        books.observe(i * 500, Answer::Rejected);
+    }
+    assert!(books.down(20_000));
+    books.observe(20_000, Answer::Accepted);
+    assert_eq!(books.rejections, 0);
+    assert_eq!((books.answered, books.accepted), (1.0, 1.0));
+    assert!(books.share(20_000) >= REOPEN);
+}
+
+#[test]
+fn time_that_goes_back_is_taken_as_the_last_time() {
+    let mut books = Books::default();
+    books.observe(10_000, Answer::Rejected);
+    let before = books;
+    books.advance(5_000);
+    assert_eq!(books, before);
+    assert!(books.ask(5_000, || 0.0));
+}
+
+#[test]
+fn the_window_holds_about_its_samples_at_every_rate() {
+    // 100 calls over the calls' time constant of 10 s: 10 a second.
+    let mut books = Books { calls: 100.0, ..Books::default() };
+    assert_eq!(books.tau(), MIN_TAU_MS);
+    books.calls = 20.0;
+    assert_eq!(books.tau(), SAMPLES * 1000.0 / 2.0);
+    books.calls = 1.0;
+    assert_eq!(books.tau(), MAX_TAU_MS);
+    books.calls = 0.0;
+    assert_eq!(books.tau(), MAX_TAU_MS);
+}
+
+#[test]
+fn a_calm_host_tallies_without_the_books_and_folds_every_so_often() {
+    let throttle = Throttle::default();
+    for _ in 1..FOLD {
+        assert_eq!(throttle.tally(), Tally::Counted);
+    }
+    assert_eq!(throttle.tally(), Tally::Fold);
+    throttle.fold(1_000);
+    assert_eq!(throttle.books().calls, f64::from(FOLD));
+    assert!(throttle.ask(1_000, || unreachable!("a calm host draws nothing")));
+}
+
+#[test]
+fn a_rejection_has_the_host_watched_until_it_is_calm_again() {
+    let throttle = Throttle::default();
+    assert!(throttle.observe(0, Answer::Rejected));
+    assert_eq!(throttle.tally(), Tally::Watched);
+    assert!(throttle.observe(1_000, Answer::Accepted));
+    assert!(!throttle.idle());
+    assert!(throttle.ask(20_000, || 1.0));
+    assert!(throttle.idle(), "calm ten seconds after its last rejection");
+}
