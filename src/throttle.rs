@@ -70,7 +70,7 @@ pub(crate) const QUIET_PER_SEC: f64 = 0.75;
 /// How far one answer moves the share down, per unit of shortfall.
 const DOWN_GAIN: f64 = 0.1;
 /// How far one answer moves the share up, per unit of excess.
-const UP_GAIN: f64 = 0.3;
+const UP_GAIN: f64 = 0.1;
 /// The least share let through.
 pub(crate) const FLOOR: f64 = 0.05;
 /// A call goes when none went for this long, in milliseconds.
@@ -78,9 +78,9 @@ pub(crate) const PROBE_MS: u64 = 2_500;
 /// Rejections in a row that mean the host is down...
 pub(crate) const STREAK: u32 = 10;
 /// ...when they span at least this long since the last accepted answer.
-pub(crate) const STREAK_MS: u64 = 4_000;
+pub(crate) const STREAK_MS: u64 = 6_000;
 /// The share let through at once when a host that was down answers again.
-const REOPEN: f64 = 0.5;
+const REOPEN: f64 = 1.0;
 /// Answers the ratio must rest on before it moves the share: a fresh
 /// process's first few answers prove nothing.
 pub(crate) const MIN_ANSWERS: f64 = 10.0;
@@ -145,6 +145,10 @@ pub(crate) struct Books {
     last_accepted: u64,
     /// When a first attempt was last let through.
     last_sent: u64,
+    /// The share earned by calls kept back since the last one let through:
+    /// a call goes once it reaches one, so that the calls let through are
+    /// spread evenly, not drawn at random.
+    credit: f64,
     /// When the last rejection came; `None` for never.
     last_rejected: Option<u64>,
 }
@@ -160,6 +164,7 @@ impl Default for Books {
             rejections: 0,
             last_accepted: 0,
             last_sent: 0,
+            credit: 0.0,
             last_rejected: None,
         }
     }
@@ -209,18 +214,23 @@ impl Books {
         self.share.min(streak).max(FLOOR)
     }
 
-    /// A first attempt asks to go at `now`; `draw` gives a uniform number
-    /// in `[0, 1]`, asked for only when the share decides. Returns whether
-    /// the attempt goes. The call counts either way.
-    pub(crate) fn ask(&mut self, now: u64, draw: impl FnOnce() -> f64) -> bool {
+    /// A first attempt asks to go at `now`. Returns whether it goes. The
+    /// call counts either way.
+    pub(crate) fn ask(&mut self, now: u64) -> bool {
         self.advance(now);
         self.calls += 1.0;
         let share = self.share(now);
-        let goes = share >= 1.0
+        let goes = if share >= 1.0
             || self.rate() < QUIET_PER_SEC
-            || now.saturating_sub(self.last_sent) >= PROBE_MS
-            || draw() < share;
+            || (self.down(now) && now.saturating_sub(self.last_sent) >= PROBE_MS)
+        {
+            true
+        } else {
+            self.credit += share;
+            self.credit >= 1.0
+        };
         if goes {
+            self.credit = (self.credit - 1.0).max(0.0);
             self.last_sent = now;
         }
         goes
@@ -252,25 +262,33 @@ impl Books {
 
     /// Moves the share by the latest ratio of accepted answers: down in
     /// proportion to the shortfall below one in [`ACCEPTS_WORTH`], up in
-    /// proportion to the excess; not at all before the ratio rests on
+    /// proportion to the excess; never down before the ratio rests on
     /// [`MIN_ANSWERS`].
     fn steer(&mut self) {
-        if self.answered < MIN_ANSWERS {
+        let error = ACCEPTS_WORTH * self.accepted / self.answered - 1.0;
+        if error < 0.0 && self.answered < MIN_ANSWERS {
             return;
         }
-        let error = ACCEPTS_WORTH * self.accepted / self.answered - 1.0;
         let gain = if error < 0.0 { DOWN_GAIN } else { UP_GAIN };
         self.share = (self.share * (gain * error).exp()).clamp(FLOOR, 1.0);
     }
 
     /// Takes in `answers` accepted answers to first attempts, tallied while
-    /// the host was calm, at `now`.
+    /// the host was calm, at `now`. They came since the books were last
+    /// brought up to date, evenly as far as the books know: each counts as
+    /// decayed by the average over that time, so that a batch does not
+    /// count as a burst.
     pub(crate) fn fold(&mut self, now: u64, answers: u32) {
+        let spread = now.saturating_sub(self.at) as f64;
+        let tau = self.tau();
         self.advance(now);
         let answers = f64::from(answers);
-        self.calls += answers;
-        self.answered += answers;
-        self.accepted += answers;
+        let decayed = |tau: f64| {
+            if spread <= 0.0 { 1.0 } else { tau / spread * (1.0 - (-spread / tau).exp()) }
+        };
+        self.calls += answers * decayed(CALLS_TAU_MS);
+        self.answered += answers * decayed(tau);
+        self.accepted += answers * decayed(tau);
         self.last_accepted = now;
     }
 
@@ -338,12 +356,12 @@ impl Throttle {
 
     /// A first attempt asks to go at `now` (see [`Books::ask`]); a host
     /// that is not watched lets it go untouched.
-    pub(crate) fn ask(&self, now: u64, draw: impl FnOnce() -> f64) -> bool {
+    pub(crate) fn ask(&self, now: u64) -> bool {
         if !self.watched() {
             return true;
         }
         let mut books = self.books();
-        let goes = books.ask(now, draw);
+        let goes = books.ask(now);
         if books.calm(now) {
             self.watched.store(false, Ordering::Relaxed);
         }

@@ -63,10 +63,7 @@ impl<'a> Policy<'a> {
         extensions: &Extensions,
     ) -> std::result::Result<Option<Duration>, HeldBack> {
         let clock = &*self.shared.clock;
-        let jitter = &*self.shared.jitter;
-        let draw = || jitter.unit();
         let first = self.attempts == 0 && extensions.get::<SkipThrottling>().is_none();
-        let first: Option<&dyn Fn() -> f64> = if first { Some(&draw) } else { None };
         let wait = match ledger.gate(request.url(), || clock.now(), first) {
             Passage::Open => return Ok(None),
             Passage::Throttled => return Err(HeldBack::Throttled),

@@ -16,11 +16,11 @@ use crate::throttle::{Answer, Tally, Throttle};
 impl Ledger {
     /// Asks `throttle` whether a first attempt goes at `now`; while it is
     /// watched, the call keeps every call looking its host up.
-    fn ask(&self, throttle: &Throttle, now: u64, draw: &dyn Fn() -> f64) -> Passage<'_> {
+    fn ask(&self, throttle: &Throttle, now: u64) -> Passage<'_> {
         if !throttle.watched() {
             return Passage::Open;
         }
-        let goes = throttle.ask(now, draw);
+        let goes = throttle.ask(now);
         if throttle.watched() {
             self.look_until(now);
         }
@@ -87,15 +87,14 @@ impl Ledger {
     }
 
     /// Where `url`'s host stands for a request about to go at `now`: its
-    /// pause, then, for a first attempt (`first` gives it a uniform draw
-    /// when the throttle needs one), its throttle. While no host has been
+    /// pause, then, for a `first` attempt, its throttle. While no host has been
     /// paused or throttled within a window, it reads neither the clock nor
     /// the table.
     pub(crate) fn gate(
         &self,
         url: &Url,
         now: impl FnOnce() -> Instant,
-        first: Option<&dyn Fn() -> f64>,
+        first: bool,
     ) -> Passage<'_> {
         let horizon = self.watch_until.load(Ordering::Acquire);
         if horizon == 0 {
@@ -124,9 +123,10 @@ impl Ledger {
             }
             Gate::Probing => return Passage::Probing,
         }
-        match first {
-            Some(draw) if self.throttling => self.ask(&host.value.throttle, now, draw),
-            _ => Passage::Open,
+        if first && self.throttling {
+            self.ask(&host.value.throttle, now)
+        } else {
+            Passage::Open
         }
     }
 

@@ -44,6 +44,7 @@
 //! prints PASS or FAIL; the simulator exits with status 1 if any failed, after
 //! printing them all again.
 
+mod admission;
 mod chart;
 mod contention;
 mod fleet;
@@ -90,6 +91,7 @@ fn main() {
     let mut clients = 1000;
     let mut processes = 1;
     let mut reserve = None;
+    let mut admission_only = false;
     while let Some(arg) = args.next() {
         let mut number = |name: &str| -> usize {
             args.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| {
@@ -98,6 +100,8 @@ fn main() {
             })
         };
         match arg.as_str() {
+            "--admission" => admission_only = true,
+            "--trace" => { admission::trace_overload(1.0, 3); std::process::exit(0) }
             "--clients" => clients = number("--clients").max(1),
             "--processes" => processes = number("--processes").max(1),
             "--reserve" => {
@@ -111,19 +115,24 @@ fn main() {
             }
             _ if arg.starts_with("--") => {
                 eprintln!(
-                    "usage: herd [chart.svg] [--clients N] [--processes P] [--reserve R]\n\
+                    "usage: herd [chart.svg] [--clients N] [--processes P] [--reserve R] \
+                     [--admission]\n\
                      \x20 chart.svg      write the outage-then-recovery load chart there\n\
                      \x20 --clients N    clients of the outage tables (default 1000)\n\
                      \x20 --processes P  processes they are spread over (default 1)\n\
                      \x20 --reserve R    the \"+ budget\" rows' reserve (default: the crate's, \
                      max_retries + 2)\n\
-                     Then the contention, spread, fleet-grid and partial-failure tables; exits 1 \
-                     if a check fails."
+                     \x20 --admission    run the admission goals (G1–G5) alone\n\
+                     Then the contention, spread, fleet-grid, partial-failure and admission \
+                     tables; exits 1 if a check fails."
                 );
                 std::process::exit(2);
             }
             _ => chart = Some(arg),
         }
+    }
+    if admission_only {
+        finish(admission::run_goals());
     }
     let processes = processes.min(clients);
     // Each client sends one request every 2 s.
@@ -196,6 +205,15 @@ fn main() {
 
     println!();
     failures.extend(partial::run_tables());
+
+    println!();
+    failures.extend(admission::run_goals());
+    finish(failures);
+}
+
+/// Prints the checks that failed again and exits 1 if any did; else says
+/// all passed and exits 0.
+fn finish(failures: Vec<String>) -> ! {
     if !failures.is_empty() {
         println!("\n{} check(s) failed:", failures.len());
         for line in &failures {
@@ -204,4 +222,5 @@ fn main() {
         std::process::exit(1);
     }
     println!("\nall checks passed");
+    std::process::exit(0)
 }

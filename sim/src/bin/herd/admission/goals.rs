@@ -1,0 +1,267 @@
+//! The goals' runs, tables and checks.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use super::{Admit, FLEET, RATES, Scenario, Seconds, back_by, run, sum};
+
+const S: fn(u64) -> Duration = Duration::from_secs;
+
+/// G1 and G2's run: served for a minute, down for two, then served for the
+/// five minutes G2 looks at.
+const HEALTHY: Duration = Duration::from_secs(60);
+const DOWN: Duration = Duration::from_secs(120);
+const AFTER: Duration = Duration::from_secs(300);
+/// G3's run.
+const FLAKY_FOR: Duration = Duration::from_secs(300);
+/// G4's run: served for 30 s, two minutes at a tenth of the calls
+/// offered, then a minute served.
+const CALM: Duration = Duration::from_secs(30);
+const OVER: Duration = Duration::from_secs(120);
+const THEN: Duration = Duration::from_secs(60);
+
+/// One column: calls a second per process, and processes simulated.
+type Column = (f64, usize);
+
+fn columns() -> Vec<Column> {
+    RATES.iter().flat_map(|&rate| [(rate, 1), (rate, FLEET)]).collect()
+}
+
+fn column_name((rate, k): Column) -> String {
+    let fleet = if k == 1 { "P=1".to_owned() } else { "P≥10".to_owned() };
+    format!("{rate}/s {fleet}")
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Outage {
+    first_10_20: f64,
+    first_after: f64,
+    all_after: f64,
+    reacts: Option<u64>,
+    back: Option<u64>,
+    refused_after: f64,
+}
+
+fn outage(admit: Admit, (rate, k): Column) -> Outage {
+    let scenario = Scenario::Outage { healthy: HEALTHY, down: DOWN };
+    let s = run(admit, scenario, rate, k, HEALTHY + DOWN + AFTER);
+    let share = |counts: &[u32], from: Duration, to: Duration| {
+        sum(counts, from, to) / sum(&s.offered, from, to).max(1.0)
+    };
+    let (h, end) = (HEALTHY, HEALTHY + DOWN);
+    let reacts = (h.as_secs()..end.as_secs() - 5)
+        .find(|&t| share(&s.first, S(t), S(t + 5)) < 0.5)
+        .map(|t| t - h.as_secs());
+    Outage {
+        first_10_20: share(&s.first, h + S(10), h + S(20)),
+        first_after: share(&s.first, h + S(20), end),
+        all_after: share(&s.attempts, h + S(20), end),
+        reacts,
+        back: back_by(&s, end, end + AFTER),
+        refused_after: share(&s.refused, end, end + AFTER),
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Overload {
+    first_per_accepted: f64,
+    all_per_accepted: f64,
+    goodput: f64,
+    back: Option<u64>,
+    queued: Duration,
+}
+
+fn overload(admit: Admit, (rate, k): Column) -> Overload {
+    let capacity = rate * k as f64 / 10.0;
+    let scenario = Scenario::Overload { healthy: CALM, over: OVER, capacity };
+    let s = run(admit, scenario, rate, k, CALM + OVER + THEN);
+    let (from, end) = (CALM + S(10), CALM + OVER);
+    let accepted = sum(&s.accepted, from, end).max(1.0);
+    Overload {
+        first_per_accepted: sum(&s.first, from, end) / accepted,
+        all_per_accepted: sum(&s.attempts, from, end) / accepted,
+        goodput: accepted / (capacity * (end - from).as_secs_f64()),
+        back: back_by(&s, end, end + THEN),
+        queued: s.queued,
+    }
+}
+
+fn flaky(admit: Admit, (rate, k): Column) -> Seconds {
+    run(admit, Scenario::Flaky, rate, k, FLAKY_FOR)
+}
+
+fn quiet_refusals(admit: Admit, rate: f64) -> u32 {
+    let scenario = Scenario::Outage { healthy: HEALTHY, down: DOWN };
+    run(admit, scenario, rate, 1, HEALTHY + DOWN).refused.iter().sum()
+}
+
+fn secs(s: Option<u64>) -> String {
+    s.map_or("never".to_owned(), |s| format!("{s}s"))
+}
+
+fn table(title: &str, rows: &[(Admit, Vec<String>)]) {
+    println!("\n{title}");
+    let mut header = format!("  {:<32}", "design");
+    for column in columns() {
+        header.push_str(&format!(" {:>22}", column_name(column)));
+    }
+    println!("{header}");
+    for (admit, cells) in rows {
+        let mut line = format!("  {:<32}", admit.name());
+        for cell in cells {
+            line.push_str(&format!(" {cell:>22}"));
+        }
+        println!("{line}");
+    }
+}
+
+/// Runs every goal for every design, prints the tables, and returns the
+/// goals ours missed.
+pub(crate) fn run_goals() -> Vec<String> {
+    println!(
+        "Admission of first attempts (G1–G5): each design below the crate's retry middleware \
+         (3 retries, its budget); cells per calls a second per process, for one process (P=1) \
+         and a fleet (k = {FLEET} processes for P = 10, 100 or 1000, each its share of the \
+         capacity)."
+    );
+    let mut failures = Vec::new();
+    let mut check = |ok: bool, what: String| {
+        let line = format!("{}: {what}", if ok { "PASS" } else { "FAIL" });
+        println!("  {line}");
+        if !ok {
+            failures.push(line);
+        }
+    };
+
+    let mut rows = Vec::new();
+    let mut ours = Vec::new();
+    for admit in Admit::all() {
+        let cells: Vec<Outage> = columns().into_iter().map(|c| outage(admit, c)).collect();
+        if admit == Admit::Ours {
+            ours = cells.clone();
+        }
+        rows.push((admit, cells));
+    }
+    let show = |f: &dyn Fn(&Outage) -> String| -> Vec<(Admit, Vec<String>)> {
+        rows.iter().map(|(a, cells)| (*a, cells.iter().map(f).collect())).collect()
+    };
+    table(
+        "G1, total outage (2 min after 1 min served): first attempts ÷ calls offered, from 10 s \
+         to 20 s / after / all attempts after; reacts in (first 5 s under 0.5×)",
+        &show(&|o| {
+            format!(
+                "{:.2}/{:.3}/{:.3} {}",
+                o.first_10_20,
+                o.first_after,
+                o.all_after,
+                secs(o.reacts)
+            )
+        }),
+    );
+    for (column, o) in columns().into_iter().zip(&ours) {
+        let name = column_name(column);
+        check(o.first_10_20 < 0.5, format!("G1 {name}: {:.3} < 0.5 within 10 s", o.first_10_20));
+        if column.0 >= 10.0 {
+            check(o.first_after <= 0.10, format!("G1 {name}: {:.3} ≤ 0.10 after", o.first_after));
+            check(o.all_after <= 0.12, format!("G1 {name}: {:.3} ≤ 0.12 with retries", o.all_after));
+        }
+    }
+    table(
+        "G2, recovery: first attempts back to 95% of calls offered in / calls refused locally \
+         in the next 5 min",
+        &show(&|o| format!("{} / {:.2}%", secs(o.back), (o.refused_after * 100.0).max(0.0))),
+    );
+    for (column, o) in columns().into_iter().zip(&ours) {
+        let name = column_name(column);
+        check(o.back.is_some_and(|s| s <= 10), format!("G2 {name}: back in {}", secs(o.back)));
+        check(
+            o.refused_after <= 0.01,
+            format!("G2 {name}: {:.2}% refused ≤ 1%", o.refused_after * 100.0),
+        );
+    }
+
+    let plain: HashMap<String, Seconds> = columns()
+        .into_iter()
+        .map(|c| (column_name(c), flaky(Admit::Nothing, c)))
+        .collect();
+    let mut flaky_rows = Vec::new();
+    for admit in Admit::all() {
+        let mut cells = Vec::new();
+        for column in columns() {
+            let base = &plain[&column_name(column)];
+            let s = if admit == Admit::Nothing { base.clone() } else { flaky(admit, column) };
+            let total = |x: &Seconds, f: fn(&Seconds) -> &Vec<u32>| -> f64 {
+                f(x).iter().map(|c| f64::from(*c)).sum()
+            };
+            let load = total(&s, |x| &x.attempts) / total(base, |x| &x.attempts).max(1.0);
+            let kept = total(&s, |x| &x.succeeded) / total(base, |x| &x.succeeded).max(1.0);
+            if admit == Admit::Ours {
+                let name = column_name(column);
+                check(load >= 0.98, format!("G3 {name}: load {load:.3} ≥ 0.98×"));
+                check(kept >= 0.99, format!("G3 {name}: successes {:.2}% ≥ 99%", kept * 100.0));
+            }
+            cells.push(format!("{load:.3}×, {:.1}%", kept * 100.0));
+        }
+        flaky_rows.push((admit, cells));
+    }
+    table(
+        "G3, half of all answers failing independently of load (5 min): load and successes ÷ \
+         the same client with no admission",
+        &flaky_rows,
+    );
+
+    let mut over_rows = Vec::new();
+    for admit in Admit::all() {
+        let mut cells = Vec::new();
+        for column in columns() {
+            let o = overload(admit, column);
+            if admit == Admit::Ours {
+                let name = column_name(column);
+                check(
+                    o.first_per_accepted <= 3.2,
+                    format!("G4 {name}: first attempts {:.2}× accepted ≤ 3.2×", o.first_per_accepted),
+                );
+                check(o.goodput >= 0.99, format!("G4 {name}: goodput {:.1}% ≥ 99%", o.goodput * 100.0));
+                check(o.back.is_some_and(|s| s <= 10), format!("G4 {name}: back in {}", secs(o.back)));
+                check(o.queued.is_zero(), format!("G4 {name}: queued {:?}", o.queued));
+            }
+            cells.push(format!(
+                "{:.2}/{:.2}× {:.0}% {} q{:.0}s",
+                o.first_per_accepted,
+                o.all_per_accepted,
+                o.goodput * 100.0,
+                secs(o.back),
+                o.queued.as_secs_f64()
+            ));
+        }
+        over_rows.push((admit, cells));
+    }
+    table(
+        "G4, overload (calls offered at 10× what the server takes, 2 min): first / all attempts \
+         ÷ accepted from 10 s on, goodput, back to 95% in, longest queued",
+        &over_rows,
+    );
+
+    println!("\nG5, quiet callers: one process through the outage of G1, calls refused locally:");
+    for rate in [0.2, 0.5] {
+        for admit in Admit::all() {
+            let refused = quiet_refusals(admit, rate);
+            println!("  {:<32} {rate}/s: {refused}", admit.name());
+            if admit == Admit::Ours {
+                check(refused == 0, format!("G5 {rate}/s: {refused} refused"));
+            }
+        }
+    }
+    failures
+}
+
+/// Prints the per-second trace of one overload run (for looking into it).
+pub(crate) fn trace_overload(rate: f64, k: usize) {
+    let capacity = rate * k as f64 / 10.0;
+    let scenario = Scenario::Overload { healthy: CALM, over: OVER, capacity };
+    let s = run(Admit::Ours, scenario, rate, k, CALM + OVER + THEN);
+    for t in 30..160 {
+        let g = |v: &Vec<u32>| v.get(t).copied().unwrap_or(0);
+        println!("{t} offered {} first {} attempts {} accepted {} refused {}", g(&s.offered), g(&s.first), g(&s.attempts), g(&s.accepted), g(&s.refused));
+    }
+}
