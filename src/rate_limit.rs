@@ -33,10 +33,9 @@
 //! with [`Throttled`], unsent, and earns the budget nothing.
 //!
 //! - **An outage** is shed within seconds: ten rejections in a row over
-//!   four seconds halve the share with each further one, down to a
+//!   six seconds halve the share with each further one, down to a
 //!   twentieth. A call still goes whenever none went for 2.5 s, and the
-//!   first one the host accepts lets half of the calls through at once;
-//!   the rest follow within a few answers.
+//!   first one the host accepts lets every call through again.
 //! - **An overload** settles where the host accepts about one attempt in
 //!   2.7, the balance of Google's client-side throttling: enough to keep
 //!   the server busy, not ten times what it can take.

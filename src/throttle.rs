@@ -19,7 +19,11 @@
 //!   `ACCEPTS_WORTH`, as the SRE formula's does; but it moves only when an
 //!   answer arrives, so a share that is low, and sends little, is not
 //!   driven lower by old answers alone, and recovers at the pace answers
-//!   come back.
+//!   come back. An answer after a long silence weighs more (up to ten of
+//!   a host answered every 100 ms), so a rarely called host is not slower
+//!   to steer in time. The calls let through are spread evenly: each call
+//!   kept back adds the share to a credit, and a call goes when the credit
+//!   reaches one.
 //! - **A window of samples, not of minutes.** Answers count for
 //!   [`MIN_TAU_MS`] (an exponential decay), longer when the host is called
 //!   rarely, so that the ratio always rests on about [`SAMPLES`] answers:
@@ -28,9 +32,11 @@
 //! - **A total outage seen quickly.** [`STREAK`] rejections in a row, over
 //!   at least [`STREAK_MS`], halve the share with each further rejection.
 //!   The first accepted answer after such a run forgets the run's answers
-//!   and lets half of the calls through at once.
-//! - **Never below a probe.** A call goes when none went for
-//!   [`PROBE_MS`], whatever the share, so a recovered host is seen.
+//!   and lets every call through again; the share is then rebuilt from the
+//!   answers that follow.
+//! - **Never below a probe.** While the host is down, a call goes when
+//!   none went for [`PROBE_MS`], whatever the share, so a recovered host is
+//!   seen; its first accepted answer lets every call through again.
 //! - **Quiet callers are left alone.** A process sending fewer than
 //!   [`QUIET_PER_SEC`] calls a second to a host is never throttled: its
 //!   load cannot hurt, and its few answers prove nothing.
@@ -67,6 +73,11 @@ pub(crate) const SAMPLES: f64 = 40.0;
 pub(crate) const CALLS_TAU_MS: f64 = 10_000.0;
 /// Below this many calls a second to a host, a process is never throttled.
 pub(crate) const QUIET_PER_SEC: f64 = 0.75;
+/// An answer weighs as one per this many milliseconds since the last
+/// (at least one, at most [`WEIGHT_CAP`]): a host answered rarely moves its
+/// share as fast, in time, as one answered often.
+const WEIGHT_MS: f64 = 100.0;
+const WEIGHT_CAP: f64 = 10.0;
 /// How far one answer moves the share down, per unit of shortfall.
 const DOWN_GAIN: f64 = 0.1;
 /// How far one answer moves the share up, per unit of excess.
@@ -79,8 +90,6 @@ pub(crate) const PROBE_MS: u64 = 2_500;
 pub(crate) const STREAK: u32 = 10;
 /// ...when they span at least this long since the last accepted answer.
 pub(crate) const STREAK_MS: u64 = 6_000;
-/// The share let through at once when a host that was down answers again.
-const REOPEN: f64 = 1.0;
 /// Answers the ratio must rest on before it moves the share: a fresh
 /// process's first few answers prove nothing.
 pub(crate) const MIN_ANSWERS: f64 = 10.0;
@@ -151,6 +160,8 @@ pub(crate) struct Books {
     credit: f64,
     /// When the last rejection came; `None` for never.
     last_rejected: Option<u64>,
+    /// When the last answer came.
+    last_answer: u64,
 }
 
 impl Default for Books {
@@ -166,6 +177,7 @@ impl Default for Books {
             last_sent: 0,
             credit: 0.0,
             last_rejected: None,
+            last_answer: 0,
         }
     }
 }
@@ -245,7 +257,7 @@ impl Books {
                     // The host is back: what it said while down is stale.
                     self.answered = 0.0;
                     self.accepted = 0.0;
-                    self.share = self.share.max(REOPEN);
+                    self.share = 1.0;
                 }
                 self.rejections = 0;
                 self.last_accepted = now;
@@ -257,20 +269,22 @@ impl Books {
             }
         }
         self.answered += 1.0;
-        self.steer();
+        let since = now.saturating_sub(self.last_answer) as f64;
+        self.last_answer = now;
+        self.steer((since / WEIGHT_MS).clamp(1.0, WEIGHT_CAP));
     }
 
-    /// Moves the share by the latest ratio of accepted answers: down in
-    /// proportion to the shortfall below one in [`ACCEPTS_WORTH`], up in
-    /// proportion to the excess; never down before the ratio rests on
-    /// [`MIN_ANSWERS`].
-    fn steer(&mut self) {
+    /// Moves the share by the latest ratio of accepted answers, as much as
+    /// an answer of `weight` does: down in proportion to the shortfall
+    /// below one in [`ACCEPTS_WORTH`], up in proportion to the excess; never
+    /// down before the ratio rests on [`MIN_ANSWERS`].
+    fn steer(&mut self, weight: f64) {
         let error = ACCEPTS_WORTH * self.accepted / self.answered - 1.0;
         if error < 0.0 && self.answered < MIN_ANSWERS {
             return;
         }
         let gain = if error < 0.0 { DOWN_GAIN } else { UP_GAIN };
-        self.share = (self.share * (gain * error).exp()).clamp(FLOOR, 1.0);
+        self.share = (self.share * (weight * gain * error).exp()).clamp(FLOOR, 1.0);
     }
 
     /// Takes in `answers` accepted answers to first attempts, tallied while

@@ -123,11 +123,7 @@ impl Ledger {
             }
             Gate::Probing => return Passage::Probing,
         }
-        if first && self.throttling {
-            self.ask(&host.value.throttle, now)
-        } else {
-            Passage::Open
-        }
+        if first && self.throttling { self.ask(&host.value.throttle, now) } else { Passage::Open }
     }
 
     /// Pauses `url`'s host for `asked` from `now`, as its server asked.

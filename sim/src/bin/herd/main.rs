@@ -101,7 +101,6 @@ fn main() {
         };
         match arg.as_str() {
             "--admission" => admission_only = true,
-            "--trace" => { admission::trace_overload(1.0, 3); std::process::exit(0) }
             "--clients" => clients = number("--clients").max(1),
             "--processes" => processes = number("--processes").max(1),
             "--reserve" => {

@@ -163,7 +163,10 @@ pub(crate) fn run_goals() -> Vec<String> {
         check(o.first_10_20 < 0.5, format!("G1 {name}: {:.3} < 0.5 within 10 s", o.first_10_20));
         if column.0 >= 10.0 {
             check(o.first_after <= 0.10, format!("G1 {name}: {:.3} ≤ 0.10 after", o.first_after));
-            check(o.all_after <= 0.12, format!("G1 {name}: {:.3} ≤ 0.12 with retries", o.all_after));
+            check(
+                o.all_after <= 0.12,
+                format!("G1 {name}: {:.3} ≤ 0.12 with retries", o.all_after),
+            );
         }
     }
     table(
@@ -180,10 +183,8 @@ pub(crate) fn run_goals() -> Vec<String> {
         );
     }
 
-    let plain: HashMap<String, Seconds> = columns()
-        .into_iter()
-        .map(|c| (column_name(c), flaky(Admit::Nothing, c)))
-        .collect();
+    let plain: HashMap<String, Seconds> =
+        columns().into_iter().map(|c| (column_name(c), flaky(Admit::Nothing, c))).collect();
     let mut flaky_rows = Vec::new();
     for admit in Admit::all() {
         let mut cells = Vec::new();
@@ -219,10 +220,19 @@ pub(crate) fn run_goals() -> Vec<String> {
                 let name = column_name(column);
                 check(
                     o.first_per_accepted <= 3.2,
-                    format!("G4 {name}: first attempts {:.2}× accepted ≤ 3.2×", o.first_per_accepted),
+                    format!(
+                        "G4 {name}: first attempts {:.2}× accepted ≤ 3.2×",
+                        o.first_per_accepted
+                    ),
                 );
-                check(o.goodput >= 0.99, format!("G4 {name}: goodput {:.1}% ≥ 99%", o.goodput * 100.0));
-                check(o.back.is_some_and(|s| s <= 10), format!("G4 {name}: back in {}", secs(o.back)));
+                check(
+                    o.goodput >= 0.99,
+                    format!("G4 {name}: goodput {:.1}% ≥ 99%", o.goodput * 100.0),
+                );
+                check(
+                    o.back.is_some_and(|s| s <= 10),
+                    format!("G4 {name}: back in {}", secs(o.back)),
+                );
                 check(o.queued.is_zero(), format!("G4 {name}: queued {:?}", o.queued));
             }
             cells.push(format!(
@@ -253,15 +263,4 @@ pub(crate) fn run_goals() -> Vec<String> {
         }
     }
     failures
-}
-
-/// Prints the per-second trace of one overload run (for looking into it).
-pub(crate) fn trace_overload(rate: f64, k: usize) {
-    let capacity = rate * k as f64 / 10.0;
-    let scenario = Scenario::Overload { healthy: CALM, over: OVER, capacity };
-    let s = run(Admit::Ours, scenario, rate, k, CALM + OVER + THEN);
-    for t in 30..160 {
-        let g = |v: &Vec<u32>| v.get(t).copied().unwrap_or(0);
-        println!("{t} offered {} first {} attempts {} accepted {} refused {}", g(&s.offered), g(&s.first), g(&s.attempts), g(&s.accepted), g(&s.refused));
-    }
 }

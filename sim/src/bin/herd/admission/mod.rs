@@ -146,10 +146,20 @@ impl Server {
             Scenario::Overload { capacity, .. } => depth(capacity),
             _ => 0.0,
         };
-        Self { start, scenario, state: Arc::new(Mutex::new((Seconds::default(), tokens, Duration::ZERO))) }
+        Self {
+            start,
+            scenario,
+            state: Arc::new(Mutex::new((Seconds::default(), tokens, Duration::ZERO))),
+        }
     }
 
-    fn serves(&self, at: Duration, call: Call, attempt: u32, state: &mut (Seconds, f64, Duration)) -> bool {
+    fn serves(
+        &self,
+        at: Duration,
+        call: Call,
+        attempt: u32,
+        state: &mut (Seconds, f64, Duration),
+    ) -> bool {
         match self.scenario {
             Scenario::Outage { healthy, down } => !(healthy..healthy + down).contains(&at),
             Scenario::Flaky => {
@@ -273,4 +283,4 @@ fn back_by(seconds: &Seconds, from: Duration, to: Duration) -> Option<u64> {
 
 mod goals;
 
-pub(crate) use goals::{run_goals, trace_overload};
+pub(crate) use goals::run_goals;
