@@ -16,7 +16,7 @@ async fn main() {
     let recorder = Recorded::default();
     metrics::set_global_recorder(recorder.clone()).expect("no other recorder is installed");
 
-    let calls = exchange().await;
+    let (calls, throttled) = exchange().await;
     println!("calls:");
     let (warm_up, rest) = calls.split_at(WARM_UP);
     println!("  {:<18} x{WARM_UP}  status={}  attempts=1", warm_up[0].label, warm_up[0].status);
@@ -27,6 +27,11 @@ async fn main() {
             call.label, call.status, call.report.attempts, call.report.stop
         );
     }
+
+    println!(
+        "  {:<18} x{throttled}  kept back by the throttle: stop: throttled",
+        "GET (host down)"
+    );
 
     println!("counters:");
     for (series, value) in recorder.counters() {

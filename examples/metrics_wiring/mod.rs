@@ -12,7 +12,8 @@ use std::sync::{Arc, Mutex};
 use metrics::{
     Counter, Gauge, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder, SharedString, Unit,
 };
-use reqwest_middleware::ClientBuilder;
+use reqwest_middleware::{ClientBuilder, Error};
+use reqwest_safe_retry::rate_limit::Throttled;
 use reqwest_safe_retry::{
     RetryConfig, RetryMiddleware, clock::ManualClock, jitter::FixedJitter, report::Decision,
     report::RetryEvent, report::RetryReason, report::RetryReport, report::StopReason,
@@ -171,7 +172,14 @@ pub const WARM_UP: usize = 20;
 ///   called twice: the budget's reserve (one call's retries and two more)
 ///   pays for the first call's three retries and two of the second's, then
 ///   it is spent.
-pub async fn exchange() -> Vec<Call> {
+/// - a third host, down as well, called [`GONE_CALLS`] times: once ten of
+///   its answers are in, all rejections, its throttle lets fewer and fewer
+///   calls through, down to one in twenty; the rest stop
+///   `stop="throttled"`, unsent.
+///
+/// Returns the calls that got a response, and how many the throttle kept
+/// back (they have none to report on; the stops counter has them).
+pub async fn exchange() -> (Vec<Call>, usize) {
     let api = MockServer::start().await;
     let busy = |retry_after: &str| {
         ResponseTemplate::new(429).insert_header("Retry-After", retry_after.to_owned())
@@ -214,5 +222,26 @@ pub async fn exchange() -> Vec<Call> {
     for _ in 0..2 {
         call("GET (other host)", format!("{}/down", down.uri())).await;
     }
-    calls
+    let gone = MockServer::start().await;
+    Mock::given(any()).respond_with(ResponseTemplate::new(503)).mount(&gone).await;
+    let url = format!("{}/gone", gone.uri());
+    let mut kept_back = 0;
+    for _ in 0..GONE_CALLS {
+        match client.get(&url).send().await {
+            Ok(response) => {
+                let report = RetryReport::from_response(&response);
+                let status = response.status().as_u16();
+                calls.push(Call { label: "GET (host down)", status, report });
+            }
+            Err(error) => {
+                let throttled = matches!(&error, Error::Middleware(e) if e.is::<Throttled>());
+                assert!(throttled, "only the throttle keeps a call back: {error}");
+                kept_back += 1;
+            }
+        }
+    }
+    (calls, kept_back)
 }
+
+/// Calls to the host that is down.
+pub const GONE_CALLS: usize = 40;

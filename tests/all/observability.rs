@@ -101,7 +101,7 @@ async fn the_hook_counts_retries_stops_and_waits_by_stable_labels() {
     let recorder = Recorded::default();
     let _local = metrics::set_default_local_recorder(&recorder);
 
-    let calls = exchange().await;
+    let (calls, throttled) = exchange().await;
 
     let outcomes: Vec<(&str, u16, u32, StopReason)> = calls[WARM_UP..]
         .iter()
@@ -115,21 +115,35 @@ async fn the_hook_counts_retries_stops_and_waits_by_stable_labels() {
             ("GET /too-long", 429, 1, StopReason::RetryAfterTooLong(Duration::from_secs(120))),
             ("GET (other host)", 503, 4, StopReason::RetriesExhausted),
             ("GET (other host)", 503, 3, StopReason::BudgetExhausted),
+            // The host that is down: its own reserve, then one attempt a
+            // call until its throttle keeps calls back.
+            ("GET (host down)", 503, 4, StopReason::RetriesExhausted),
+            ("GET (host down)", 503, 3, StopReason::BudgetExhausted),
+            ("GET (host down)", 503, 1, StopReason::BudgetExhausted),
+            ("GET (host down)", 503, 1, StopReason::BudgetExhausted),
+            ("GET (host down)", 503, 1, StopReason::BudgetExhausted),
+            ("GET (host down)", 503, 1, StopReason::BudgetExhausted),
+            ("GET (host down)", 503, 1, StopReason::BudgetExhausted),
+            ("GET (host down)", 503, 1, StopReason::BudgetExhausted),
+            ("GET (host down)", 503, 1, StopReason::BudgetExhausted),
         ]
     );
+    assert_eq!(throttled, 31);
     assert!(calls[..WARM_UP].iter().all(|c| c.status == 200 && c.report.attempts == 1));
 
     let counters = recorder.counters();
     let expected: BTreeMap<String, u64> = [
-        // /flaky twice, the other host three times and twice.
-        (r#"http_client_retries_total{reason="status",status="503"}"#, 7),
+        // /flaky twice, the other hosts three times and twice each.
+        (r#"http_client_retries_total{reason="status",status="503"}"#, 12),
         (r#"http_client_retries_total{reason="status",status="429"}"#, 1),
         // /flaky and /limited recovered; the twenty first-attempt successes
         // are not counted.
         (r#"http_client_retry_stops_total{stop="nothing_to_retry"}"#, 2),
         (r#"http_client_retry_stops_total{stop="retry_after_too_long"}"#, 1),
-        (r#"http_client_retry_stops_total{stop="retries_exhausted"}"#, 1),
-        (r#"http_client_retry_stops_total{stop="budget_exhausted"}"#, 1),
+        (r#"http_client_retry_stops_total{stop="retries_exhausted"}"#, 2),
+        (r#"http_client_retry_stops_total{stop="budget_exhausted"}"#, 9),
+        // Calls kept back, unsent: one stop each.
+        (r#"http_client_retry_stops_total{stop="throttled"}"#, 31),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v))
@@ -141,7 +155,10 @@ async fn the_hook_counts_retries_stops_and_waits_by_stable_labels() {
     // for is not a wait: it is the refused Retry-After.
     let histograms = recorder.histograms();
     let expected: BTreeMap<String, Vec<f64>> = [
-        ("http_client_retry_wait_seconds", vec![0.25, 0.5, 2.25, 0.25, 0.5, 1.0, 0.25, 0.5]),
+        (
+            "http_client_retry_wait_seconds",
+            vec![0.25, 0.5, 2.25, 0.25, 0.5, 1.0, 0.25, 0.5, 0.25, 0.5, 1.0, 0.25, 0.5],
+        ),
         ("http_client_retry_after_refused_seconds", vec![120.0]),
     ]
     .into_iter()

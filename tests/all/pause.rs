@@ -17,6 +17,7 @@ use tokio::time::Instant;
 use crate::support::RawServer;
 
 const MS: Duration = Duration::from_millis(1);
+const ZERO: Duration = Duration::ZERO;
 const S: Duration = Duration::from_secs(1);
 
 /// When each request arrived, from the test's start, in paused time.
@@ -362,3 +363,5 @@ async fn the_pause_goes_on_the_host_that_answered_after_a_redirect() {
     assert_eq!(again.unwrap().status(), 429, "sent, and redirected to the paused host");
     assert_eq!(first.received_requests().await.unwrap().len(), 2);
 }
+
+mod throttle;

@@ -1,0 +1,169 @@
+//! The throttle on first attempts, against the raw loopback server in
+//! paused time: a host that turns most requests away gets a share of new
+//! calls; the rest end at once with `Throttled`, unsent.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use reqwest_safe_retry::RetryConfig;
+use reqwest_safe_retry::rate_limit::{SkipThrottling, Throttled};
+use reqwest_safe_retry::report::{Decision, StopReason};
+
+use super::*;
+
+/// What one call came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    Status(u16),
+    Throttled,
+    /// Any other error: a refused connection.
+    Failed,
+}
+
+fn ended(outcome: reqwest_middleware::Result<reqwest::Response>) -> Ended {
+    match outcome {
+        Ok(response) => Ended::Status(response.status().as_u16()),
+        Err(reqwest_middleware::Error::Middleware(e)) if e.is::<Throttled>() => Ended::Throttled,
+        Err(_) => Ended::Failed,
+    }
+}
+
+/// Calls to `url`, one each `gap` for `count` gaps, each started on time
+/// and run to its end; what each came to, with its start.
+async fn steady(
+    client: &ClientWithMiddleware,
+    url: &str,
+    gap: Duration,
+    count: u32,
+    mark: bool,
+) -> Vec<(Duration, Ended)> {
+    let start = Instant::now();
+    let mut calls = Vec::new();
+    for n in 0..count {
+        tokio::time::sleep_until(start + gap * n).await;
+        let (client, url) = (client.clone(), url.to_owned());
+        calls.push(tokio::spawn(async move {
+            let request = client.get(url);
+            let request = if mark { request.with_extension(SkipThrottling) } else { request };
+            (start.elapsed(), ended(request.send().await))
+        }));
+    }
+    let mut ends = Vec::new();
+    for call in calls {
+        ends.push(call.await.unwrap());
+    }
+    ends
+}
+
+fn count(ends: &[(Duration, Ended)], range: std::ops::Range<Duration>, what: Ended) -> usize {
+    ends.iter().filter(|(at, end)| range.contains(at) && *end == what).count()
+}
+
+/// A server that answers 503, with no `Retry-After`, for its first
+/// `down`, and 200 after.
+async fn down_for(arrivals: &Arrivals, down: Duration) -> RawServer {
+    server(arrivals, move |_, at| if at < down { (503, None) } else { (200, None) }).await
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_host_that_is_down_gets_a_twentieth_of_new_calls_and_all_of_them_once_back() {
+    let arrivals = Arrivals::new();
+    let server = down_for(&arrivals, 60 * S).await;
+    let stops = Arc::new(AtomicUsize::new(0));
+    let counted = stops.clone();
+    let middleware = RetryMiddleware::new(RetryConfig::default()).on_decision(move |event| {
+        if event.decision == Decision::Stop(StopReason::Throttled) {
+            assert_eq!(event.attempt, 0, "nothing was sent");
+            counted.fetch_add(1, Ordering::Relaxed);
+        }
+    });
+    let client = middleware.client(reqwest::Client::builder()).unwrap().build();
+    let ends = steady(&client, &server.url("/r"), 100 * MS, 900, false).await;
+
+    // Ten calls a second: from 20 s into the outage on, at most a tenth of
+    // them, with their retries, reach the server.
+    let offered = 400;
+    let late = arrivals.within(20 * S..60 * S);
+    assert!(late * 10 <= offered, "{late} requests from 400 calls");
+    let throttled = count(&ends, 20 * S..60 * S, Ended::Throttled);
+    assert!(throttled * 10 >= offered * 9, "{throttled} of 400 calls kept back");
+    assert_eq!(stops.load(Ordering::Relaxed), count(&ends, ZERO..90 * S, Ended::Throttled));
+    // Once the server serves again, within 3 s every call goes and succeeds.
+    assert_eq!(count(&ends, 63 * S..90 * S, Ended::Status(200)), 270);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_marked_to_skip_the_throttle_is_sent_and_counts() {
+    let arrivals = Arrivals::new();
+    let server = down_for(&arrivals, 60 * S).await;
+    let client = quick_start(RetryConfig::default());
+    let url = server.url("/r");
+    steady(&client, &url, 100 * MS, 300, false).await;
+    let before = arrivals.len();
+    let marked = steady(&client, &url, 100 * MS, 10, true).await;
+    assert!(marked.iter().all(|(_, end)| *end == Ended::Status(503)), "{marked:?}");
+    assert!(arrivals.len() >= before + 10, "each was sent");
+    let unmarked = steady(&client, &url, 100 * MS, 10, false).await;
+    assert!(count(&unmarked, ZERO..S, Ended::Throttled) >= 8, "{unmarked:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_the_throttle_off_every_call_is_sent() {
+    let arrivals = Arrivals::new();
+    let server = down_for(&arrivals, 60 * S).await;
+    let config = RetryConfig::builder().with_throttling(false).build().unwrap();
+    let client = quick_start(config);
+    let ends = steady(&client, &server.url("/r"), 100 * MS, 300, false).await;
+    assert_eq!(count(&ends, ZERO..30 * S, Ended::Status(503)), 300);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_quiet_caller_is_never_kept_back() {
+    let arrivals = Arrivals::new();
+    let server = down_for(&arrivals, 120 * S).await;
+    let client = quick_start(RetryConfig::default());
+    let ends = steady(&client, &server.url("/r"), 2 * S, 60, false).await;
+    assert_eq!(count(&ends, ZERO..120 * S, Ended::Status(503)), 60, "every call went");
+}
+
+#[tokio::test(start_paused = true)]
+async fn refused_connections_count_as_rejections() {
+    let url = crate::support::refused_address().await;
+    let client = quick_start(RetryConfig::default());
+    let ends = steady(&client, &url, 100 * MS, 300, false).await;
+    let throttled = count(&ends, 10 * S..30 * S, Ended::Throttled);
+    assert!(throttled >= 180, "{throttled} of 200 calls kept back");
+    assert_eq!(
+        count(&ends, ZERO..30 * S, Ended::Failed) + count(&ends, ZERO..30 * S, Ended::Throttled),
+        300
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn half_the_answers_failing_at_random_keeps_every_call() {
+    let arrivals = Arrivals::new();
+    // A hash of the request's index: every other answer or so fails,
+    // independently of load.
+    let flaky = |index: usize| (index.wrapping_mul(0x9E37_79B9) >> 7) % 2 == 0;
+    let server =
+        server(&arrivals, move |index, _| if flaky(index) { (503, None) } else { (200, None) })
+            .await;
+    let client = quick_start(RetryConfig::default());
+    let ends = steady(&client, &server.url("/r"), 100 * MS, 600, false).await;
+    assert_eq!(count(&ends, ZERO..60 * S, Ended::Throttled), 0);
+}
+
+#[cfg(feature = "tracing")]
+#[tokio::test(start_paused = true)]
+async fn a_call_kept_back_is_logged_with_the_throttled_label() {
+    let captured = crate::support::capture_logs(tracing::Level::DEBUG);
+    let arrivals = Arrivals::new();
+    let server = down_for(&arrivals, 60 * S).await;
+    let client = quick_start(RetryConfig::default());
+    let ends = steady(&client, &server.url("/r"), 100 * MS, 200, false).await;
+    let kept_back = count(&ends, ZERO..20 * S, Ended::Throttled);
+    assert!(kept_back > 0);
+    let text = captured.text();
+    let logged = text.lines().filter(|line| line.contains(r#"retry.stop="throttled""#)).count();
+    assert_eq!(logged, kept_back, "one event per call kept back");
+    assert!(text.contains("not retrying request: throttled"), "{text}");
+}
