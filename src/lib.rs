@@ -133,6 +133,14 @@
 //! module). A rate limiter gets one request a pause from the process, and
 //! those retries cost the budget nothing.
 //!
+//! And a host that turns most requests away (an outage, an overload) gets
+//! only a share of the process's new calls, settling where it accepts about
+//! one attempt in 2.7, and all of them again once it answers: the calls kept
+//! back end at once, unsent, with [`rate_limit::Throttled`]. Quiet callers
+//! and hosts failing half their answers at random are left alone (see the
+//! [`rate_limit`] module; [`RetryConfigBuilder::with_throttling`] turns it
+//! off).
+//!
 //! ## Respect the caller's time
 //!
 //! An optional deadline bounds the whole call: every attempt, the one in
