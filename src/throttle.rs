@@ -93,8 +93,10 @@ pub(crate) const STREAK_MS: u64 = 6_000;
 /// Answers the ratio must rest on before it moves the share: a fresh
 /// process's first few answers prove nothing.
 pub(crate) const MIN_ANSWERS: f64 = 10.0;
-/// Answers tallied before the books are brought up to date, while calm.
-pub(crate) const FOLD: u32 = 16;
+/// Answers tallied before the books are brought up to date, while calm:
+/// rarely, as a fold spreads what it brings in over the time since the
+/// last, and a rejection folds first.
+pub(crate) const FOLD: u32 = 256;
 
 /// How an attempt's outcome counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,12 +110,14 @@ pub(crate) enum Answer {
 /// refused or unreachable connection, a refused stream and a timeout are
 /// rejections; every other response is accepted; other errors count as
 /// neither.
+#[inline]
 pub(crate) fn answer(
     config: &RetryConfig,
     outcome: &Result<Response>,
     url: Option<&Url>,
 ) -> Option<Answer> {
     match outcome {
+        Ok(response) if response.status().is_success() => Some(Answer::Accepted),
         Ok(response) => {
             let status = response.status();
             let rejected = matches!(

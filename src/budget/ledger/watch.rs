@@ -65,14 +65,19 @@ impl Ledger {
 
     /// Counts an accepted answer in `record`'s throttle, reading the time
     /// only when its tally is due or it is watched.
+    #[inline]
     pub(super) fn tally(&self, record: &Record, now: &mut Lazy<impl FnOnce() -> Instant>) {
         match record.throttle.tally() {
             Tally::Counted => {}
-            Tally::Fold | Tally::Watched => {
-                let now = self.ms(now.get());
-                self.book(&record.throttle, Answer::Accepted, now);
-            }
+            Tally::Fold | Tally::Watched => self.book_now(record, now),
         }
+    }
+
+    /// Books an accepted answer into `record`'s throttle, the time read now.
+    #[cold]
+    fn book_now(&self, record: &Record, now: &mut Lazy<impl FnOnce() -> Instant>) {
+        let now = self.ms(now.get());
+        self.book(&record.throttle, Answer::Accepted, now);
     }
 
     /// Books an answer into a host's throttle at `now`: at once while it
