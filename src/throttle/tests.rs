@@ -245,3 +245,27 @@ fn a_rejection_has_the_host_watched_until_it_is_calm_again() {
     assert!(throttle.ask(20_000));
     assert!(throttle.idle(), "calm ten seconds after its last rejection");
 }
+
+#[test]
+fn an_answer_after_a_silence_weighs_as_more_than_one() {
+    // Ten rejections 100 ms apart, then one more: 100 ms after the last it
+    // moves the share as one answer does; 1 s after, as ten; 5 s after, as
+    // ten still (the weight is capped).
+    let mut books = Books::default();
+    for i in 0..10 {
+        books.observe(i * 100, Answer::Rejected);
+    }
+    let step = |books: &mut Books, at: u64| {
+        let before = books.share;
+        books.observe(at, Answer::Rejected);
+        (books.share / before).ln()
+    };
+    let after_100ms = step(&mut books.clone(), 1_000);
+    let after_1s = step(&mut books.clone(), 1_900);
+    let after_5s = step(&mut books.clone(), 5_900);
+    // Every answer was a rejection: the shortfall is whole.
+    let single = -DOWN_GAIN;
+    assert!((after_100ms - single).abs() < 1e-9, "{after_100ms} {single}");
+    assert!((after_1s - WEIGHT_CAP * single).abs() < 1e-9, "{after_1s}");
+    assert!((after_5s - WEIGHT_CAP * single).abs() < 1e-9, "{after_5s}");
+}

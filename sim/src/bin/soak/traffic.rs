@@ -26,6 +26,7 @@ use rand::{RngExt, SeedableRng};
 use reqwest::Method;
 use reqwest_middleware::ClientWithMiddleware;
 use reqwest_safe_retry::hedge::HedgeMiddleware;
+use reqwest_safe_retry::rate_limit::{HostPaused, Throttled};
 use reqwest_safe_retry::{Backoff, BodyBuffering};
 use reqwest_safe_retry::{
     DeadlineExceeded, RetryConfig, RetryMiddleware, report::Decision, report::ReportSlot,
@@ -454,6 +455,10 @@ fn error_label(error: &reqwest_middleware::Error) -> &'static str {
         reqwest_middleware::Error::Middleware(error) => {
             if error.downcast_ref::<DeadlineExceeded>().is_some() {
                 "error: deadline exceeded"
+            } else if error.is::<Throttled>() {
+                "throttled: not sent"
+            } else if error.is::<HostPaused>() {
+                "host paused: not sent"
             } else {
                 "error: other"
             }
