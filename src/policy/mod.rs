@@ -28,6 +28,7 @@ mod steps;
 #[cfg(test)]
 mod tests;
 
+use pause::Held;
 pub(crate) use pause::HeldBack;
 use steps::{Admission, Pacing};
 
@@ -197,7 +198,8 @@ impl<'a> Policy<'a> {
         let config = &self.shared.config;
         let url = request.map(Request::url);
         let classified = steps::classify(config, request, self.attempts, outcome, body_failed);
-        let paused = self.pause_host(classified.as_ref(), outcome);
+        let held = self.pause_host(classified.as_ref(), outcome);
+        let paused = held == Held::Paused;
         let answer = if body_failed { None } else { throttle::answer(config, outcome, url) };
         let Some(retryable) = classified else {
             // A final answer pays towards later retries, and a retry that
@@ -234,11 +236,12 @@ impl<'a> Policy<'a> {
         if let Some(backoff) = chosen.backoff {
             self.previous_wait = backoff;
         }
-        steps::fits_deadline(spent, chosen.after)?;
+        let after = chosen.after.max(held.floor());
+        steps::fits_deadline(spent, after)?;
         if !chosen.paced && !self.lease.spend() {
             return Err(StopReason::BudgetExhausted);
         }
-        Ok((chosen.after, retryable.reason))
+        Ok((after, retryable.reason))
     }
 
     /// Tells the throttle of the host the attempt went to (`url`, or the

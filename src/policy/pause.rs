@@ -98,16 +98,17 @@ impl<'a> Policy<'a> {
 
     /// Takes in the pause an answer asks of its host: pauses the host that
     /// answered, or, when the attempt was the probe, settles the pause with
-    /// it. Returns whether the host is paused by it: a retry that waits
-    /// the pause out is bounded by it.
+    /// it. Returns how the answer holds the host: a retry waits at least
+    /// that long, and one that waits out a pause the server asked for is
+    /// bounded by it.
     #[inline]
     pub(super) fn pause_host(
         &mut self,
         retryable: Option<&Retryable>,
         outcome: &Result<Response>,
-    ) -> bool {
+    ) -> Held {
         if self.turn.is_none() && !steps::may_pause(&self.shared.config, retryable, outcome) {
-            return false;
+            return Held::No;
         }
         self.settle_pause(retryable, outcome)
     }
@@ -115,8 +116,8 @@ impl<'a> Policy<'a> {
     /// [`pause_host`](Self::pause_host), for an answer that may pause its
     /// host or an attempt that was the probe.
     #[cold]
-    fn settle_pause(&mut self, retryable: Option<&Retryable>, outcome: &Result<Response>) -> bool {
-        let Some(ledger) = self.shared.ledger.as_deref() else { return false };
+    fn settle_pause(&mut self, retryable: Option<&Retryable>, outcome: &Result<Response>) -> Held {
+        let Some(ledger) = self.shared.ledger.as_deref() else { return Held::No };
         let clock = &*self.shared.clock;
         let config = &self.shared.config;
         let asked = steps::pause_asked(config, retryable, outcome, || clock.wall_time());
@@ -124,16 +125,42 @@ impl<'a> Policy<'a> {
         if let Some(turn) = self.turn.take() {
             // A probe refused again with no time named (or none honoured)
             // holds the host for a backoff step, so that the calls waiting
-            // do not all go to a server still refusing.
+            // do not all go to a server still refusing; its own retry waits
+            // that step too.
             let refused = steps::may_pause(config, retryable, outcome);
-            let held = asked.or_else(|| refused.then(|| config.backoff.ceiling(0)));
-            ledger.settle(turn, held, now);
-            return asked.is_some();
+            let step = refused.then(|| config.backoff.ceiling(0));
+            ledger.settle(turn, asked.or(step), now);
+            return match (asked, step) {
+                (Some(_), _) => Held::Paused,
+                (None, Some(step)) => Held::Probe(step),
+                (None, None) => Held::No,
+            };
         }
         // The host that answered: the last hop's, after a redirect.
         match (asked, outcome) {
-            (Some(asked), Ok(response)) => ledger.pause(response.url(), asked, now),
-            _ => false,
+            (Some(asked), Ok(response)) if ledger.pause(response.url(), asked, now) => Held::Paused,
+            _ => Held::No,
+        }
+    }
+}
+
+/// How an answer holds its host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Held {
+    /// Not at all.
+    No,
+    /// Paused for the time the server asked, which the retry waits.
+    Paused,
+    /// A refused probe holds the host for this backoff step.
+    Probe(Duration),
+}
+
+impl Held {
+    /// The least a retry after the answer waits.
+    pub(super) fn floor(self) -> Duration {
+        match self {
+            Held::Probe(step) => steps::whole_millis(step),
+            Held::No | Held::Paused => Duration::ZERO,
         }
     }
 }

@@ -169,6 +169,10 @@ pub(super) fn wait(
         RetryAfterOverCap::ReturnResponse => return Err(StopReason::RetryAfterTooLong(asked)),
         RetryAfterOverCap::WaitTheCap => rules.cap(),
     };
+    // The host's pause ends at the wait rounded up to a whole millisecond
+    // (see `Ledger::pause`): a retry that waits it out waits as long, and
+    // finds it over.
+    let asked = if pacing.paused { whole_millis(asked) } else { asked };
     let spread = rules.spread() && config.backoff.jitter() != Jitter::None;
     // A retry gated by its host's pause is bounded by it, one a pause.
     let paced = pacing.paused
@@ -180,6 +184,12 @@ pub(super) fn wait(
     let ceiling = config.backoff.ceiling(pacing.retry);
     let after = asked.saturating_add(scale(ceiling, pacing.jitter.unit()));
     Ok(Chosen { after, paced, backoff: None })
+}
+
+/// `wait` rounded up to a whole millisecond, saturating.
+pub(super) fn whole_millis(wait: Duration) -> Duration {
+    let millis = wait.as_nanos().div_ceil(1_000_000);
+    u64::try_from(millis).map_or(Duration::MAX, Duration::from_millis)
 }
 
 /// Whether the server turned the request away before doing any work: a

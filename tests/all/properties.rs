@@ -841,6 +841,10 @@ async fn run(case: &Case, kind: ClientKind) -> Result<(), TestCaseError> {
         Decision::Retry { after, reason } => Some((after, reason)),
         _ => None,
     });
+    // Whether an earlier answer paused the host: then the next attempt is
+    // the pause's probe, and a probe refused again with no time named holds
+    // the host, and its retry, for the first backoff step.
+    let mut paused = false;
     for (attempt, (after, reason)) in retries.enumerate() {
         prop_assert_eq!(*after, waits[attempt]);
         let seen = first_hops.get(attempt).and_then(|r| r.play.as_ref()).and_then(|p| p.seen(kind));
@@ -865,11 +869,17 @@ async fn run(case: &Case, kind: ClientKind) -> Result<(), TestCaseError> {
                 let factor = 1u32.checked_shl(attempt as u32).unwrap_or(u32::MAX);
                 let ceiling = case.initial.checked_mul(factor).unwrap_or(case.max).min(case.max);
                 let spread = if case.jitter == Jitter::None { Duration::ZERO } else { ceiling };
+                let held = if paused && asked.is_zero() {
+                    case.initial.min(case.max)
+                } else {
+                    Duration::ZERO
+                };
                 prop_assert!(
-                    asked <= *after && *after <= asked + spread,
+                    asked <= *after && *after <= asked + spread.max(held),
                     "{after:?} for {asked:?}"
                 );
                 prop_assert!(asked <= case.max_retry_after);
+                paused |= !asked.is_zero();
             }
             None if mapped => prop_assert!(*after <= case.max),
             None => prop_assert!(*after <= case.max_retry_after.saturating_add(case.max)),
