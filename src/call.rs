@@ -59,25 +59,15 @@ impl Shared {
             // next one.
             let caller = extensions.clone();
             loop {
-                match self.pass(&mut policy, pending.as_ref(), extensions).await {
-                    Ok(()) => {}
-                    Err(HeldBack::Paused(paused)) => {
-                        let stop = StopReason::HostPaused;
-                        return self.end(&policy, what, extensions, &caller, stop, paused);
-                    }
-                    Err(HeldBack::Throttled) => {
-                        let stop = StopReason::Throttled;
-                        return self.end(&policy, what, extensions, &caller, stop, Throttled);
-                    }
+                if let Err(held) = self.pass(&mut policy, pending.as_ref(), extensions).await {
+                    return self.held_back(&policy, what, extensions, &caller, held);
                 }
                 let send = sender(&next, extensions);
                 let Ok((sent, cut_at)) = policy.start(&mut pending, send) else {
                     return self.expired(&policy, what, extensions, &caller);
                 };
-                // The slot lives in the statement alone, so that the call's
-                // state does not keep it through the wait before a retry:
-                // 944 bytes, not 1,040, under the 1,024 a thread's cache of
-                // freed blocks takes (a helper returning both costs 64).
+                // The slot lives in this statement alone, not in the state
+                // kept through the wait before a retry (see BENCHMARKS.md).
                 #[allow(clippy::blocks_in_conditions)]
                 let (outcome, body_failed, whole, seen) = match {
                     let mut ended = None;
@@ -237,6 +227,27 @@ impl Shared {
     ) -> Result<Response> {
         let (stop, error) = (StopReason::DeadlineExceeded, policy.deadline_exceeded());
         self.end(policy, what, extensions, caller, stop, error)
+    }
+
+    /// Stops because the request did not go to its host: the host is
+    /// paused and the call did not wait, or its throttle kept the call
+    /// back.
+    fn held_back(
+        &self,
+        policy: &Policy<'_>,
+        what: What<'_>,
+        extensions: &mut Extensions,
+        caller: &Extensions,
+        held: HeldBack,
+    ) -> Result<Response> {
+        match held {
+            HeldBack::Paused(paused) => {
+                self.end(policy, what, extensions, caller, StopReason::HostPaused, paused)
+            }
+            HeldBack::Throttled => {
+                self.end(policy, what, extensions, caller, StopReason::Throttled, Throttled)
+            }
+        }
     }
 
     /// Stops because of `stop` with no outcome to return: `error` instead.

@@ -72,8 +72,8 @@ pub enum StopReason {
     /// See [`RetryAfter::with_pause`](crate::RetryAfter::with_pause).
     HostPaused,
     /// The host has been turning most requests away and the call's first
-    /// attempt was kept back, unsent. See
-    /// [`Throttled`](crate::rate_limit::Throttled).
+    /// attempt was kept back, unsent: the call's error is the `rate_limit`
+    /// module's `Throttled`.
     Throttled,
 }
 

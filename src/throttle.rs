@@ -49,9 +49,6 @@
 //! whole, nothing here is locked or timed: answers are tallied with one
 //! atomic add, and the books are brought up to date every [`FOLD`] of them.
 
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-
 use http::StatusCode;
 use reqwest::{Response, Url};
 use reqwest_middleware::Result;
@@ -319,92 +316,9 @@ impl Books {
     }
 }
 
-/// A host's throttle: its books, and what lets a calm host skip them.
-#[derive(Debug, Default)]
-pub(crate) struct Throttle {
-    /// Whether the host needs watching: set by a rejection, cleared once
-    /// the books are calm.
-    watched: AtomicBool,
-    /// Accepted answers tallied and not yet in the books.
-    tallied: AtomicU32,
-    books: Mutex<Books>,
-}
+mod host;
 
-/// What a tallied answer asks of the caller.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Tally {
-    /// Counted; nothing else to do.
-    Counted,
-    /// Bring the books up to date: call [`Throttle::fold`] with the time.
-    Fold,
-    /// The host is watched: book the answer with its time
-    /// ([`Throttle::observe`]).
-    Watched,
-}
-
-impl Throttle {
-    fn books(&self) -> std::sync::MutexGuard<'_, Books> {
-        // The books are plain numbers, valid whatever a panicking holder
-        // left.
-        self.books.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Whether the host needs watching now.
-    pub(crate) fn watched(&self) -> bool {
-        self.watched.load(Ordering::Relaxed)
-    }
-
-    /// Counts an accepted answer with no time read, while the host is calm.
-    #[inline]
-    pub(crate) fn tally(&self) -> Tally {
-        if self.watched() {
-            return Tally::Watched;
-        }
-        let tallied = self.tallied.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
-        if tallied >= FOLD { Tally::Fold } else { Tally::Counted }
-    }
-
-    /// Brings the tallied answers into the books at `now`.
-    pub(crate) fn fold(&self, now: u64) {
-        let answers = self.tallied.swap(0, Ordering::Relaxed);
-        if answers > 0 {
-            self.books().fold(now, answers);
-        }
-    }
-
-    /// A first attempt asks to go at `now` (see [`Books::ask`]); a host
-    /// that is not watched lets it go untouched.
-    pub(crate) fn ask(&self, now: u64) -> bool {
-        if !self.watched() {
-            return true;
-        }
-        let mut books = self.books();
-        let goes = books.ask(now);
-        if books.calm(now) {
-            self.watched.store(false, Ordering::Relaxed);
-        }
-        goes
-    }
-
-    /// Takes in an answer at `now`. Returns whether the host is watched
-    /// after it.
-    pub(crate) fn observe(&self, now: u64, answer: Answer) -> bool {
-        let answers = self.tallied.swap(0, Ordering::Relaxed);
-        let mut books = self.books();
-        if answers > 0 {
-            books.fold(now, answers);
-        }
-        books.observe(now, answer);
-        let watched = !books.calm(now);
-        self.watched.store(watched, Ordering::Relaxed);
-        watched
-    }
-
-    /// Whether the host may be forgotten: nothing is being watched.
-    pub(crate) fn idle(&self) -> bool {
-        !self.watched()
-    }
-}
+pub(crate) use host::{Tally, Throttle};
 
 #[cfg(test)]
 mod tests;
