@@ -87,9 +87,13 @@ pub(crate) const PROBE_MS: u64 = 2_500;
 pub(crate) const STREAK: u32 = 10;
 /// ...when they span at least this long since the last accepted answer.
 pub(crate) const STREAK_MS: u64 = 6_000;
-/// Answers the ratio must rest on before it moves the share: a fresh
-/// process's first few answers prove nothing.
+/// Answers the ratio must rest on before it moves the share down: a few
+/// answers prove nothing.
 pub(crate) const MIN_ANSWERS: f64 = 10.0;
+/// The accepted answers a host's books start with, which decay like any:
+/// a fresh process's first answers, in whatever order a burst of calls
+/// gets them, do not throttle it.
+pub(crate) const PRIOR: f64 = 10.0;
 /// Answers tallied before the books are brought up to date, while calm:
 /// rarely, as a fold spreads what it brings in over the time since the
 /// last, and a rejection folds first.
@@ -170,8 +174,8 @@ impl Default for Books {
         Self {
             at: 0,
             calls: 0.0,
-            answered: 0.0,
-            accepted: 0.0,
+            answered: PRIOR,
+            accepted: PRIOR,
             share: 1.0,
             rejections: 0,
             last_accepted: 0,

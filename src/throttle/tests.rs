@@ -61,6 +61,21 @@ fn flaky(seed: u64) -> impl FnMut(u64, u32) -> Answer {
 }
 
 #[test]
+fn a_fresh_hosts_first_rejections_do_not_throttle_it() {
+    // A burst whose failing calls are answered first: a dozen rejections
+    // in an instant leave the share whole, as ten accepted answers are
+    // presumed; without them, the share would already be falling.
+    let mut books = Books::default();
+    let mut bare = Books { answered: 0.0, accepted: 0.0, ..Books::default() };
+    for _ in 0..12 {
+        books.observe(0, Answer::Rejected);
+        bare.observe(0, Answer::Rejected);
+    }
+    assert_eq!(books.share(0), 1.0);
+    assert!(bare.share(0) < 1.0);
+}
+
+#[test]
 fn a_healthy_host_gets_every_call() {
     let mut books = Books::default();
     let run = drive(&mut books, 0, 60, 10, accept);
@@ -250,8 +265,8 @@ fn a_rejection_has_the_host_watched_until_it_is_calm_again() {
 fn an_answer_after_a_silence_weighs_as_more_than_one() {
     // Ten rejections 100 ms apart, then one more: 100 ms after the last it
     // moves the share as one answer does; 1 s after, as ten; 5 s after, as
-    // ten still (the weight is capped).
-    let mut books = Books::default();
+    // ten still (the weight is capped). No prior: only rejections.
+    let mut books = Books { answered: 0.0, accepted: 0.0, ..Books::default() };
     for i in 0..10 {
         books.observe(i * 100, Answer::Rejected);
     }
