@@ -190,7 +190,7 @@ impl Default for Books {
 impl Books {
     /// Decays the counts to `now`; a time before the last is taken as it.
     fn advance(&mut self, now: u64) {
-        let Some(elapsed) = now.checked_sub(self.at).filter(|&ms| ms > 0) else { return };
+        let Some(elapsed) = now.checked_sub(self.at) else { return };
         let elapsed = elapsed as f64;
         let tau = self.tau();
         let answers = (-elapsed / tau).exp();
@@ -285,11 +285,9 @@ impl Books {
     /// down before the ratio rests on [`MIN_ANSWERS`].
     fn steer(&mut self, weight: f64) {
         let error = ACCEPTS_WORTH * self.accepted / self.answered - 1.0;
-        if error < 0.0 && self.answered < MIN_ANSWERS {
-            return;
-        }
-        let gain = if error < 0.0 { DOWN_GAIN } else { UP_GAIN };
-        self.share = (self.share * (weight * gain * error).exp()).clamp(FLOOR, 1.0);
+        let error = if self.answered < MIN_ANSWERS { error.max(0.0) } else { error };
+        let step = DOWN_GAIN * error.min(0.0) + UP_GAIN * error.max(0.0);
+        self.share = (self.share * (weight * step).exp()).clamp(FLOOR, 1.0);
     }
 
     /// Takes in `answers` accepted answers to first attempts, tallied while

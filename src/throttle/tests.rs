@@ -284,3 +284,110 @@ fn an_answer_after_a_silence_weighs_as_more_than_one() {
     assert!((after_1s - WEIGHT_CAP * single).abs() < 1e-9, "{after_1s}");
     assert!((after_5s - WEIGHT_CAP * single).abs() < 1e-9, "{after_5s}");
 }
+
+fn response(status: u16, headers: &[(&str, &str)]) -> reqwest::Response {
+    let mut builder = http::Response::builder().status(status);
+    for (name, value) in headers {
+        builder = builder.header(*name, *value);
+    }
+    builder.body(Vec::new()).unwrap().into()
+}
+
+#[test]
+fn answers_count_as_the_throttle_says() {
+    let config = RetryConfig::default();
+    let counted = |status| answer(&config, &Ok(response(status, &[])), None);
+    for status in [429, 502, 503, 504] {
+        assert_eq!(counted(status), Some(Answer::Rejected), "{status}");
+    }
+    for status in [200, 204, 301, 404, 403, 500, 501] {
+        assert_eq!(counted(status), Some(Answer::Accepted), "{status}");
+    }
+    // A 403 the settings take as a 429.
+    let limits = RetryConfig::builder()
+        .with_retry_after(crate::RetryAfter::default().with_rate_limit_headers(true))
+        .build()
+        .unwrap();
+    let limited = response(403, &[("retry-after", "5")]);
+    assert_eq!(answer(&limits, &Ok(limited), None), Some(Answer::Rejected));
+    let forbidden = response(403, &[]);
+    assert_eq!(answer(&limits, &Ok(forbidden), None), Some(Answer::Accepted));
+}
+
+#[tokio::test]
+async fn a_refused_connection_is_a_rejection_and_another_error_is_neither() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/", listener.local_addr().unwrap());
+    drop(listener);
+    let error = reqwest::Client::new().get(&url).send().await.unwrap_err();
+    let url = reqwest::Url::parse(&url).unwrap();
+    let refused = Err(reqwest_middleware::Error::Reqwest(error));
+    assert_eq!(answer(&RetryConfig::default(), &refused, Some(&url)), Some(Answer::Rejected));
+    let other = Err(reqwest_middleware::Error::middleware(std::fmt::Error));
+    assert_eq!(answer(&RetryConfig::default(), &other, Some(&url)), None);
+}
+
+#[test]
+fn a_caller_at_the_quiet_rate_is_throttled_and_one_below_it_is_not() {
+    // Books at a share of a twentieth, a call asking with no credit and no
+    // probe due: at 0.75 calls a second (7.5 over the 10 s constant, this
+    // call included) it is kept back; just under, it goes.
+    let at = |calls: f64| Books {
+        calls: calls - 1.0,
+        share: FLOOR,
+        last_sent: 1_000,
+        at: 1_000,
+        ..Books::default()
+    };
+    let quiet_calls = QUIET_PER_SEC * CALLS_TAU_MS / 1000.0;
+    assert!(!at(quiet_calls).ask(1_000));
+    assert!(at(quiet_calls - 0.01).ask(1_000));
+}
+
+#[test]
+fn the_share_moves_down_only_once_ten_answers_are_in() {
+    // No prior: rejections at one instant. Nine leave the share whole;
+    // the tenth moves it.
+    let mut books = Books { answered: 0.0, accepted: 0.0, ..Books::default() };
+    for _ in 0..9 {
+        books.observe(0, Answer::Rejected);
+    }
+    assert_eq!(books.share(0), 1.0);
+    books.observe(0, Answer::Rejected);
+    assert_eq!(books.share(0), (-DOWN_GAIN).exp());
+}
+
+#[test]
+fn a_fold_counts_each_answer_decayed_by_the_average_over_its_span() {
+    let mut books = Books { answered: 0.0, accepted: 0.0, ..Books::default() };
+    books.fold(10_000, 100);
+    let tau = MAX_TAU_MS;
+    let over = |tau: f64| tau / 10_000.0 * (1.0 - (-10_000.0 / tau).exp());
+    assert!((books.answered - 100.0 * over(tau)).abs() < 1e-9, "{}", books.answered);
+    assert!((books.accepted - 100.0 * over(tau)).abs() < 1e-9, "{}", books.accepted);
+    assert!((books.calls - 100.0 * over(CALLS_TAU_MS)).abs() < 1e-9, "{}", books.calls);
+    assert_eq!(books.last_accepted, 10_000);
+}
+
+#[test]
+fn nothing_tallied_folds_nothing() {
+    // Neither a fold nor an answer with nothing tallied counts answers the
+    // host did not give, or moves the time of its last accepted one.
+    let throttle = Throttle::default();
+    throttle.fold(5_000);
+    assert_eq!(*throttle.books(), Books::default());
+    throttle.observe(6_000, Answer::Rejected);
+    assert_eq!(throttle.books().last_accepted, 0);
+    // What was tallied is folded before an answer is taken in.
+    for _ in 0..5 {
+        assert_eq!(throttle.tally(), Tally::Watched);
+    }
+    let fresh = Throttle::default();
+    for _ in 0..5 {
+        assert_eq!(fresh.tally(), Tally::Counted);
+    }
+    fresh.observe(6_000, Answer::Rejected);
+    assert_eq!(fresh.books().last_accepted, 6_000);
+    let spread = CALLS_TAU_MS / 6_000.0 * (1.0 - (-6_000.0 / CALLS_TAU_MS).exp());
+    assert!((fresh.books().calls - 5.0 * spread).abs() < 1e-9, "{}", fresh.books().calls);
+}

@@ -114,6 +114,10 @@ fn public_types_are_send_and_sync() {
     send_sync::<RetryDeadline>();
     send_sync::<RetryEvent<'static>>();
     send_sync::<Attempt<'static>>();
+    send_sync::<reqwest_safe_retry::rate_limit::HostPaused>();
+    send_sync::<reqwest_safe_retry::rate_limit::ReturnIfPaused>();
+    send_sync::<reqwest_safe_retry::rate_limit::Throttled>();
+    send_sync::<reqwest_safe_retry::rate_limit::SkipThrottling>();
 }
 
 #[test]
@@ -121,6 +125,8 @@ fn extension_markers_are_cloneable_as_reqwest_middleware_requires() {
     cloneable::<SafeToRetry>();
     cloneable::<MaxRetries>();
     cloneable::<RetryDeadline>();
+    cloneable::<reqwest_safe_retry::rate_limit::ReturnIfPaused>();
+    cloneable::<reqwest_safe_retry::rate_limit::SkipThrottling>();
     cloneable::<ReportSlot>();
     cloneable::<RetryMiddleware>();
 }
