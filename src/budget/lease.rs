@@ -62,7 +62,7 @@ impl<'a> Lease<'a> {
     /// share of a retry, and the retry that reached it costs nothing. An
     /// answer the host `accepted` (see [`crate::throttle`]) is counted in
     /// its throttle in the same lookup, where there is one: returns whether
-    /// it was.
+    /// that lookup was made (an answer not accepted is not counted there).
     pub(crate) fn answered(&mut self, url: Option<&Url>, accepted: bool) -> bool {
         let Some(ledger) = self.ledger else { return false };
         match (&self.account, url) {

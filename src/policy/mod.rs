@@ -203,9 +203,11 @@ impl<'a> Policy<'a> {
         let answer = if body_failed { None } else { throttle::answer(config, outcome, url) };
         let Some(retryable) = classified else {
             // A final answer pays towards later retries, and a retry that
-            // reached one costs nothing. The host's throttle counts it in
-            // the same lookup, where it can.
-            if !self.lease.answered(url, answer == Some(Answer::Accepted)) {
+            // reached one costs nothing. The host's throttle counts an
+            // accepted one in the same lookup, where it can; a rejection,
+            // on its own.
+            let accepted = answer == Some(Answer::Accepted);
+            if !(self.lease.answered(url, accepted) && accepted) {
                 self.observe(url, answer);
             }
             return Err(StopReason::NothingToRetry);

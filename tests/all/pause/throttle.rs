@@ -167,3 +167,30 @@ async fn a_call_kept_back_is_logged_with_the_throttled_label() {
     assert_eq!(logged, kept_back, "one event per call kept back");
     assert!(text.contains("not retrying request: throttled"), "{text}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_request_sent_with_no_copy_still_teaches_the_throttle() {
+    // No retries: every attempt goes out with no copy kept to name its
+    // host by, and the throttle still hears each answer.
+    let arrivals = Arrivals::new();
+    let server = down_for(&arrivals, 60 * S).await;
+    let config = RetryConfig::builder().with_max_retries(0).build().unwrap();
+    let client = quick_start(config);
+    let ends = steady(&client, &server.url("/r"), 100 * MS, 300, false).await;
+    assert!(count(&ends, 20 * S..30 * S, Ended::Throttled) >= 90, "{ends:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn rejections_count_even_where_they_are_not_retried() {
+    // 503 is not retried here, so each is a final answer: still a
+    // rejection for the throttle.
+    let arrivals = Arrivals::new();
+    let server = down_for(&arrivals, 60 * S).await;
+    let config = RetryConfig::builder()
+        .with_retryable_statuses([http::StatusCode::TOO_MANY_REQUESTS])
+        .build()
+        .unwrap();
+    let client = quick_start(config);
+    let ends = steady(&client, &server.url("/r"), 100 * MS, 300, false).await;
+    assert!(count(&ends, 20 * S..30 * S, Ended::Throttled) >= 90, "{ends:?}");
+}
