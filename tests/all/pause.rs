@@ -364,4 +364,28 @@ async fn the_pause_goes_on_the_host_that_answered_after_a_redirect() {
     assert_eq!(first.received_requests().await.unwrap().len(), 2);
 }
 
+#[tokio::test]
+async fn the_probes_own_retry_waits_the_step_its_bare_refusal_holds_the_host() {
+    // 429 asking for 2 s, then the probe's bare 429, then 200. Draws at the
+    // bottom: no spread and no backoff of its own, so the probe's retry
+    // waits the first backoff ceiling the refusal holds the host for, once.
+    let arrivals = Arrivals::new();
+    let server = server(&arrivals, |index, _| match index {
+        0 => (429, Some(2)),
+        1 => (429, None),
+        _ => (200, None),
+    })
+    .await;
+    let clock = reqwest_safe_retry::clock::ManualClock::new();
+    let client = RetryMiddleware::new(RetryConfig::default())
+        .with_clock(clock.clone())
+        .with_jitter_source(reqwest_safe_retry::jitter::FixedJitter::new(0.0))
+        .client(reqwest::Client::builder())
+        .unwrap()
+        .build();
+    let response = client.get(server.url("/r")).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(clock.sleeps(), [2 * S, 500 * MS]);
+}
+
 mod throttle;
