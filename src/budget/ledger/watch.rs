@@ -17,9 +17,6 @@ impl Ledger {
     /// Asks `throttle` whether a first attempt goes at `now`; while it is
     /// watched, the call keeps every call looking its host up.
     fn ask(&self, throttle: &Throttle, now: u64) -> Passage<'_> {
-        if !throttle.watched() {
-            return Passage::Open;
-        }
         let goes = throttle.ask(now);
         if throttle.watched() {
             self.look_until(now);
