@@ -1,6 +1,5 @@
 //! The goals' runs, tables and checks.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use super::{Admit, FLEET, RATES, Scenario, Seconds, back_by, run, sum};
@@ -14,6 +13,9 @@ const DOWN: Duration = Duration::from_secs(120);
 const AFTER: Duration = Duration::from_secs(300);
 /// G3's run.
 const FLAKY_FOR: Duration = Duration::from_secs(300);
+/// G3's draws of which answers fail, for ours: its goal is checked on
+/// their mean, and the worst is shown beside it.
+const DRAWS: u64 = 8;
 /// G4's run: served for 30 s, two minutes at a tenth of the calls
 /// offered, then a minute served.
 const CALM: Duration = Duration::from_secs(30);
@@ -86,8 +88,21 @@ fn overload(admit: Admit, (rate, k): Column) -> Overload {
     }
 }
 
-fn flaky(admit: Admit, (rate, k): Column) -> Seconds {
-    run(admit, Scenario::Flaky, rate, k, FLAKY_FOR)
+fn flaky(admit: Admit, (rate, k): Column, draw: u64) -> Seconds {
+    run(admit, Scenario::Flaky { draw }, rate, k, FLAKY_FOR)
+}
+
+/// Load and successes of `admit` in G3's run for `draw`, each ÷ the same
+/// client's with no admission.
+fn flaky_share(admit: Admit, column: Column, draw: u64) -> (f64, f64) {
+    let total = |x: &Seconds, f: fn(&Seconds) -> &Vec<u32>| -> f64 {
+        f(x).iter().map(|c| f64::from(*c)).sum()
+    };
+    let base = flaky(Admit::Nothing, column, draw);
+    let s = if admit == Admit::Nothing { base.clone() } else { flaky(admit, column, draw) };
+    let load = total(&s, |x| &x.attempts) / total(&base, |x| &x.attempts).max(1.0);
+    let kept = total(&s, |x| &x.succeeded) / total(&base, |x| &x.succeeded).max(1.0);
+    (load, kept)
 }
 
 fn quiet_refusals(admit: Admit, rate: f64) -> u32 {
@@ -183,31 +198,44 @@ pub(crate) fn run_goals() -> Vec<String> {
         );
     }
 
-    let plain: HashMap<String, Seconds> =
-        columns().into_iter().map(|c| (column_name(c), flaky(Admit::Nothing, c))).collect();
     let mut flaky_rows = Vec::new();
     for admit in Admit::all() {
         let mut cells = Vec::new();
         for column in columns() {
-            let base = &plain[&column_name(column)];
-            let s = if admit == Admit::Nothing { base.clone() } else { flaky(admit, column) };
-            let total = |x: &Seconds, f: fn(&Seconds) -> &Vec<u32>| -> f64 {
-                f(x).iter().map(|c| f64::from(*c)).sum()
-            };
-            let load = total(&s, |x| &x.attempts) / total(base, |x| &x.attempts).max(1.0);
-            let kept = total(&s, |x| &x.succeeded) / total(base, |x| &x.succeeded).max(1.0);
-            if admit == Admit::Ours {
-                let name = column_name(column);
-                check(load >= 0.98, format!("G3 {name}: load {load:.3} ≥ 0.98×"));
-                check(kept >= 0.99, format!("G3 {name}: successes {:.2}% ≥ 99%", kept * 100.0));
+            if admit != Admit::Ours {
+                let (load, kept) = flaky_share(admit, column, 0);
+                cells.push(format!("{load:.3}×, {:.1}%", kept * 100.0));
+                continue;
             }
+            let draws: Vec<_> = (0..DRAWS).map(|d| flaky_share(admit, column, d)).collect();
+            let mean = |f: fn(&(f64, f64)) -> f64| draws.iter().map(f).sum::<f64>() / DRAWS as f64;
+            let worst =
+                |f: fn(&(f64, f64)) -> f64| draws.iter().map(f).fold(f64::INFINITY, f64::min);
+            let (load, kept) = (mean(|d| d.0), mean(|d| d.1));
+            let name = column_name(column);
+            check(
+                load >= 0.98,
+                format!("G3 {name}: load {load:.3} ≥ 0.98× (mean of {DRAWS} draws)"),
+            );
+            check(
+                kept >= 0.99,
+                format!("G3 {name}: successes {:.2}% ≥ 99% (mean of {DRAWS} draws)", kept * 100.0),
+            );
+            println!(
+                "  G3 {name}, worst of {DRAWS} draws: load {:.3}×, successes {:.1}%",
+                worst(|d| d.0),
+                worst(|d| d.1) * 100.0
+            );
             cells.push(format!("{load:.3}×, {:.1}%", kept * 100.0));
         }
         flaky_rows.push((admit, cells));
     }
     table(
-        "G3, half of all answers failing independently of load (5 min): load and successes ÷ \
-         the same client with no admission",
+        &format!(
+            "G3, half of all answers failing independently of load (5 min): load and successes \
+             ÷ the same client with no admission (ours: the mean of {DRAWS} draws of which \
+             answers fail)"
+        ),
         &flaky_rows,
     );
 

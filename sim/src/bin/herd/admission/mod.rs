@@ -92,8 +92,9 @@ impl Admit {
 enum Scenario {
     /// Served for `healthy`, every attempt 503 for `down`, then served.
     Outage { healthy: Duration, down: Duration },
-    /// Each attempt fails (503) with probability one half, independently.
-    Flaky,
+    /// Each attempt fails (503) with probability one half, independently;
+    /// `draw` picks which ones.
+    Flaky { draw: u64 },
     /// Served for `healthy`, then at most `capacity` attempts a second for
     /// `over` (a token bucket holding two seconds' worth, at least two:
     /// a server's short queue), then served.
@@ -162,8 +163,9 @@ impl Server {
     ) -> bool {
         match self.scenario {
             Scenario::Outage { healthy, down } => !(healthy..healthy + down).contains(&at),
-            Scenario::Flaky => {
-                let mut h = (SEED ^ call.id.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+            Scenario::Flaky { draw } => {
+                let seed = SEED ^ draw.wrapping_mul(0xD6E8_FEB8_6659_FD93);
+                let mut h = (seed ^ call.id.wrapping_mul(0x9E37_79B9_7F4A_7C15))
                     .wrapping_add(u64::from(attempt).wrapping_mul(0xBF58_476D_1CE4_E5B9));
                 h ^= h >> 31;
                 h = h.wrapping_mul(0x94D0_49BB_1331_11EB);
