@@ -208,3 +208,17 @@ fn a_host_in_use_is_never_forgotten() {
     }
     assert!(Arc::ptr_eq(&held, &b.account(&url("http://busy.test/"), t0)));
 }
+
+#[test]
+fn a_probe_turn_and_a_held_host_print_what_they_are() {
+    let b = Ledger::new(Some(&RetryBudget::default()), 3, true, true).unwrap();
+    let (host, t0) = (url("http://paused.test/"), Instant::now());
+    assert!(b.pause(&host, Duration::from_millis(100), t0));
+    let later = t0 + Duration::from_secs(1);
+    let Passage::Probe(turn) = b.gate(&host, || later, true) else {
+        panic!("the pause is over: the call probes");
+    };
+    assert_eq!(format!("{turn:?}"), "Turn { settled: false, .. }");
+    let held = b.handle(&host).expect("a paused host is in the table");
+    assert_eq!(format!("{held:?}"), "HostHandle { .. }");
+}
