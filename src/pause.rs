@@ -98,11 +98,8 @@ impl Pause {
     /// host is open again.
     pub(crate) fn settle(&self, until: Option<u64>) {
         let _ = self.word.fetch_update(Ordering::AcqRel, Ordering::Acquire, |word| {
-            Some(match until {
-                None => 0,
-                Some(until) if word == 0 => encode(until),
-                Some(until) => encode(decode(word).max(until)),
-            })
+            // A word of 0 decodes to 0: a new pause is simply `until`.
+            Some(until.map_or(0, |until| encode(decode(word).max(until))))
         });
     }
 

@@ -222,3 +222,12 @@ fn a_probe_turn_and_a_held_host_print_what_they_are() {
     let held = b.handle(&host).expect("a paused host is in the table");
     assert_eq!(format!("{held:?}"), "HostHandle { .. }");
 }
+
+#[test]
+fn without_a_budget_answers_alone_keep_no_host() {
+    let b = Ledger::new(None, 3, true, true).unwrap();
+    let t0 = Instant::now();
+    b.earn_for(&url("http://calm.test/"), true, || t0);
+    b.earn_for(&url("http://calm.test/"), false, || t0);
+    assert_eq!(len(&b), 0, "no account to keep, and no rejection to watch");
+}
