@@ -389,3 +389,44 @@ async fn the_probes_own_retry_waits_the_step_its_bare_refusal_holds_the_host() {
 }
 
 mod throttle;
+
+/// A call that finds its host paused waits the rest of the pause plus a
+/// spread of its own: a random part of the first retry's backoff ceiling,
+/// or the whole ceiling when waits are not spread, so that the calls held
+/// back do not all arrive as the pause ends.
+#[tokio::test(start_paused = true)]
+async fn a_call_held_by_a_pause_adds_its_own_spread() {
+    use reqwest_safe_retry::jitter::FixedJitter;
+    use reqwest_safe_retry::{Backoff, Jitter};
+
+    let quarter = |config: RetryConfig| {
+        RetryMiddleware::new(config)
+            .with_jitter_source(FixedJitter::new(0.25))
+            .client(reqwest::Client::builder())
+            .unwrap()
+            .build()
+    };
+    let backoff = Backoff::default().with_initial(800 * MS);
+    let cases = [
+        ("spread, full jitter", backoff, true, 200 * MS),
+        ("waits not spread", backoff, false, 800 * MS),
+        ("no jitter", backoff.with_jitter(Jitter::None), true, 800 * MS),
+    ];
+    for (case, backoff, spread, own) in cases {
+        let arrivals = Arrivals::new();
+        let server =
+            server(&arrivals, |index, _| if index == 0 { (429, Some(3)) } else { (200, None) })
+                .await;
+        let config = RetryConfig::builder()
+            .with_backoff(backoff)
+            .with_retry_after(RetryAfter::default().with_spread(spread))
+            .build()
+            .unwrap();
+        let client = quarter(config);
+        let url = server.url("/r");
+        let first = client.get(&url).with_extension(ReturnIfPaused).send().await.unwrap();
+        assert_eq!(first.status(), 429, "{case}");
+        let paused = held_back(client.get(&url).with_extension(ReturnIfPaused).send().await);
+        assert_eq!(paused.wait(), 3 * S + own, "{case}");
+    }
+}
