@@ -430,3 +430,25 @@ async fn a_call_held_by_a_pause_adds_its_own_spread() {
         assert_eq!(paused.wait(), 3 * S + own, "{case}");
     }
 }
+
+/// A `403` the settings take as a rate limit (GitHub's secondary limit: a
+/// `403` with `Retry-After`) pauses its host as a `429` does, even where
+/// rate limits are not retried.
+#[tokio::test(start_paused = true)]
+async fn a_403_taken_as_a_rate_limit_pauses_the_host_even_when_not_retried() {
+    let arrivals = Arrivals::new();
+    let server =
+        server(&arrivals, |index, _| if index == 0 { (403, Some(3)) } else { (200, None) }).await;
+    let config = RetryConfig::builder()
+        .with_retryable_statuses([http::StatusCode::SERVICE_UNAVAILABLE])
+        .with_retry_after(RetryAfter::default().with_rate_limit_headers(true))
+        .build()
+        .unwrap();
+    let client = quick_start(config);
+    let url = server.url("/r");
+    let first = client.get(&url).send().await.unwrap();
+    assert_eq!(first.status(), 403, "final here: rate limits are not retried");
+    let paused = held_back(client.get(&url).with_extension(ReturnIfPaused).send().await);
+    assert!((3 * S..=3 * S + 500 * MS).contains(&paused.wait()), "{paused:?}");
+    assert_eq!(arrivals.len(), 1);
+}
