@@ -231,3 +231,23 @@ fn without_a_budget_answers_alone_keep_no_host() {
     b.earn_for(&url("http://calm.test/"), false, || t0);
     assert_eq!(len(&b), 0, "no account to keep, and no rejection to watch");
 }
+
+#[test]
+fn a_probe_dropped_unsettled_gives_its_turn_to_the_next_call() {
+    let b = Ledger::new(Some(&RetryBudget::default()), 3, true, true).unwrap();
+    let (host, t0) = (url("http://paused.test/"), Instant::now());
+    assert!(b.pause(&host, Duration::from_millis(100), t0));
+    let later = t0 + Duration::from_secs(1);
+    let Passage::Probe(turn) = b.gate(&host, || later, true) else {
+        panic!("the pause is over: the call probes");
+    };
+    assert!(matches!(b.gate(&host, || later, true), Passage::Probing));
+    // Cancelled, or cut by its deadline: no outcome to settle with.
+    drop(turn);
+    assert_eq!(b.probes.load(Ordering::Acquire), 0);
+    let Passage::Probe(turn) = b.gate(&host, || later, true) else {
+        panic!("the next call probes in its place");
+    };
+    b.settle(turn, None, later);
+    assert!(matches!(b.gate(&host, || later, true), Passage::Open), "settled: open again");
+}
