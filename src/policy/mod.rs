@@ -208,12 +208,12 @@ impl<'a> Policy<'a> {
             // on its own.
             let accepted = answer == Some(Answer::Accepted);
             if !(self.lease.answered(url, accepted) && accepted) {
-                self.observe(url, answer);
+                self.observe(url, outcome, answer);
             }
             return Err(StopReason::NothingToRetry);
         };
         self.lease.failed(url);
-        self.observe(url, answer);
+        self.observe(url, outcome, answer);
         let spent = self.spent();
         steps::admissible(Admission {
             expired: spent.is_some_and(|(elapsed, limit)| elapsed >= limit),
@@ -246,15 +246,31 @@ impl<'a> Policy<'a> {
         Ok((after, retryable.reason))
     }
 
-    /// Tells the throttle of the host the attempt went to (`url`, or the
-    /// one held) how it answered, if the answer counts.
-    fn observe(&self, url: Option<&reqwest::Url>, answer: Option<Answer>) {
+    /// Tells the throttle of the host the attempt went to how it answered,
+    /// if the answer counts: the host of `url`, or else the one held, or
+    /// else the one the outcome names (a request sent with no copy kept,
+    /// to a host the table did not know).
+    fn observe(
+        &self,
+        url: Option<&reqwest::Url>,
+        outcome: &Result<Response>,
+        answer: Option<Answer>,
+    ) {
         let (Some(ledger), Some(answer)) = (self.shared.ledger.as_deref(), answer) else { return };
         let clock = &*self.shared.clock;
         match (url, &self.host) {
             (Some(url), _) => ledger.observe(url, answer, || clock.now()),
             (None, Some(host)) => ledger.observe_held(host, answer, clock.now()),
-            (None, None) => {}
+            (None, None) => {
+                let named = match outcome {
+                    Ok(response) => Some(response.url()),
+                    Err(reqwest_middleware::Error::Reqwest(error)) => error.url(),
+                    Err(_) => None,
+                };
+                if let Some(url) = named {
+                    ledger.observe(url, answer, || clock.now());
+                }
+            }
         }
     }
 

@@ -171,13 +171,19 @@ async fn a_call_kept_back_is_logged_with_the_throttled_label() {
 #[tokio::test(start_paused = true)]
 async fn a_request_sent_with_no_copy_still_teaches_the_throttle() {
     // No retries: every attempt goes out with no copy kept to name its
-    // host by, and the throttle still hears each answer.
-    let arrivals = Arrivals::new();
-    let server = down_for(&arrivals, 60 * S).await;
-    let config = RetryConfig::builder().with_max_retries(0).build().unwrap();
-    let client = quick_start(config);
-    let ends = steady(&client, &server.url("/r"), 100 * MS, 300, false).await;
-    assert!(count(&ends, 20 * S..30 * S, Ended::Throttled) >= 90, "{ends:?}");
+    // host by, and the throttle still hears each answer, whatever the
+    // budget (a per-host one keeps the host in the table, the others not).
+    use reqwest_safe_retry::{BudgetScope, RetryBudget};
+    let global = RetryBudget::default().with_scope(BudgetScope::Global);
+    for budget in [Some(RetryBudget::default()), None, Some(global)] {
+        let arrivals = Arrivals::new();
+        let server = down_for(&arrivals, 60 * S).await;
+        let config =
+            RetryConfig::builder().with_max_retries(0).with_budget(budget).build().unwrap();
+        let client = quick_start(config);
+        let ends = steady(&client, &server.url("/r"), 100 * MS, 300, false).await;
+        assert!(count(&ends, 20 * S..30 * S, Ended::Throttled) >= 90, "{budget:?}: {ends:?}");
+    }
 }
 
 #[tokio::test(start_paused = true)]
