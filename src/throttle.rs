@@ -39,7 +39,11 @@
 //!   seen; its first accepted answer lets every call through again.
 //! - **Quiet callers are left alone.** A process sending fewer than
 //!   [`QUIET_PER_SEC`] calls a second to a host is never throttled: its
-//!   load cannot hurt, and its few answers prove nothing.
+//!   load cannot hurt, and its few answers prove nothing. The pace is
+//!   measured over about ten seconds, so a burst counts at its own pace.
+//! - **Old news is dropped.** Books that no call asked and no answer
+//!   reached for [`STALE_MS`] start afresh: a host called again after a
+//!   long silence is judged on what it answers now.
 //!
 //! Rejections are `429`, `502`, `503` and `504` answers, refused or
 //! unreachable connections, and connect and read timeouts; every other
@@ -83,6 +87,9 @@ const UP_GAIN: f64 = 0.1;
 pub(crate) const FLOOR: f64 = 0.05;
 /// A call goes when none went for this long, in milliseconds.
 pub(crate) const PROBE_MS: u64 = 2_500;
+/// Books neither asked nor told anything for this long, in milliseconds,
+/// are stale: they start afresh, and the host may be forgotten.
+pub(crate) const STALE_MS: u64 = 60_000;
 /// Rejections in a row that mean the host is down...
 pub(crate) const STREAK: u32 = 10;
 /// ...when they span at least this long since the last accepted answer.
@@ -205,6 +212,27 @@ impl Books {
         self.calls * 1000.0 / CALLS_TAU_MS
     }
 
+    /// Calls a second as the call just counted finds them. Right after a
+    /// call, the decayed count overstates a steady pace by about half a
+    /// call (right before one, it understates it by as much), so half a
+    /// call is taken off.
+    fn pace(&self) -> f64 {
+        (self.calls - 0.5).max(0.0) * 1000.0 / CALLS_TAU_MS
+    }
+
+    /// Whether no call asked and no answer came for [`STALE_MS`]: what
+    /// the books hold says nothing of the host now.
+    pub(crate) fn stale(&self, now: u64) -> bool {
+        now.saturating_sub(self.at) >= STALE_MS
+    }
+
+    /// Starts stale books afresh at `now`.
+    fn refresh(&mut self, now: u64) {
+        if self.stale(now) {
+            *self = Self { at: now, last_accepted: now, last_answer: now, ..Self::default() };
+        }
+    }
+
     /// The time constant of the answers' decay: long enough to hold about
     /// [`SAMPLES`] of them at the current rate of calls.
     fn tau(&self) -> f64 {
@@ -234,11 +262,12 @@ impl Books {
     /// A first attempt asks to go at `now`. Returns whether it goes. The
     /// call counts either way.
     pub(crate) fn ask(&mut self, now: u64) -> bool {
+        self.refresh(now);
         self.advance(now);
         self.calls += 1.0;
         let share = self.share(now);
         let goes = if share >= 1.0
-            || self.rate() < QUIET_PER_SEC
+            || self.pace() < QUIET_PER_SEC
             || (self.down(now) && now.saturating_sub(self.last_sent) >= PROBE_MS)
         {
             true
@@ -255,6 +284,7 @@ impl Books {
 
     /// Takes in the answer to an attempt at `now`.
     pub(crate) fn observe(&mut self, now: u64, answer: Answer) {
+        self.refresh(now);
         self.advance(now);
         match answer {
             Answer::Accepted => {

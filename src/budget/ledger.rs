@@ -94,10 +94,8 @@ impl HostState for Record {
             .account
             .as_ref()
             .is_none_or(|account| Arc::strong_count(account) == 1 && account.is_calm(now));
-        let grace = self.slot_ms.saturating_mul(SLOTS);
-        account
-            && self.pause.may_forget(now.saturating_mul(self.slot_ms), grace)
-            && self.throttle.idle()
+        let (grace, ms) = (self.slot_ms.saturating_mul(SLOTS), now.saturating_mul(self.slot_ms));
+        account && self.pause.may_forget(ms, grace) && self.throttle.idle(ms)
     }
 }
 

@@ -87,8 +87,9 @@ impl Throttle {
         watched
     }
 
-    /// Whether the host may be forgotten: nothing is being watched.
-    pub(crate) fn idle(&self) -> bool {
-        !self.watched()
+    /// Whether the host may be forgotten at `now`: nothing is being
+    /// watched, or what is has gone stale ([`Books::stale`]).
+    pub(crate) fn idle(&self, now: u64) -> bool {
+        !self.watched() || self.books().stale(now)
     }
 }

@@ -256,9 +256,18 @@ fn a_rejection_has_the_host_watched_until_it_is_calm_again() {
     assert!(throttle.observe(0, Answer::Rejected));
     assert_eq!(throttle.tally(), Tally::Watched);
     assert!(throttle.observe(1_000, Answer::Accepted));
-    assert!(!throttle.idle());
+    assert!(!throttle.idle(2_000));
     assert!(throttle.ask(20_000));
-    assert!(throttle.idle(), "calm ten seconds after its last rejection");
+    assert!(throttle.idle(20_000), "calm ten seconds after its last rejection");
+}
+
+#[test]
+fn a_watched_host_left_alone_for_a_while_may_be_forgotten() {
+    let throttle = Throttle::default();
+    assert!(throttle.observe(1_000, Answer::Rejected));
+    assert!(!throttle.idle(1_000 + STALE_MS - 1), "watched, and the news is fresh");
+    assert!(throttle.idle(1_000 + STALE_MS), "watched, but nothing came for a while");
+    assert!(throttle.watched(), "until it is next asked");
 }
 
 #[test]
@@ -330,10 +339,10 @@ async fn a_refused_connection_is_a_rejection_and_another_error_is_neither() {
 #[test]
 fn a_caller_at_the_quiet_rate_is_throttled_and_one_below_it_is_not() {
     // Books at a share of a twentieth, a call asking with no credit and no
-    // probe due: at 0.75 calls a second (7.5 over the 10 s constant, this
-    // call included) it is kept back; just under, it goes.
+    // probe due: at 0.75 calls a second (7.5 over the 10 s constant, half
+    // of this call included) it is kept back; just under, it goes.
     let at = |calls: f64| Books {
-        calls: calls - 1.0,
+        calls: calls - 0.5,
         share: FLOOR,
         last_sent: 1_000,
         at: 1_000,
@@ -390,4 +399,48 @@ fn nothing_tallied_folds_nothing() {
     assert_eq!(fresh.books().last_accepted, 6_000);
     let spread = CALLS_TAU_MS / 6_000.0 * (1.0 - (-6_000.0 / CALLS_TAU_MS).exp());
     assert!((fresh.books().calls - 5.0 * spread).abs() < 1e-9, "{}", fresh.books().calls);
+}
+
+#[test]
+fn a_steady_caller_just_under_the_quiet_rate_is_never_throttled() {
+    // Every call rejected, for ten minutes, at a steady pace: at 0.74 a
+    // second each goes; at 0.8 a second, once the host is down, some are
+    // kept back.
+    let kept_back = |gap: u64| {
+        let mut books = Books::default();
+        let mut kept = 0;
+        for i in 0..600_000 / gap {
+            let now = i * gap;
+            if books.ask(now) {
+                books.observe(now, Answer::Rejected);
+            } else {
+                kept += 1;
+            }
+        }
+        assert!(books.share(600_000) < 1.0);
+        kept
+    };
+    assert_eq!(kept_back(1_350), 0);
+    assert!(kept_back(1_250) > 100);
+}
+
+#[test]
+fn books_left_alone_for_a_while_start_afresh() {
+    let mut books = Books::default();
+    drive(&mut books, 0, 60, 10, reject);
+    let last = books.at;
+    assert_eq!(books.share(last), FLOOR);
+    assert!(!books.stale(last + STALE_MS - 1));
+    let mut before = books;
+    before.ask(last + STALE_MS - 1);
+    assert_eq!(before.share(last + STALE_MS - 1), FLOOR, "still the old books");
+    let now = last + STALE_MS;
+    assert!(books.stale(now));
+    assert!(books.ask(now));
+    assert_eq!(books.share(now), 1.0);
+    assert!(books.calm(now), "nothing left to watch");
+    // The fresh books count from now: a rejection a moment later is one.
+    books.observe(now + 1, Answer::Rejected);
+    assert_eq!(books.rejections, 1);
+    assert!(!books.down(now + 1));
 }

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use super::*;
+use crate::throttle::STALE_MS;
 
 fn url(s: &str) -> Url {
     Url::parse(s).unwrap()
@@ -250,4 +251,41 @@ fn a_probe_dropped_unsettled_gives_its_turn_to_the_next_call() {
     };
     b.settle(turn, None, later);
     assert!(matches!(b.gate(&host, || later, true), Passage::Open), "settled: open again");
+}
+
+#[test]
+fn a_throttled_host_is_still_looked_at_after_a_silence() {
+    // Whatever the budget's window, even one far shorter than the gaps
+    // between calls.
+    for window in [Duration::from_secs(10), Duration::from_millis(100)] {
+        let budget = RetryBudget::default().with_window(window);
+        let b = Ledger::new(Some(&budget), 3, true, true).unwrap();
+        let (host, t0) = (url("http://down.test/"), Instant::now());
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        // Ten seconds of refusals at ten calls a second.
+        for i in 0..100 {
+            if matches!(b.gate(&host, || at(i * 100), true), Passage::Open) {
+                b.observe(&host, Answer::Rejected, || at(i * 100));
+            }
+        }
+        // Then 11.6 s of silence, and a burst of fifty.
+        let burst = at(21_600);
+        let kept =
+            (0..50).filter(|_| matches!(b.gate(&host, || burst, true), Passage::Throttled)).count();
+        assert!(kept >= 40, "{window:?}: {kept} of 50 kept back");
+    }
+}
+
+#[test]
+fn hosts_refused_once_and_left_alone_make_room_in_time() {
+    let b = Ledger::new(Some(&RetryBudget::default()), 3, true, true).unwrap();
+    let t0 = Instant::now();
+    for n in 0..MAX_HOSTS * 2 {
+        b.observe(&url(&format!("http://dead{n}.test/")), Answer::Rejected, || t0);
+    }
+    let later = t0 + Duration::from_millis(STALE_MS);
+    for n in 0..200 {
+        let host = b.record(&url(&format!("http://new{n}.test/")), b.slot_number(later));
+        assert!(!b.hosts.is_overflow(&host), "new{n}.test found no room");
+    }
 }

@@ -11,7 +11,7 @@ use reqwest::Url;
 use super::{Lazy, Ledger, Record, SLOTS};
 use crate::hosts::Host;
 use crate::pause::Gate;
-use crate::throttle::{Answer, Tally, Throttle};
+use crate::throttle::{Answer, STALE_MS, Tally, Throttle};
 
 impl Ledger {
     /// Asks `throttle` whether a first attempt goes at `now`; while it is
@@ -19,7 +19,7 @@ impl Ledger {
     fn ask(&self, throttle: &Throttle, now: u64) -> Passage<'_> {
         let goes = throttle.ask(now);
         if throttle.watched() {
-            self.look_until(now);
+            self.look_until(now.saturating_add(STALE_MS));
         }
         if goes { Passage::Open } else { Passage::Throttled }
     }
@@ -84,7 +84,7 @@ impl Ledger {
         if answer == Answer::Accepted && !throttle.watched() {
             throttle.fold(now);
         } else if throttle.observe(now, answer) {
-            self.look_until(now);
+            self.look_until(now.saturating_add(STALE_MS));
         }
     }
 
@@ -104,9 +104,10 @@ impl Ledger {
         }
         let now = self.ms(now());
         if now >= horizon && self.probes.load(Ordering::Acquire) == 0 {
-            // Every pause ended and every throttle calmed a window ago, and
-            // no probe is in flight: look no host up until the next pause
-            // or rejection. One meanwhile moved the horizon on, and the
+            // Every pause ended a window ago, every throttle watched then
+            // has been stale for a window (it starts afresh when next
+            // asked), and no probe is in flight: look no host up until the
+            // next pause or rejection. One meanwhile moved the horizon on, and the
             // exchange fails.
             let _ =
                 self.watch_until.compare_exchange(horizon, 0, Ordering::AcqRel, Ordering::Relaxed);
