@@ -229,7 +229,9 @@ impl Books {
     /// Starts stale books afresh at `now`.
     fn refresh(&mut self, now: u64) {
         if self.stale(now) {
-            *self = Self { at: now, last_accepted: now, last_answer: now, ..Self::default() };
+            // As a host first seen now: its prior fades from now, and a run
+            // of rejections spans the time since.
+            *self = Self { at: now, last_accepted: now, ..Self::default() };
         }
     }
 

@@ -439,8 +439,12 @@ fn books_left_alone_for_a_while_start_afresh() {
     assert!(books.ask(now));
     assert_eq!(books.share(now), 1.0);
     assert!(books.calm(now), "nothing left to watch");
-    // The fresh books count from now: a rejection a moment later is one.
-    books.observe(now + 1, Answer::Rejected);
-    assert_eq!(books.rejections, 1);
-    assert!(!books.down(now + 1));
+    assert_eq!(books.accepted, PRIOR, "the prior, fading from now");
+    // The fresh books count from now: ten rejections a moment later are
+    // ten, and span too little to call the host down.
+    for ms in 1..=STREAK {
+        books.observe(now + u64::from(ms), Answer::Rejected);
+    }
+    assert_eq!(books.rejections, STREAK);
+    assert!(!books.down(now + 10));
 }
