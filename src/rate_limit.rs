@@ -42,8 +42,11 @@
 //! - **A host failing half its answers independently of load** is left
 //!   alone: the ratio rests on about 40 recent answers, and half of them
 //!   accepted is well above one in 2.7.
-//! - **A quiet caller** (fewer than 0.75 calls a second to the host) is
-//!   never throttled.
+//! - **A quiet caller** (fewer than 0.75 calls a second to the host,
+//!   measured over about ten seconds, so that a burst of eight or more
+//!   counts as busy) is never throttled.
+//! - **Old news is dropped**: a host neither called nor heard from for a
+//!   minute is judged afresh on what it answers next.
 //!
 //! Rejections are `429`, `502`, `503` and `504` answers, refused or
 //! unreachable connections, and connect and read timeouts; every other
