@@ -107,8 +107,8 @@ impl Ledger {
             // Every pause ended a window ago, every throttle watched then
             // has been stale for a window (it starts afresh when next
             // asked), and no probe is in flight: look no host up until the
-            // next pause or rejection. One meanwhile moved the horizon on, and the
-            // exchange fails.
+            // next pause or rejection. One meanwhile moved the horizon on,
+            // and the exchange fails.
             let _ =
                 self.watch_until.compare_exchange(horizon, 0, Ordering::AcqRel, Ordering::Relaxed);
             return Passage::Open;
