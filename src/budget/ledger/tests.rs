@@ -210,12 +210,22 @@ fn a_host_in_use_is_never_forgotten() {
     assert!(Arc::ptr_eq(&held, &b.account(&url("http://busy.test/"), t0)));
 }
 
+/// A ledger with the default budget, pauses and throttling.
+fn watching() -> Ledger {
+    Ledger::new(Some(&RetryBudget::default()), 3, true, true).unwrap()
+}
+
+/// Pauses `host` for 100 ms from now; returns a time after it ended.
+fn pause_over(b: &Ledger, host: &Url) -> Instant {
+    let t0 = Instant::now();
+    assert!(b.pause(host, Duration::from_millis(100), t0));
+    t0 + Duration::from_secs(1)
+}
+
 #[test]
 fn a_probe_turn_and_a_held_host_print_what_they_are() {
-    let b = Ledger::new(Some(&RetryBudget::default()), 3, true, true).unwrap();
-    let (host, t0) = (url("http://paused.test/"), Instant::now());
-    assert!(b.pause(&host, Duration::from_millis(100), t0));
-    let later = t0 + Duration::from_secs(1);
+    let (b, host) = (watching(), url("http://paused.test/"));
+    let later = pause_over(&b, &host);
     let Passage::Probe(turn) = b.gate(&host, || later, true) else {
         panic!("the pause is over: the call probes");
     };
@@ -235,10 +245,8 @@ fn without_a_budget_answers_alone_keep_no_host() {
 
 #[test]
 fn a_probe_dropped_unsettled_gives_its_turn_to_the_next_call() {
-    let b = Ledger::new(Some(&RetryBudget::default()), 3, true, true).unwrap();
-    let (host, t0) = (url("http://paused.test/"), Instant::now());
-    assert!(b.pause(&host, Duration::from_millis(100), t0));
-    let later = t0 + Duration::from_secs(1);
+    let (b, host) = (watching(), url("http://paused.test/"));
+    let later = pause_over(&b, &host);
     let Passage::Probe(turn) = b.gate(&host, || later, true) else {
         panic!("the pause is over: the call probes");
     };
@@ -278,7 +286,7 @@ fn a_throttled_host_is_still_looked_at_after_a_silence() {
 
 #[test]
 fn hosts_refused_once_and_left_alone_make_room_in_time() {
-    let b = Ledger::new(Some(&RetryBudget::default()), 3, true, true).unwrap();
+    let b = watching();
     let t0 = Instant::now();
     for n in 0..MAX_HOSTS * 2 {
         b.observe(&url(&format!("http://dead{n}.test/")), Answer::Rejected, || t0);
