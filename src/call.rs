@@ -13,7 +13,6 @@ use crate::body::{self, RequestBuffer};
 use crate::events;
 use crate::future::{first, yield_once};
 use crate::policy::{HeldBack, Policy};
-use crate::rate_limit::Throttled;
 use crate::reason::{Decision, StopReason};
 use crate::redirect::{self, Seen};
 use crate::report::{AttemptNumber, deliver};
@@ -244,8 +243,8 @@ impl Shared {
             HeldBack::Paused(paused) => {
                 self.end(policy, what, extensions, caller, StopReason::HostPaused, paused)
             }
-            HeldBack::Throttled => {
-                self.end(policy, what, extensions, caller, StopReason::Throttled, Throttled)
+            HeldBack::Throttled(throttled) => {
+                self.end(policy, what, extensions, caller, StopReason::Throttled, throttled)
             }
         }
     }

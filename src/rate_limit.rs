@@ -141,6 +141,13 @@ pub struct SkipThrottling;
 /// the host gets for now. Nothing was sent, and the call earned the retry
 /// budget nothing.
 ///
+/// Its message says how the host answered lately and how to send every
+/// call anyway: [`with_throttling(false)`](crate::RetryConfigBuilder::with_throttling)
+/// for a client, [`SkipThrottling`] for one request. The throttle acts the
+/// same under a [`ManualClock`](crate::clock::ManualClock) as in
+/// production, so a test that calls a failing mock over and over meets it
+/// too.
+///
 /// It comes inside [`reqwest_middleware::Error::Middleware`]:
 ///
 /// ```
@@ -155,9 +162,36 @@ pub struct SkipThrottling;
 /// [`StopReason::Throttled`](crate::report::StopReason::Throttled), after no
 /// attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("not sent: its host has been turning most requests away, and this call was kept back")]
+#[error(
+    "not sent: its host accepted about {accepted} of the {answered} attempts it answered lately, \
+     so this call was kept back to spare it (to send every call, turn the throttle off with \
+     `with_throttling(false)`, or mark the request with `rate_limit::SkipThrottling`)"
+)]
 #[non_exhaustive]
-pub struct Throttled;
+pub struct Throttled {
+    accepted: u32,
+    answered: u32,
+}
+
+impl Throttled {
+    /// A call kept back by a host that accepted `accepted` of the
+    /// `answered` attempts it answered lately.
+    pub(crate) fn new(accepted: u32, answered: u32) -> Self {
+        Self { accepted, answered }
+    }
+
+    /// About how many attempts the host answered lately, in the throttle's
+    /// books (older answers count for less; a host's books start with a
+    /// few accepted ones presumed).
+    pub fn answered(&self) -> u32 {
+        self.answered
+    }
+
+    /// How many of those [`answered`](Self::answered) it accepted.
+    pub fn accepted(&self) -> u32 {
+        self.accepted
+    }
+}
 
 /// The wait a `Retry-After` value asks for, measured from `now`.
 ///

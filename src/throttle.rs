@@ -34,6 +34,13 @@
 //!   The first accepted answer after such a run forgets the run's answers
 //!   and lets every call through again; the share is then rebuilt from the
 //!   answers that follow.
+//! - **Traffic back when demand falls.** A share cut in an overload sends
+//!   little once the calls fall to what the host can take, and a ratio
+//!   over about forty answers would take long to move on so few. So each
+//!   accepted answer also makes room for [`ROOM`] calls as it fades from
+//!   the books: calls that fell to what the host has just proved it
+//!   accepts all go, whatever the share, unless its last [`STREAK`]
+//!   answers were all rejected.
 //! - **Never below a probe.** While the host is down, a call goes when
 //!   none went for [`PROBE_MS`], whatever the share, so a recovered host is
 //!   seen; its first accepted answer lets every call through again.
@@ -59,6 +66,7 @@ use reqwest_middleware::Result;
 
 use crate::classify;
 use crate::config::RetryConfig;
+use crate::rate_limit::Throttled;
 use crate::reason::RetryReason;
 
 /// The share settles where the host accepts one attempt in this many.
@@ -101,6 +109,18 @@ pub(crate) const MIN_ANSWERS: f64 = 10.0;
 /// a fresh process's first answers, in whatever order a burst of calls
 /// gets them, do not throttle it.
 pub(crate) const PRIOR: f64 = 10.0;
+/// First attempts a second the host has room for, per answer a second it
+/// accepted lately, whatever the share: each accepted answer makes room
+/// for this many calls as it fades from the books. Under
+/// [`ACCEPTS_WORTH`], so that in an overload, where the share sends that
+/// many per accepted answer, the room is spent as it is made; over one, so
+/// that calls that fall to what the host has just proved it takes all go.
+/// No call goes by the room after [`STREAK`] rejections in a row, so that
+/// a host that just went down is not sent what it took before.
+pub(crate) const ROOM: f64 = 2.0;
+/// The room held at the most: this many milliseconds of it, and at least
+/// one call.
+pub(crate) const ROOM_MS: f64 = 1_000.0;
 /// Answers tallied before the books are brought up to date, while calm:
 /// rarely, as a fold spreads what it brings in over the time since the
 /// last, and a rejection folds first.
@@ -174,6 +194,10 @@ pub(crate) struct Books {
     last_rejected: Option<u64>,
     /// When the last answer came.
     last_answer: u64,
+    /// First attempts the host has proven room for: each accepted answer
+    /// adds [`ROOM`] as it fades from the books, each call let through takes
+    /// one.
+    room: f64,
 }
 
 impl Default for Books {
@@ -190,6 +214,7 @@ impl Default for Books {
             credit: 0.0,
             last_rejected: None,
             last_answer: 0,
+            room: 0.0,
         }
     }
 }
@@ -201,8 +226,13 @@ impl Books {
         let elapsed = elapsed as f64;
         let tau = self.tau();
         let answers = (-elapsed / tau).exp();
+        let faded = self.accepted * (1.0 - answers);
         self.answered *= answers;
         self.accepted *= answers;
+        // What faded was accepted at `accepted / tau` a millisecond: room
+        // for `ROOM` times as many calls, held for a second at that rate.
+        let most = (ROOM * self.accepted * ROOM_MS / tau).max(1.0);
+        self.room = (self.room + ROOM * faded).min(most);
         self.calls *= (-elapsed / CALLS_TAU_MS).exp();
         self.at = now;
     }
@@ -275,13 +305,21 @@ impl Books {
             true
         } else {
             self.credit += share;
-            self.credit >= 1.0
+            self.credit >= 1.0 || (self.rejections < STREAK && self.room >= 1.0)
         };
         if goes {
             self.credit = (self.credit - 1.0).max(0.0);
+            self.room = (self.room - 1.0).max(0.0);
             self.last_sent = now;
         }
         goes
+    }
+
+    /// What a call kept back is told: about how many answers the books
+    /// hold, and how many were accepted.
+    pub(crate) fn kept_back(&self) -> Throttled {
+        let count = |n: f64| n.round().clamp(0.0, f64::from(u32::MAX)) as u32;
+        Throttled::new(count(self.accepted), count(self.answered))
     }
 
     /// Takes in the answer to an attempt at `now`.

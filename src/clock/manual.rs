@@ -47,6 +47,15 @@ use super::{Clock, Sleep};
 /// Its wall clock starts at 2026-01-01T00:00:00Z unless set with
 /// [`with_wall_time`](Self::with_wall_time), so `Retry-After` dates are
 /// exact in tests.
+///
+/// The retry budget and the throttle of first attempts act on this clock
+/// as on any: the waits a failing call asks for move its time on, so a
+/// test that calls an always-failing server over and over soon has its
+/// later calls sent once (the budget spent) and some kept back unsent with
+/// [`Throttled`](crate::rate_limit::Throttled). A test that wants every
+/// call sent turns both off:
+/// [`with_budget(None)`](crate::RetryConfigBuilder::with_budget) and
+/// [`with_throttling(false)`](crate::RetryConfigBuilder::with_throttling).
 #[derive(Debug, Clone)]
 pub struct ManualClock {
     state: Arc<Mutex<State>>,

@@ -13,7 +13,7 @@ use super::Policy;
 use super::steps::{self, Retryable};
 use crate::backoff::{Jitter, scale};
 use crate::budget::{Ledger, Passage};
-use crate::rate_limit::{HostPaused, ReturnIfPaused, SkipThrottling};
+use crate::rate_limit::{HostPaused, ReturnIfPaused, SkipThrottling, Throttled};
 use crate::shared::Shared;
 
 /// Why a request did not go to its host.
@@ -22,7 +22,7 @@ pub(crate) enum HeldBack {
     /// The host is paused and the call did not wait.
     Paused(HostPaused),
     /// The host's throttle kept the call's first attempt back.
-    Throttled,
+    Throttled(Throttled),
 }
 
 /// The least a call waits before it looks again at a host whose probe is
@@ -66,7 +66,7 @@ impl<'a> Policy<'a> {
         let first = self.attempts == 0 && extensions.get::<SkipThrottling>().is_none();
         let wait = match ledger.gate(request.url(), || clock.now(), first) {
             Passage::Open => return Ok(None),
-            Passage::Throttled => return Err(HeldBack::Throttled),
+            Passage::Throttled(throttled) => return Err(HeldBack::Throttled(throttled)),
             Passage::Probe(turn) => {
                 self.turn = Some(turn);
                 return Ok(None);

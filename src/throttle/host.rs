@@ -73,6 +73,11 @@ impl Throttle {
         goes
     }
 
+    /// What a call this throttle kept back is told.
+    pub(crate) fn kept_back(&self) -> crate::rate_limit::Throttled {
+        self.books().kept_back()
+    }
+
     /// Takes in an answer at `now`. Returns whether the host is watched
     /// after it.
     pub(crate) fn observe(&self, now: u64, answer: Answer) -> bool {

@@ -448,3 +448,123 @@ fn books_left_alone_for_a_while_start_afresh() {
     assert_eq!(books.rejections, STREAK);
     assert!(!books.down(now + 10));
 }
+
+/// A server taking `per_sec` attempts a second: a token bucket holding two
+/// seconds' worth, as the herd's overloaded server does.
+fn bucket(per_sec: f64, from: u64) -> impl FnMut(u64, u32) -> Answer {
+    let depth = (2.0 * per_sec).max(2.0);
+    let (mut tokens, mut last) = (depth, from);
+    move |now, _| {
+        tokens = (tokens + now.saturating_sub(last) as f64 * per_sec / 1000.0).min(depth);
+        last = now;
+        if tokens >= 1.0 {
+            tokens -= 1.0;
+            Answer::Accepted
+        } else {
+            Answer::Rejected
+        }
+    }
+}
+
+/// Calls every `gap` ms from `from` until `to`, as [`drive`] makes them.
+fn drive_every(
+    books: &mut Books,
+    (from, to): (u64, u64),
+    gap: u64,
+    server: &mut impl FnMut(u64, u32) -> Answer,
+) -> Run {
+    let mut run = Run::default();
+    for now in (from..to).step_by(gap as usize) {
+        run.calls += 1;
+        if books.ask(now) {
+            let answer = server(now, run.sent);
+            run.sent += 1;
+            run.accepted += u32::from(answer == Answer::Accepted);
+            books.observe(now, answer);
+        }
+    }
+    run
+}
+
+#[test]
+fn calls_come_back_when_a_spike_ends() {
+    // A host taking ten attempts a second is offered a hundred for 20 s;
+    // then the calls fall to what it takes, half of it, a tenth of it, or
+    // one every two seconds. From 2 s after the spike, every call goes.
+    for gap in [100, 200, 1_000, 2_000] {
+        let mut books = Books::default();
+        let mut server = bucket(10.0, 30_000);
+        drive_every(&mut books, (0, 30_000), 100, &mut server);
+        let spike = drive_every(&mut books, (30_000, 50_000), 10, &mut server);
+        let ratio = f64::from(spike.sent) / f64::from(spike.accepted);
+        assert!(ratio <= 3.2, "throttled in the spike: {spike:?}");
+        let settling = drive_every(&mut books, (50_000, 52_000), gap, &mut server);
+        let after = drive_every(&mut books, (52_000, 80_000), gap, &mut server);
+        assert_eq!(after.sent, after.calls, "a call every {gap} ms: {settling:?} then {after:?}");
+    }
+}
+
+#[test]
+fn an_accepted_answer_makes_room_for_two_calls_as_it_fades() {
+    // At the floor's share with no credit, calls go only by the room: 40
+    // accepted answers over a 4 s window fade by 1 - e^-1/20 in 200 ms,
+    // which makes room for twice that.
+    let mut books = Books {
+        calls: 100.0,
+        share: FLOOR,
+        accepted: 40.0,
+        answered: 100.0,
+        last_sent: 1_000,
+        at: 1_000,
+        ..Books::default()
+    };
+    assert_eq!(books.tau(), MIN_TAU_MS);
+    let mut kept = books;
+    books.advance(1_200);
+    let faded = 40.0 * (1.0 - (-200.0 / MIN_TAU_MS).exp());
+    assert!((books.room - ROOM * faded).abs() < 1e-9, "{}", books.room);
+    let room = books.room;
+    assert!(books.ask(1_200), "a call goes by the room");
+    assert!((books.room - (room - 1.0)).abs() < 1e-9, "and takes one of it");
+    // Without the room, the share's credit keeps it back.
+    kept.advance(1_000);
+    assert!(!kept.ask(1_000));
+}
+
+#[test]
+fn the_room_holds_a_second_of_itself_or_one_call() {
+    // 40 accepted answers in a 4 s window: ten a second, room for twenty
+    // a second, held for a second.
+    let mut books = Books { calls: 100.0, accepted: 40.0, answered: 40.0, ..Books::default() };
+    books.advance(4_000);
+    let held = ROOM * books.accepted * ROOM_MS / MIN_TAU_MS;
+    assert!((books.room - held).abs() < 1e-9, "{} {held}", books.room);
+    let mut idle = Books { accepted: 0.01, answered: 0.01, room: 0.5, ..Books::default() };
+    idle.advance(60_000);
+    assert!(idle.room <= 1.0, "at least one call: {}", idle.room);
+}
+
+#[test]
+fn a_host_that_rejected_a_streak_gets_no_calls_by_its_room() {
+    let mut books = Books::default();
+    drive(&mut books, 0, 20, 10, reject);
+    assert!(books.rejections >= STREAK);
+    books.room = 5.0;
+    books.credit = 0.0;
+    books.last_sent = 20_000;
+    books.at = 20_000;
+    assert!(!books.ask(20_100), "only the probe goes");
+    books.rejections = STREAK - 1;
+    assert!(books.ask(20_200), "one rejection fewer, and the room lets it go");
+}
+
+#[test]
+fn a_call_kept_back_is_told_the_hosts_tally() {
+    let books = Books { accepted: 4.4, answered: 26.6, ..Books::default() };
+    let told = books.kept_back();
+    assert_eq!((told.accepted(), told.answered()), (4, 27));
+    let text = told.to_string();
+    assert!(text.contains("accepted about 4 of the 27 attempts"), "{text}");
+    assert!(text.contains("with_throttling(false)"), "{text}");
+    assert!(text.contains("SkipThrottling"), "{text}");
+}

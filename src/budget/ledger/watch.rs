@@ -11,6 +11,7 @@ use reqwest::Url;
 use super::{Lazy, Ledger, Record, SLOTS};
 use crate::hosts::Host;
 use crate::pause::Gate;
+use crate::rate_limit::Throttled;
 use crate::throttle::{Answer, STALE_MS, Tally, Throttle};
 
 impl Ledger {
@@ -21,7 +22,7 @@ impl Ledger {
         if throttle.watched() {
             self.look_until(now.saturating_add(STALE_MS));
         }
-        if goes { Passage::Open } else { Passage::Throttled }
+        if goes { Passage::Open } else { Passage::Throttled(throttle.kept_back()) }
     }
 
     /// Books how `url`'s host answered an attempt at `now`: a rejection
@@ -187,8 +188,9 @@ pub(crate) enum Passage<'a> {
     Paused(Duration),
     /// The pause is over and another call's probe is in flight.
     Probing,
-    /// The host's throttle keeps this first attempt back: it is not sent.
-    Throttled,
+    /// The host's throttle keeps this first attempt back: it is not sent,
+    /// and the call is told this.
+    Throttled(Throttled),
 }
 
 /// A call's turn to probe a host whose pause ended: the pause is settled

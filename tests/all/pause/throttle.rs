@@ -36,10 +36,21 @@ async fn steady(
     count: u32,
     mark: bool,
 ) -> Vec<(Duration, Ended)> {
+    calls_at(client, url, (0..count).map(|n| gap * n), mark).await
+}
+
+/// Calls to `url`, each started at its time from now and run to its end;
+/// what each came to, with its start.
+async fn calls_at(
+    client: &ClientWithMiddleware,
+    url: &str,
+    times: impl IntoIterator<Item = Duration>,
+    mark: bool,
+) -> Vec<(Duration, Ended)> {
     let start = Instant::now();
     let mut calls = Vec::new();
-    for n in 0..count {
-        tokio::time::sleep_until(start + gap * n).await;
+    for at in times {
+        tokio::time::sleep_until(start + at).await;
         let (client, url) = (client.clone(), url.to_owned());
         calls.push(tokio::spawn(async move {
             let request = client.get(url);
@@ -199,4 +210,94 @@ async fn rejections_count_even_where_they_are_not_retried() {
     let client = quick_start(config);
     let ends = steady(&client, &server.url("/r"), 100 * MS, 300, false).await;
     assert!(count(&ends, 20 * S..30 * S, Ended::Throttled) >= 90, "{ends:?}");
+}
+
+/// A server that takes `per_sec` requests a second, a token bucket holding
+/// two seconds' worth, and answers 503 to the rest.
+async fn taking(arrivals: &Arrivals, per_sec: f64) -> RawServer {
+    let depth = 2.0 * per_sec;
+    let bucket = Mutex::new((depth, ZERO));
+    server(arrivals, move |_, at| {
+        let mut bucket = bucket.lock().unwrap();
+        let (tokens, last) = &mut *bucket;
+        *tokens = (*tokens + (at - *last).as_secs_f64() * per_sec).min(depth);
+        *last = at;
+        if *tokens >= 1.0 {
+            *tokens -= 1.0;
+            (200, None)
+        } else {
+            (503, None)
+        }
+    })
+    .await
+}
+
+#[tokio::test(start_paused = true)]
+async fn calls_come_back_when_a_spike_ends() {
+    // A server taking ten requests a second is offered a hundred calls a
+    // second for 20 s; then the calls fall to what it takes, half of it, or
+    // one every two seconds, for 30 s. Every call started from 2 s after
+    // the spike (at least 99 in 100) ends 200, as with no throttle.
+    for after in [100 * MS, 200 * MS, 2 * S] {
+        let arrivals = Arrivals::new();
+        let server = taking(&arrivals, 10.0).await;
+        let client = quick_start(RetryConfig::default());
+        let spike = (0..2_000).map(|n| 10 * MS * n);
+        let fall =
+            (0..30 * S.as_millis() as u32 / after.as_millis() as u32).map(|n| 20 * S + after * n);
+        let ends = calls_at(&client, &server.url("/r"), spike.chain(fall), false).await;
+        let later = ends.iter().filter(|(at, _)| *at >= 22 * S).count();
+        let served = count(&ends, 22 * S..60 * S, Ended::Status(200));
+        assert!(served * 100 >= later * 99, "every {after:?}: {served} of {later} served");
+        // In the spike, first attempts went at a few times what it took.
+        let throttled = count(&ends, 10 * S..20 * S, Ended::Throttled);
+        assert!(throttled >= 500, "every {after:?}: {throttled} of 1000 kept back in the spike");
+    }
+}
+
+#[tokio::test]
+async fn a_test_looping_on_a_failing_mock_meets_the_throttle_and_is_told_the_way_out() {
+    // What a user's test sees: the quick start on a manual clock, fifty
+    // calls in a row to a mock that always answers 503. The waits move the
+    // clock, not the test, so the rejections soon span the seconds that
+    // call a host down; the calls kept back say so, and how to send every
+    // call anyway.
+    use reqwest_safe_retry::clock::ManualClock;
+    let arrivals = Arrivals::new();
+    let server = down_for(&arrivals, 3_600 * S).await;
+    let url = server.url("/r");
+    let ends = |config: RetryConfig| {
+        let client = RetryMiddleware::new(config)
+            .with_clock(ManualClock::new())
+            .client(reqwest::Client::builder())
+            .unwrap()
+            .build();
+        let url = url.clone();
+        async move {
+            let mut ends = Vec::new();
+            for _ in 0..50 {
+                ends.push(client.get(&url).send().await);
+            }
+            ends
+        }
+    };
+    let looped = ends(RetryConfig::default()).await;
+    let kept_back: Vec<String> = looped
+        .iter()
+        .filter_map(|end| match end {
+            Err(reqwest_middleware::Error::Middleware(e)) if e.is::<Throttled>() => {
+                Some(e.to_string())
+            }
+            _ => None,
+        })
+        .collect();
+    assert!(!kept_back.is_empty(), "the throttle acts under a manual clock as anywhere");
+    let told = &kept_back[0];
+    assert!(told.starts_with("not sent: its host accepted about "), "{told}");
+    assert!(told.contains("with_throttling(false)"), "{told}");
+    assert!(told.contains("rate_limit::SkipThrottling"), "{told}");
+    // With the throttle off, every call is sent and ends 503.
+    let config = RetryConfig::builder().with_throttling(false).build().unwrap();
+    let sent = ends(config).await;
+    assert!(sent.iter().all(|end| matches!(end, Ok(r) if r.status() == 503)));
 }
