@@ -92,6 +92,7 @@ fn main() {
     let mut processes = 1;
     let mut reserve = None;
     let mut admission_only = false;
+    let mut spike_only = false;
     while let Some(arg) = args.next() {
         let mut number = |name: &str| -> usize {
             args.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| {
@@ -101,6 +102,7 @@ fn main() {
         };
         match arg.as_str() {
             "--admission" => admission_only = true,
+            "--spike" => spike_only = true,
             "--clients" => clients = number("--clients").max(1),
             "--processes" => processes = number("--processes").max(1),
             "--reserve" => {
@@ -115,13 +117,14 @@ fn main() {
             _ if arg.starts_with("--") => {
                 eprintln!(
                     "usage: herd [chart.svg] [--clients N] [--processes P] [--reserve R] \
-                     [--admission]\n\
+                     [--admission] [--spike]\n\
                      \x20 chart.svg      write the outage-then-recovery load chart there\n\
                      \x20 --clients N    clients of the outage tables (default 1000)\n\
                      \x20 --processes P  processes they are spread over (default 1)\n\
                      \x20 --reserve R    the \"+ budget\" rows' reserve (default: the crate's, \
                      max_retries + 2)\n\
-                     \x20 --admission    run the admission goals (G1–G5) alone\n\
+                     \x20 --admission    run the admission goals (G1–G5, spike ends) alone\n\
+                     \x20 --spike        run the admission's spike-ends table alone\n\
                      Then the contention, spread, fleet-grid, partial-failure and admission \
                      tables; exits 1 if a check fails."
                 );
@@ -129,6 +132,9 @@ fn main() {
             }
             _ => chart = Some(arg),
         }
+    }
+    if spike_only {
+        finish(admission::run_spike());
     }
     if admission_only {
         finish(admission::run_goals());

@@ -22,6 +22,9 @@ const CALM: Duration = Duration::from_secs(30);
 const OVER: Duration = Duration::from_secs(120);
 const THEN: Duration = Duration::from_secs(60);
 
+/// The least calls a second per process at which G4 is checked.
+const G4_FROM: f64 = 10.0;
+
 /// Rates between the columns at which ours is run through G4 as well, to
 /// show where it starts to meet the goal.
 const BETWEEN: [f64; 3] = [2.0, 3.0, 5.0];
@@ -248,7 +251,11 @@ pub(crate) fn run_goals() -> Vec<String> {
         let mut cells = Vec::new();
         for column in columns() {
             let o = overload(admit, column);
-            if admit == Admit::Ours {
+            // One process cannot tell a tenfold overload from a host failing
+            // half its answers at random within G4's ten seconds at fewer
+            // than about ten calls a second (see BENCHMARKS): below that,
+            // the cell is shown, not checked.
+            if admit == Admit::Ours && column.0 >= G4_FROM {
                 let name = column_name(column);
                 check(
                     o.first_per_accepted <= 3.2,
@@ -296,6 +303,10 @@ pub(crate) fn run_goals() -> Vec<String> {
         }
     }
 
+    println!(
+        "  (G4 is checked from {G4_FROM} calls a second per process; the 1/s cells are shown.)"
+    );
+
     println!("\nG5, quiet callers: one process through the outage of G1, calls refused locally:");
     for rate in [0.2, 0.5] {
         for admit in Admit::all() {
@@ -306,5 +317,6 @@ pub(crate) fn run_goals() -> Vec<String> {
             }
         }
     }
+    failures.extend(super::spike::run());
     failures
 }

@@ -224,17 +224,36 @@ fn depth(capacity: f64) -> f64 {
 /// `k` processes at `rate` calls a second each, for `length`, against
 /// `scenario`.
 fn run(admit: Admit, scenario: Scenario, rate: f64, k: usize, length: Duration) -> Seconds {
+    run_stages(admit, scenario, &[(length, rate)], k)
+}
+
+/// The times of the calls of `k` processes in `stages`: each lasts its
+/// time, at its rate of calls a second per process, evenly spaced.
+fn call_times(stages: &[(Duration, f64)], k: usize) -> Vec<Duration> {
+    let mut times = Vec::new();
+    let mut from = Duration::ZERO;
+    for &(length, rate) in stages {
+        let fleet_rate = rate * k as f64;
+        let total = (length.as_secs_f64() * fleet_rate + 1e-6).floor() as u64;
+        times.extend((0..total).map(|n| from + Duration::from_secs_f64(n as f64 / fleet_rate)));
+        from += length;
+    }
+    times
+}
+
+/// `k` processes calling as [`call_times`] has them, against `scenario`.
+fn run_stages(admit: Admit, scenario: Scenario, stages: &[(Duration, f64)], k: usize) -> Seconds {
+    let times = call_times(stages, k);
     runtime().block_on(async move {
         let start = Instant::now();
         let server = Server::new(start, scenario);
         let clients: Vec<_> =
             (0..k).map(|p| admit.client(&server, start, SEED + p as u64)).collect();
-        let fleet_rate = rate * k as f64;
-        let total = (length.as_secs_f64() * fleet_rate + 1e-6).floor() as u64;
         let outcomes = Arc::new(Mutex::new(Seconds::default()));
         let mut tasks = Vec::new();
-        for n in 0..total {
-            tokio::time::sleep_until(start + Duration::from_secs_f64(n as f64 / fleet_rate)).await;
+        for (n, time) in times.into_iter().enumerate() {
+            let n = n as u64;
+            tokio::time::sleep_until(start + time).await;
             let at = Instant::now();
             let client = clients[n as usize % k].clone();
             let outcomes = outcomes.clone();
@@ -284,5 +303,7 @@ fn back_by(seconds: &Seconds, from: Duration, to: Duration) -> Option<u64> {
 }
 
 mod goals;
+mod spike;
 
 pub(crate) use goals::run_goals;
+pub(crate) use spike::run as run_spike;
