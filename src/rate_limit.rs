@@ -144,7 +144,7 @@ pub struct SkipThrottling;
 /// Its message says how the host answered lately and how to send every
 /// call anyway: [`with_throttling(false)`](crate::RetryConfigBuilder::with_throttling)
 /// for a client, [`SkipThrottling`] for one request. The throttle acts the
-/// same under a [`ManualClock`](crate::clock::ManualClock) as in
+/// same under the `test-util` feature's `ManualClock` as in
 /// production, so a test that calls a failing mock over and over meets it
 /// too.
 ///
