@@ -38,9 +38,9 @@
 //!   little once the calls fall to what the host can take, and a ratio
 //!   over about forty answers would take long to move on so few. So each
 //!   accepted answer also makes room for [`ROOM`] calls as it fades from
-//!   the books: calls that fell to what the host has just proved it
-//!   accepts all go, whatever the share, unless its last [`STREAK`]
-//!   answers were all rejected.
+//!   the books, and each rejected one takes as much back: calls that fell
+//!   to what the host has just proved it accepts all go, whatever the
+//!   share, unless the host is down.
 //! - **Never below a probe.** While the host is down, a call goes when
 //!   none went for [`PROBE_MS`], whatever the share, so a recovered host is
 //!   seen; its first accepted answer lets every call through again.
@@ -109,15 +109,16 @@ pub(crate) const MIN_ANSWERS: f64 = 10.0;
 /// a fresh process's first answers, in whatever order a burst of calls
 /// gets them, do not throttle it.
 pub(crate) const PRIOR: f64 = 10.0;
-/// First attempts a second the host has room for, per answer a second it
-/// accepted lately, whatever the share: each accepted answer makes room
-/// for this many calls as it fades from the books. Under
-/// [`ACCEPTS_WORTH`], so that in an overload, where the share sends that
-/// many per accepted answer, the room is spent as it is made; over one, so
-/// that calls that fall to what the host has just proved it takes all go.
-/// No call goes by the room after [`STREAK`] rejections in a row, so that
-/// a host that just went down is not sent what it took before.
-pub(crate) const ROOM: f64 = 2.0;
+/// First attempts the host has room for, per answer it accepted, whatever
+/// the share: each accepted answer makes room for this many calls as it
+/// fades from the books, and each rejected one takes as many back. The
+/// room lasts only while at least seven answers in ten are accepted (each
+/// call let through takes one): not in an overload, where the share holds
+/// the host at one accepted attempt in [`ACCEPTS_WORTH`], and not when a
+/// host that was taking calls goes down. More than one, so that calls that
+/// fall to what the host just took all go, with a margin for a process of
+/// a fleet whose part of what the host took was small.
+pub(crate) const ROOM: f64 = 2.5;
 /// The room held at the most: this many milliseconds of it, and at least
 /// one call.
 pub(crate) const ROOM_MS: f64 = 1_000.0;
@@ -195,8 +196,8 @@ pub(crate) struct Books {
     /// When the last answer came.
     last_answer: u64,
     /// First attempts the host has proven room for: each accepted answer
-    /// adds [`ROOM`] as it fades from the books, each call let through takes
-    /// one.
+    /// adds [`ROOM`] as it fades from the books, each rejected one takes
+    /// as much back, each call let through takes one.
     room: f64,
 }
 
@@ -305,7 +306,7 @@ impl Books {
             true
         } else {
             self.credit += share;
-            self.credit >= 1.0 || (self.rejections < STREAK && self.room >= 1.0)
+            self.credit >= 1.0 || (!self.down(now) && self.room >= 1.0)
         };
         if goes {
             self.credit = (self.credit - 1.0).max(0.0);
@@ -339,6 +340,7 @@ impl Books {
                 self.accepted += 1.0;
             }
             Answer::Rejected => {
+                self.room = (self.room - ROOM).max(0.0);
                 self.rejections = self.rejections.saturating_add(1);
                 self.last_rejected = Some(now);
             }

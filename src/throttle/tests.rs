@@ -505,10 +505,10 @@ fn calls_come_back_when_a_spike_ends() {
 }
 
 #[test]
-fn an_accepted_answer_makes_room_for_two_calls_as_it_fades() {
+fn an_accepted_answer_makes_room_for_calls_as_it_fades() {
     // At the floor's share with no credit, calls go only by the room: 40
     // accepted answers over a 4 s window fade by 1 - e^-1/20 in 200 ms,
-    // which makes room for twice that.
+    // which makes room for `ROOM` times that.
     let mut books = Books {
         calls: 100.0,
         share: FLOOR,
@@ -533,8 +533,8 @@ fn an_accepted_answer_makes_room_for_two_calls_as_it_fades() {
 
 #[test]
 fn the_room_holds_a_second_of_itself_or_one_call() {
-    // 40 accepted answers in a 4 s window: ten a second, room for twenty
-    // a second, held for a second.
+    // 40 accepted answers in a 4 s window: ten a second, room for `ROOM`
+    // times that a second, held for a second.
     let mut books = Books { calls: 100.0, accepted: 40.0, answered: 40.0, ..Books::default() };
     books.advance(4_000);
     let held = ROOM * books.accepted * ROOM_MS / MIN_TAU_MS;
@@ -545,17 +545,28 @@ fn the_room_holds_a_second_of_itself_or_one_call() {
 }
 
 #[test]
-fn a_host_that_rejected_a_streak_gets_no_calls_by_its_room() {
+fn a_host_that_is_down_gets_no_calls_by_its_room() {
     let mut books = Books::default();
     drive(&mut books, 0, 20, 10, reject);
-    assert!(books.rejections >= STREAK);
+    assert!(books.down(20_000));
     books.room = 5.0;
     books.credit = 0.0;
     books.last_sent = 20_000;
     books.at = 20_000;
     assert!(!books.ask(20_100), "only the probe goes");
-    books.rejections = STREAK - 1;
-    assert!(books.ask(20_200), "one rejection fewer, and the room lets it go");
+    books.last_accepted = 19_000;
+    assert!(!books.down(20_200));
+    assert!(books.ask(20_200), "not down, and the room lets it go");
+}
+
+#[test]
+fn a_rejection_takes_back_the_room_an_accepted_answer_makes() {
+    let mut books =
+        Books { calls: 100.0, accepted: 40.0, answered: 40.0, room: 3.0, ..Books::default() };
+    books.observe(0, Answer::Rejected);
+    assert_eq!(books.room, 3.0 - ROOM);
+    books.observe(0, Answer::Rejected);
+    assert_eq!(books.room, 0.0, "never below none");
 }
 
 #[test]
