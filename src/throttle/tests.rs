@@ -579,3 +579,14 @@ fn a_call_kept_back_is_told_the_hosts_tally() {
     assert!(text.contains("with_throttling(false)"), "{text}");
     assert!(text.contains("SkipThrottling"), "{text}");
 }
+
+#[test]
+fn with_no_room_the_share_lets_its_part_of_calls_through_evenly() {
+    // No accepted answer to make room, a busy caller, a quarter share:
+    // every fourth call goes.
+    let mut books =
+        Books { calls: 100.0, accepted: 0.0, answered: 40.0, share: 0.25, ..Books::default() };
+    let goes: Vec<bool> = (0..12).map(|_| books.ask(0)).collect();
+    let expected = [false, false, false, true].repeat(3);
+    assert_eq!(goes, expected);
+}
