@@ -56,6 +56,7 @@
 //! [`RetryConfigBuilder::with_throttling`](crate::RetryConfigBuilder::with_throttling)
 //! turns it off for a middleware, and [`SkipThrottling`] for one request.
 
+use std::fmt;
 use std::time::{Duration, SystemTime};
 
 use http::{HeaderMap, HeaderValue};
@@ -161,17 +162,35 @@ pub struct SkipThrottling;
 /// The call's [`RetryReport`](crate::report::RetryReport) stops with
 /// [`StopReason::Throttled`](crate::report::StopReason::Throttled), after no
 /// attempt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "not sent: its host accepted about {accepted} of the {answered} attempts it answered lately, \
-     so this call was kept back to spare it (to send every call, turn the throttle off with \
-     `with_throttling(false)`, or mark the request with `rate_limit::SkipThrottling`)"
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Throttled {
     accepted: u32,
     answered: u32,
 }
+
+impl fmt::Display for Throttled {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Self { accepted, answered } = self;
+        f.write_str("not sent: ")?;
+        if *answered == 0 {
+            // The evidence that cut the host's share has faded, and no
+            // answer since has counted (other errors count as neither).
+            f.write_str("its host turned most attempts away, and has answered none lately")?;
+        } else {
+            write!(
+                f,
+                "its host accepted about {accepted} of the {answered} attempts it answered lately"
+            )?;
+        }
+        f.write_str(
+            ", so this call was kept back to spare it (to send every call, turn the throttle off \
+             with `with_throttling(false)`, or mark the request with `rate_limit::SkipThrottling`)",
+        )
+    }
+}
+
+impl std::error::Error for Throttled {}
 
 impl Throttled {
     /// A call kept back by a host that accepted `accepted` of the
