@@ -111,13 +111,14 @@ pub(crate) const MIN_ANSWERS: f64 = 10.0;
 pub(crate) const PRIOR: f64 = 10.0;
 /// First attempts the host has room for, per answer it accepted, whatever
 /// the share: each accepted answer makes room for this many calls as it
-/// fades from the books, and each rejected one takes as many back. The
-/// room lasts only while at least seven answers in ten are accepted (each
-/// call let through takes one): not in an overload, where the share holds
-/// the host at one accepted attempt in [`ACCEPTS_WORTH`], and not when a
-/// host that was taking calls goes down. More than one, so that calls that
-/// fall to what the host just took all go, with a margin for a process of
-/// a fleet whose part of what the host took was small.
+/// fades from the books, and each rejected one takes as many back, down to
+/// none (room already spent is not owed). In a steady overload, where the
+/// share holds the host at one accepted attempt in [`ACCEPTS_WORTH`] and
+/// most answers are rejections, it is spent about as soon as it is made;
+/// what it saves between bursts of calls goes on top of the share (see
+/// BENCHMARKS). More than one, so that calls that fall to what the host
+/// just took all go, with a margin for a process of a fleet whose part of
+/// what the host took was small.
 pub(crate) const ROOM: f64 = 2.5;
 /// The room held at the most: this many milliseconds of it, and at least
 /// one call.
