@@ -31,19 +31,7 @@ fn drive(
     per_sec: u64,
     mut server: impl FnMut(u64, u32) -> Answer,
 ) -> Run {
-    let mut run = Run::default();
-    let gap = 1000 / per_sec;
-    for i in 0..secs * per_sec {
-        let now = from + i * gap;
-        run.calls += 1;
-        if books.ask(now) {
-            let answer = server(now, run.sent);
-            run.sent += 1;
-            run.accepted += u32::from(answer == Answer::Accepted);
-            books.observe(now, answer);
-        }
-    }
-    run
+    drive_every(books, (from, from + secs * 1000), 1000 / per_sec, &mut server)
 }
 
 fn accept(_: u64, _: u32) -> Answer {
@@ -127,17 +115,7 @@ fn an_overloaded_host_is_sent_about_accepts_worth_times_what_it_takes() {
     // holding one second's worth.
     let mut books = Books::default();
     drive(&mut books, 0, 30, 10, accept);
-    let (mut tokens, mut last) = (1.0_f64, 30_000_u64);
-    let mut server = |now: u64, _| {
-        tokens = (tokens + (now - last) as f64 / 1000.0).min(1.0);
-        last = now;
-        if tokens >= 1.0 {
-            tokens -= 1.0;
-            Answer::Accepted
-        } else {
-            Answer::Rejected
-        }
-    };
+    let mut server = bucket(1.0, 1.0, 30_000);
     drive(&mut books, 30_000, 20, 10, &mut server);
     let settled = drive(&mut books, 50_000, 120, 10, &mut server);
     let ratio = f64::from(settled.sent) / f64::from(settled.accepted);
@@ -449,10 +427,9 @@ fn books_left_alone_for_a_while_start_afresh() {
     assert!(!books.down(now + 10));
 }
 
-/// A server taking `per_sec` attempts a second: a token bucket holding two
-/// seconds' worth, as the herd's overloaded server does.
-fn bucket(per_sec: f64, from: u64) -> impl FnMut(u64, u32) -> Answer {
-    let depth = (2.0 * per_sec).max(2.0);
+/// A server taking `per_sec` attempts a second from `from`: a token bucket
+/// holding `depth`, full at first.
+fn bucket(per_sec: f64, depth: f64, from: u64) -> impl FnMut(u64, u32) -> Answer {
     let (mut tokens, mut last) = (depth, from);
     move |now, _| {
         tokens = (tokens + now.saturating_sub(last) as f64 * per_sec / 1000.0).min(depth);
@@ -493,7 +470,7 @@ fn calls_come_back_when_a_spike_ends() {
     // one every two seconds. From 2 s after the spike, every call goes.
     for gap in [100, 200, 1_000, 2_000] {
         let mut books = Books::default();
-        let mut server = bucket(10.0, 30_000);
+        let mut server = bucket(10.0, 20.0, 30_000);
         drive_every(&mut books, (0, 30_000), 100, &mut server);
         let spike = drive_every(&mut books, (30_000, 50_000), 10, &mut server);
         let ratio = f64::from(spike.sent) / f64::from(spike.accepted);
