@@ -53,9 +53,10 @@ use super::{Clock, Sleep};
 /// test that calls an always-failing server over and over soon has its
 /// later calls sent once (the budget spent) and some kept back unsent with
 /// [`Throttled`](crate::rate_limit::Throttled). A test that wants every
-/// call sent turns both off:
-/// [`with_budget(None)`](crate::RetryConfigBuilder::with_budget) and
-/// [`with_throttling(false)`](crate::RetryConfigBuilder::with_throttling).
+/// call sent turns the throttle off with
+/// [`with_throttling(false)`](crate::RetryConfigBuilder::with_throttling),
+/// and one that wants each retried as configured turns the budget off with
+/// [`with_budget(None)`](crate::RetryConfigBuilder::with_budget).
 #[derive(Debug, Clone)]
 pub struct ManualClock {
     state: Arc<Mutex<State>>,

@@ -5,6 +5,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use super::{Answer, Books, FOLD};
+use crate::rate_limit::Throttled;
 
 /// A host's throttle: its books, and what lets a calm host skip them.
 #[derive(Debug, Default)]
@@ -60,22 +61,18 @@ impl Throttle {
     }
 
     /// A first attempt asks to go at `now` (see [`Books::ask`]); a host
-    /// that is not watched lets it go untouched.
-    pub(crate) fn ask(&self, now: u64) -> bool {
+    /// that is not watched lets it go untouched. A call kept back is told
+    /// what the books held then.
+    pub(crate) fn ask(&self, now: u64) -> Result<(), Throttled> {
         if !self.watched() {
-            return true;
+            return Ok(());
         }
         let mut books = self.books();
         let goes = books.ask(now);
         if books.calm(now) {
             self.watched.store(false, Ordering::Relaxed);
         }
-        goes
-    }
-
-    /// What a call this throttle kept back is told.
-    pub(crate) fn kept_back(&self) -> crate::rate_limit::Throttled {
-        self.books().kept_back()
+        if goes { Ok(()) } else { Err(books.kept_back()) }
     }
 
     /// Takes in an answer at `now`. Returns whether the host is watched

@@ -220,7 +220,7 @@ fn a_calm_host_tallies_without_the_books_and_folds_every_so_often() {
     // by the average over it.
     let spread = CALLS_TAU_MS / 1_000.0 * (1.0 - (-1_000.0 / CALLS_TAU_MS).exp());
     assert_eq!(throttle.books().calls, f64::from(FOLD) * spread);
-    assert!(throttle.ask(1_000));
+    assert!(throttle.ask(1_000).is_ok());
     assert_eq!(
         throttle.books().calls,
         f64::from(FOLD) * spread,
@@ -235,7 +235,7 @@ fn a_rejection_has_the_host_watched_until_it_is_calm_again() {
     assert_eq!(throttle.tally(), Tally::Watched);
     assert!(throttle.observe(1_000, Answer::Accepted));
     assert!(!throttle.idle(2_000));
-    assert!(throttle.ask(20_000));
+    assert!(throttle.ask(20_000).is_ok());
     assert!(throttle.idle(20_000), "calm ten seconds after its last rejection");
 }
 

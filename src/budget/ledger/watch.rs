@@ -18,11 +18,14 @@ impl Ledger {
     /// Asks `throttle` whether a first attempt goes at `now`; while it is
     /// watched, the call keeps every call looking its host up.
     fn ask(&self, throttle: &Throttle, now: u64) -> Passage<'_> {
-        let goes = throttle.ask(now);
+        let asked = throttle.ask(now);
         if throttle.watched() {
             self.look_until(now.saturating_add(STALE_MS));
         }
-        if goes { Passage::Open } else { Passage::Throttled(throttle.kept_back()) }
+        match asked {
+            Ok(()) => Passage::Open,
+            Err(throttled) => Passage::Throttled(throttled),
+        }
     }
 
     /// Books how `url`'s host answered an attempt at `now`: a rejection

@@ -304,8 +304,17 @@ async fn a_test_looping_on_a_failing_mock_meets_the_throttle_and_is_told_the_way
     assert!(told.starts_with("not sent: its host accepted about "), "{told}");
     assert!(told.contains("with_throttling(false)"), "{told}");
     assert!(told.contains("rate_limit::SkipThrottling"), "{told}");
-    // With the throttle off, every call is sent and ends 503.
+    // With the throttle off, every call is sent and ends 503; with the
+    // budget off as well, every call is also retried as configured (three
+    // times), as the README's testing section says.
     let config = RetryConfig::builder().with_throttling(false).build().unwrap();
+    let before = arrivals.len();
     let sent = ends(config).await;
     assert!(sent.iter().all(|end| matches!(end, Ok(r) if r.status() == 503)));
+    assert!(arrivals.len() - before < 4 * 50, "the budget still holds retries back");
+    let config = RetryConfig::builder().with_throttling(false).with_budget(None).build().unwrap();
+    let before = arrivals.len();
+    let sent = ends(config).await;
+    assert!(sent.iter().all(|end| matches!(end, Ok(r) if r.status() == 503)));
+    assert_eq!(arrivals.len() - before, 4 * 50);
 }
