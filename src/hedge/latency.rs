@@ -36,6 +36,8 @@ impl Default for Latencies {
 }
 
 struct Ring {
+    /// Grown as samples come, up to [`SAMPLES`]: a host called a few
+    /// times holds a few, not a full ring's worth of memory.
     samples: Vec<Duration>,
     next: usize,
     /// When the last sample came, counted in latencies recorded.
@@ -44,7 +46,7 @@ struct Ring {
 
 impl Ring {
     fn new() -> Mutex<Self> {
-        Mutex::new(Self { samples: Vec::with_capacity(SAMPLES), next: 0, used: 0 })
+        Mutex::new(Self { samples: Vec::new(), next: 0, used: 0 })
     }
 
     fn push(&mut self, latency: Duration, now: u64) {
@@ -156,5 +158,20 @@ mod tests {
         assert_eq!(known.count(), MAX_HOSTS - MAX_HOSTS / 8 - 1);
         assert_eq!(latencies.quantile(&host(0), 0.5), None, "the oldest went");
         assert_eq!(latencies.quantile(&host(MAX_HOSTS - 1), 0.5), Some(MS), "the newest stayed");
+    }
+
+    #[test]
+    fn a_ring_holds_memory_for_the_samples_it_has_not_a_full_ring() {
+        let latencies = Latencies::default();
+        let a: Url = "http://a.test/".parse().unwrap();
+        let held = || latencies.hosts.with(&a, |ring| lock(ring).samples.capacity()).unwrap();
+        for _ in 0..3 {
+            latencies.record(&a, MS);
+        }
+        assert!(held() < MIN_SAMPLES, "three samples hold {} places", held());
+        for _ in 0..SAMPLES * 2 {
+            latencies.record(&a, MS);
+        }
+        assert_eq!(held(), SAMPLES, "a full ring grows no further");
     }
 }
