@@ -348,6 +348,7 @@ pub mod report;
 mod retry_after;
 mod safety;
 mod shared;
+mod stripes;
 mod throttle;
 
 pub use backoff::{Backoff, Jitter};

@@ -393,7 +393,7 @@ impl Books {
 
 mod host;
 
-pub(crate) use host::{Tally, Throttle};
+pub(crate) use host::Throttle;
 
 #[cfg(test)]
 mod tests;

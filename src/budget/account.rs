@@ -4,6 +4,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
+use crate::stripes::note_shared_write;
+
 /// How many slots the window is cut into.
 pub(super) const SLOTS: u64 = 10;
 /// Thousandths of a retry: the cost of one retry.
@@ -69,6 +71,7 @@ impl Account {
         // Read before writing: time mostly stands within a slot, so most
         // calls change nothing.
         if seen > latest {
+            note_shared_write();
             self.latest.fetch_max(seen, Ordering::Relaxed);
             return seen;
         }
@@ -79,6 +82,7 @@ impl Account {
     /// while it is below `cap`, the rest into the window. Each answer earns
     /// once.
     pub(super) fn earn(&self, seen: u64, amount: u64, cap: u64) {
+        note_shared_write();
         let rest = self.refill(amount, cap);
         self.current(self.now(seen)).earned.fetch_add(rest, Ordering::Relaxed);
     }
@@ -96,6 +100,7 @@ impl Account {
         if rest == 0 {
             return None;
         }
+        note_shared_write();
         let before = self.unbooked.fetch_add(rest, Ordering::Relaxed);
         if before.saturating_add(rest) < RETRY_COST {
             return None;
@@ -107,17 +112,26 @@ impl Account {
 
     /// Books `batch`, earned by answers up to slot `seen`, into that slot.
     pub(super) fn book(&self, seen: u64, batch: u64) {
+        note_shared_write();
         self.touch(seen);
         self.current(self.now(seen)).earned.fetch_add(batch, Ordering::Relaxed);
+    }
+
+    /// Whether the reserve holds `cap`: full, as it is for almost every
+    /// answer.
+    #[inline]
+    pub(super) fn reserve_full(&self, cap: u64) -> bool {
+        self.reserve.load(Ordering::Relaxed) >= cap
     }
 
     /// Puts `amount` into the reserve while it is below `cap`; returns the
     /// rest.
     fn refill(&self, amount: u64, cap: u64) -> u64 {
         // Read before writing: the reserve is full for almost every answer.
-        if self.reserve.load(Ordering::Relaxed) >= cap {
+        if self.reserve_full(cap) {
             return amount;
         }
+        note_shared_write();
         let refill = |r: u64| Some(r.saturating_add(amount).min(cap));
         let before = self
             .reserve
@@ -130,6 +144,7 @@ impl Account {
     /// cover it: from the earnings first, the rest from the reserve.
     /// Returns how it was paid, for a refund; `None` when refused.
     pub(super) fn try_spend(&self, seen: u64) -> Option<Paid> {
+        note_shared_write();
         let _turn = self.lock();
         let now = self.now(seen);
         self.note_trouble(now);
@@ -150,6 +165,7 @@ impl Account {
     /// Gives a retry's cost back: what the reserve paid to the reserve (up
     /// to `cap`), what the window paid as earnings of the current slot.
     pub(super) fn refund(&self, seen: u64, paid: Paid, cap: u64) {
+        note_shared_write();
         let from_window = RETRY_COST.saturating_sub(paid.from_reserve);
         self.current(self.now(seen)).earned.fetch_add(from_window, Ordering::Relaxed);
         let refill = |r: u64| Some(r.saturating_add(paid.from_reserve).min(cap));
@@ -162,6 +178,7 @@ impl Account {
     }
 
     fn note_trouble(&self, now: u64) {
+        note_shared_write();
         self.troubled.fetch_max(now.saturating_add(1), Ordering::Relaxed);
     }
 
@@ -170,6 +187,7 @@ impl Account {
         // Read before writing: most requests fall in a slot already
         // recorded.
         if seen > self.used.load(Ordering::Relaxed) {
+            note_shared_write();
             self.used.fetch_max(seen, Ordering::Relaxed);
         }
     }

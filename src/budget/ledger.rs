@@ -13,6 +13,7 @@ use super::account::{Account, Paid, RETRY_COST, SLOTS};
 use super::{BudgetScope, RetryBudget};
 use crate::hosts::{Host, HostState, Hosts};
 use crate::pause::Pause;
+use crate::stripes::{Batch, Tallies};
 use crate::throttle::{Answer, Throttle};
 
 /// Hosts tracked before the least recently used calm ones are forgotten.
@@ -31,6 +32,9 @@ pub(crate) struct Ledger {
     /// Earned per final answer, in thousandths of a retry (0 without a
     /// budget).
     earn: u64,
+    /// Final answers that earn a retry: how many a thread counts before it
+    /// books them ([`crate::stripes`]).
+    per_retry: u32,
     /// The reserve's capacity, in thousandths (0 without a budget).
     reserve: u64,
     /// Width of a slot in milliseconds: at least 10, as the window is at
@@ -39,6 +43,8 @@ pub(crate) struct Ledger {
     origin: OnceLock<Instant>,
     /// The account of a global budget.
     global: Option<Arc<Account>>,
+    /// What final answers earn for the global account, counted per thread.
+    tallies: Tallies,
     /// What is kept per host: a per-host budget's accounts, and pauses.
     hosts: Hosts<Record>,
     /// Whether a server's pause is shared by the host's calls.
@@ -64,6 +70,9 @@ pub(crate) struct Record {
     pause: Pause,
     /// How many of its first attempts go (see [`crate::throttle`]).
     pub(super) throttle: Throttle,
+    /// Its final answers, counted per thread while it is calm, for its
+    /// account and its throttle.
+    tallies: Tallies,
     /// The books' slot width, to read the table's clock in milliseconds.
     slot_ms: u64,
 }
@@ -74,6 +83,7 @@ impl Record {
             account: account.map(Arc::new),
             pause: Pause::default(),
             throttle: Throttle::default(),
+            tallies: Tallies::default(),
             slot_ms,
         }
     }
@@ -129,13 +139,19 @@ impl Ledger {
         // forgotten (it is not forgotten while it fails). No pause is
         // kept for them.
         let overflow = Record::new(per_host.then(|| Account::new(0)), slot_ms);
+        let per_retry = match earn {
+            0 => u32::MAX,
+            earn => u32::try_from(RETRY_COST.div_ceil(earn)).unwrap_or(u32::MAX),
+        };
         Some(Self {
             budgeted: budget.is_some(),
             earn,
+            per_retry,
             reserve,
             slot_ms,
             origin: OnceLock::new(),
             global,
+            tallies: Tallies::default(),
             hosts: Hosts::sharded(MAX_HOSTS, SHARDS, SLOTS, overflow),
             pauses,
             throttling,
@@ -194,38 +210,84 @@ impl Ledger {
     /// Records a final answer from `url`'s host, with no reference to its
     /// account kept: the happy path's whole cost of the budget, and, when
     /// `accepted` (see [`crate::throttle`]), of the host's throttle too,
-    /// in the same lookup. The time (`now`) is read only to book a retry's
-    /// worth of answers or a throttle's tally, for a host whose throttle
-    /// is watched, or for a host that is new.
+    /// in the same lookup. While the host is calm (its reserve full, its
+    /// throttle not watched), the answer is counted by this thread alone
+    /// and booked with its thread's batch ([`crate::stripes`]); the time
+    /// (`now`) is read only to book a batch, for a host that is recovering,
+    /// or for a host that is new.
     pub(super) fn earn_for(&self, url: &Url, accepted: bool, now: impl FnOnce() -> Instant) {
         let tally = accepted && self.throttling;
         let mut now = Lazy::new(now);
         if let Some(account) = &self.global {
-            if let Some(batch) = account.earn_unbooked(self.earn, self.reserve) {
-                account.book(self.slot_number(now.get()), batch);
+            if self.earns_in_batch(account, &mut now) {
+                if let Some(batch) = self.tallies.count(true, false, self.per_retry) {
+                    self.book_batch(Some(account), None, batch, &mut now);
+                }
             }
             if tally {
                 self.observe(url, Answer::Accepted, || now.get());
             }
             return;
         }
-        let earned = self.hosts.with_or_full(url, |record| {
-            if tally {
-                self.tally(record, &mut now);
-            }
-            let account = record.account.as_ref()?;
-            let batch = account.earn_unbooked(self.earn, self.reserve)?;
-            Some((account.clone(), batch))
-        });
-        match earned {
-            Ok(Some((account, batch))) => account.book(self.slot_number(now.get()), batch),
-            Ok(None) => {}
+        let known = self.hosts.with_or_full(url, |record| self.answered(record, tally, &mut now));
+        match known {
+            Ok(()) => {}
             // Past the bound, a host's answers alone do not let it in:
             // a new account's reserve is full, so all they would add
             // is less than a retry, unbooked. A host enters once it
             // fails, and does not push out a calm one before.
             Err(true) => {}
             Err(false) => self.earn_new(url, now.get()),
+        }
+    }
+
+    /// A final answer from `record`'s host: it earns for the host's
+    /// account, if there is one, and is counted in its throttle if
+    /// `accepted`; in this thread's batch while the host is calm.
+    fn answered(&self, record: &Record, accepted: bool, now: &mut Lazy<impl FnOnce() -> Instant>) {
+        let earns =
+            record.account.as_deref().is_some_and(|account| self.earns_in_batch(account, now));
+        let accepted = accepted && self.tallies_in_batch(record, now);
+        if !(earns || accepted) {
+            return;
+        }
+        if let Some(batch) = record.tallies.count(earns, accepted, self.per_retry) {
+            self.book_batch(record.account.as_deref(), Some(&record.throttle), batch, now);
+        }
+    }
+
+    /// Whether a final answer's earning for `account` waits for its
+    /// thread's batch: while the reserve is full. Below it, the answer is
+    /// booked now, so that the reserve a failure drew on is refilled answer
+    /// by answer.
+    fn earns_in_batch(&self, account: &Account, now: &mut Lazy<impl FnOnce() -> Instant>) -> bool {
+        if account.reserve_full(self.reserve) {
+            return self.earn > 0;
+        }
+        if let Some(batch) = account.earn_unbooked(self.earn, self.reserve) {
+            account.book(self.slot_number(now.get()), batch);
+        }
+        false
+    }
+
+    /// Books what one thread counted for a host: its earnings into
+    /// `account`, its accepted answers into `throttle`.
+    #[cold]
+    fn book_batch(
+        &self,
+        account: Option<&Account>,
+        throttle: Option<&Throttle>,
+        batch: Batch,
+        now: &mut Lazy<impl FnOnce() -> Instant>,
+    ) {
+        if let Some(account) = account.filter(|_| batch.earned > 0) {
+            let earned = self.earn.saturating_mul(batch.earned.into());
+            account.earn(self.slot_number(now.get()), earned, self.reserve);
+        }
+        if let Some(throttle) = throttle.filter(|_| batch.accepted > 0) {
+            if throttle.tally(batch.accepted) {
+                throttle.fold(self.ms(now.get()));
+            }
         }
     }
 
@@ -236,11 +298,13 @@ impl Ledger {
             return;
         }
         let seen = self.slot_number(now);
-        let account = self.insert(url, seen);
-        account.touch(seen);
-        if let Some(batch) = account.earn_unbooked(self.earn, self.reserve) {
-            account.book(seen, batch);
+        let host = self.record(url, seen);
+        if let Some(account) = &host.value.account {
+            account.touch(seen);
         }
+        // Counted as its later answers will be; a host new to the table
+        // has no throttle to count in yet.
+        self.answered(&host.value, false, &mut Lazy::new(|| now));
     }
 
     /// The account of `url`'s host, fresh if it is new: its reserve full,

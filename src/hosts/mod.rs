@@ -68,6 +68,8 @@ use hashbrown::HashTable;
 use reqwest::Url;
 use rustc_hash::FxBuildHasher;
 
+use crate::stripes::note_shared_write;
+
 /// What a table needs to know of the state it keeps for a host.
 pub(crate) trait HostState {
     /// When the host was last used, on the owner's own clock: the least
@@ -218,6 +220,8 @@ impl<V: HostState> Hosts<V> {
 
     /// The entry of `url`'s host, if the table knows it.
     pub(crate) fn get(&self, url: &Url) -> Option<Arc<Host<V>>> {
+        // A reference counted on the entry.
+        note_shared_write();
         let key = HostRef::of(url);
         let hashed = hash(key);
         read(self.shard(hashed)).hosts.find(hashed, |host| host.key() == key).cloned()
@@ -240,6 +244,7 @@ impl<V: HostState> Hosts<V> {
         now: u64,
         make: impl FnOnce(bool) -> V,
     ) -> Arc<Host<V>> {
+        note_shared_write();
         let key = HostRef::of(url);
         let hashed = hash(key);
         let mut table = write(self.shard(hashed));

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use super::{Answer, Books, FOLD};
 use crate::rate_limit::Throttled;
+use crate::stripes::note_shared_write;
 
 /// A host's throttle: its books, and what lets a calm host skip them.
 #[derive(Debug, Default)]
@@ -16,18 +17,6 @@ pub(crate) struct Throttle {
     /// Accepted answers tallied and not yet in the books.
     tallied: AtomicU32,
     books: Mutex<Books>,
-}
-
-/// What a tallied answer asks of the caller.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Tally {
-    /// Counted; nothing else to do.
-    Counted,
-    /// Bring the books up to date: call [`Throttle::fold`] with the time.
-    Fold,
-    /// The host is watched: book the answer with its time
-    /// ([`Throttle::observe`]).
-    Watched,
 }
 
 impl Throttle {
@@ -42,18 +31,19 @@ impl Throttle {
         self.watched.load(Ordering::Relaxed)
     }
 
-    /// Counts an accepted answer with no time read, while the host is calm.
-    #[inline]
-    pub(crate) fn tally(&self) -> Tally {
-        if self.watched() {
-            return Tally::Watched;
-        }
-        let tallied = self.tallied.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
-        if tallied >= FOLD { Tally::Fold } else { Tally::Counted }
+    /// Counts `answers` accepted answers with no time read, booked by one
+    /// thread's batch ([`crate::stripes`]). Returns whether to bring them
+    /// into the books now ([`fold`](Self::fold)): every [`FOLD`] of them,
+    /// or at once if the host became watched since they were counted.
+    pub(crate) fn tally(&self, answers: u32) -> bool {
+        note_shared_write();
+        let tallied = self.tallied.fetch_add(answers, Ordering::Relaxed).wrapping_add(answers);
+        tallied >= FOLD || self.watched()
     }
 
     /// Brings the tallied answers into the books at `now`.
     pub(crate) fn fold(&self, now: u64) {
+        note_shared_write();
         let answers = self.tallied.swap(0, Ordering::Relaxed);
         if answers > 0 {
             self.books().fold(now, answers);
@@ -67,6 +57,7 @@ impl Throttle {
         if !self.watched() {
             return Ok(());
         }
+        note_shared_write();
         let mut books = self.books();
         let goes = books.ask(now);
         if books.calm(now) {
@@ -78,6 +69,7 @@ impl Throttle {
     /// Takes in an answer at `now`. Returns whether the host is watched
     /// after it.
     pub(crate) fn observe(&self, now: u64, answer: Answer) -> bool {
+        note_shared_write();
         let answers = self.tallied.swap(0, Ordering::Relaxed);
         let mut books = self.books();
         if answers > 0 {

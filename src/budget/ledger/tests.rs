@@ -298,3 +298,53 @@ fn hosts_refused_once_and_left_alone_make_room_in_time() {
         assert!(!b.hosts.is_overflow(&host), "new{n}.test found no room");
     }
 }
+
+#[test]
+fn calls_answered_at_once_from_many_threads_write_nothing_shared_but_their_batches() {
+    for scope in [BudgetScope::PerHost, BudgetScope::Global] {
+        ten_thousand_calls_to_one_host_from_eight_threads(scope);
+    }
+}
+
+fn ten_thousand_calls_to_one_host_from_eight_threads(scope: BudgetScope) {
+    const THREADS: u64 = 8;
+    const CALLS: u64 = 10_000;
+    let budget = RetryBudget::default().with_scope(scope);
+    let ledger = Ledger::new(Some(&budget), 3, true, true).unwrap();
+    let host = url("http://busy.test/orders");
+    let t0 = Instant::now();
+    let writes: u64 = std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..THREADS)
+            .map(|_| {
+                scope.spawn(|| {
+                    let before = crate::stripes::shared_writes();
+                    for _ in 0..CALLS / THREADS {
+                        // What a call that ends on its first attempt does
+                        // with the books: asks before it sends, and books
+                        // its final answer, which the host accepted.
+                        assert!(matches!(ledger.gate(&host, || t0, true), Passage::Open));
+                        ledger.earn_for(&host, true, || t0);
+                    }
+                    crate::stripes::shared_writes() - before
+                })
+            })
+            .collect();
+        threads.into_iter().map(|thread| thread.join().unwrap()).sum()
+    });
+    // A thread books its batch of answers: the batch taken, the account's
+    // earning, the throttle's tally, and its books every FOLD answers. The
+    // host's first answers, before it is known busy, are counted in one
+    // shared word: four a batch covers them.
+    let batches = CALLS / u64::from(crate::stripes::BATCH);
+    let most = 4 * batches;
+    assert!(writes <= most, "{scope:?}: {writes} shared writes for {CALLS} calls (at most {most})");
+    // What the answers earned is there (a retry per batch, and the
+    // reserve), less at most a batch held by each thread or left in the
+    // shared word when the host got its stripes.
+    let available = ledger.account(&host, t0).available(0);
+    let earned = 5 + batches;
+    assert!(
+        (earned - THREADS - 1..=earned).contains(&available),
+        "{scope:?}: {available} of {earned}"
+    );
+}

@@ -12,7 +12,8 @@ use super::{Lazy, Ledger, Record, SLOTS};
 use crate::hosts::Host;
 use crate::pause::Gate;
 use crate::rate_limit::Throttled;
-use crate::throttle::{Answer, STALE_MS, Tally, Throttle};
+use crate::stripes::note_shared_write;
+use crate::throttle::{Answer, STALE_MS, Throttle};
 
 impl Ledger {
     /// Asks `throttle` whether a first attempt goes at `now`; while it is
@@ -64,14 +65,32 @@ impl Ledger {
         self.book(&host.0.value.throttle, answer, self.ms(now));
     }
 
-    /// Counts an accepted answer in `record`'s throttle, reading the time
-    /// only when its tally is due or it is watched.
+    /// Counts an accepted answer in `record`'s throttle: in this thread's
+    /// batch while the host is not watched.
     #[inline]
     pub(super) fn tally(&self, record: &Record, now: &mut Lazy<impl FnOnce() -> Instant>) {
-        match record.throttle.tally() {
-            Tally::Counted => {}
-            Tally::Fold | Tally::Watched => self.book_now(record, now),
+        if !self.tallies_in_batch(record, now) {
+            return;
         }
+        if let Some(batch) = record.tallies.count(false, true, self.per_retry) {
+            self.book_batch(None, Some(&record.throttle), batch, now);
+        }
+    }
+
+    /// Whether an accepted answer waits for its thread's batch to reach
+    /// `record`'s throttle: unless the host is watched, when it is booked
+    /// now, with its time.
+    #[inline]
+    pub(super) fn tallies_in_batch(
+        &self,
+        record: &Record,
+        now: &mut Lazy<impl FnOnce() -> Instant>,
+    ) -> bool {
+        if !record.throttle.watched() {
+            return true;
+        }
+        self.book_now(record, now);
+        false
     }
 
     /// Books an accepted answer into `record`'s throttle, the time read now.
@@ -162,6 +181,7 @@ impl Ledger {
     /// pause's end: by then its probe has gone, or the host may be
     /// forgotten.
     fn look_until(&self, until: u64) {
+        note_shared_write();
         let window = self.slot_ms.saturating_mul(SLOTS);
         let horizon = until.saturating_add(window).saturating_add(1);
         self.watch_until.fetch_max(horizon, Ordering::AcqRel);

@@ -1,0 +1,203 @@
+//! Counts that each thread keeps on a cache line of its own, booked a
+//! batch at a time: how a host's final answers are counted without every
+//! call writing a line that calls on other threads write too.
+//!
+//! A host's answers are first counted in one shared word. Once a batch of
+//! them has been booked that way, the host is busy enough to be worth
+//! more memory: it gets a stripe per thread slot, each padded to
+//! its own cache line, and from then on a thread counts into its own
+//! stripe and books its own batches. A host called a few times holds no
+//! stripes.
+//!
+//! Threads take the lowest free slot when they first count, and give it
+//! back when they end, so the threads alive at once hold distinct slots: a
+//! stripe is written by one thread as long as no more threads count at
+//! once than there are stripes ([`stripes`]: one per core, at least
+//! eight). Past that, threads share stripes, which stays correct (the
+//! counts are atomic), only no longer free of contention.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+use crossbeam_utils::CachePadded;
+
+/// Accepted answers a thread counts for a host's throttle before it books
+/// them; answers that earn are booked a retry's worth at a time (ten at
+/// the budget's default ratio).
+pub(crate) const BATCH: u32 = 10;
+/// The fewest stripes a busy host gets, whatever the cores.
+const MIN_STRIPES: usize = 8;
+/// The most, whatever the cores: 8 KiB a busy host.
+const MAX_STRIPES: usize = 64;
+
+/// One host's answers, counted per thread once it is busy.
+#[derive(Debug, Default)]
+pub(crate) struct Tallies {
+    /// Counts before the host has stripes, shared by every thread.
+    early: AtomicU64,
+    stripes: OnceLock<Box<[CachePadded<AtomicU64>]>>,
+}
+
+/// What one thread counted for a host: answers that earn for the budget,
+/// and answers the host accepted, for its throttle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Batch {
+    pub(crate) earned: u32,
+    pub(crate) accepted: u32,
+}
+
+impl Batch {
+    /// The two counts, as a counter holds them: earned in the low half.
+    fn of(word: u64) -> Self {
+        Self { earned: word as u32, accepted: (word >> 32) as u32 }
+    }
+
+    fn word(earns: bool, accepted: bool) -> u64 {
+        u64::from(earns) | (u64::from(accepted) << 32)
+    }
+
+    /// Whether a thread books what it counted: a retry's worth of
+    /// earnings, `per_retry` answers, or a [`BATCH`] of accepted ones.
+    fn full(self, per_retry: u32) -> bool {
+        self.earned >= per_retry || self.accepted >= BATCH
+    }
+}
+
+impl Tallies {
+    /// Counts one answer: one that `earns` for the budget (`per_retry` of
+    /// them earn a retry), one the host `accepted`, or both. Returns the
+    /// batch for the caller to book once this thread's counts are full
+    /// ([`Batch::full`]); until then, nothing.
+    #[inline]
+    pub(crate) fn count(&self, earns: bool, accepted: bool, per_retry: u32) -> Option<Batch> {
+        self.count_at(slot(), earns, accepted, per_retry)
+    }
+
+    /// [`count`](Self::count) for the thread in `slot`.
+    #[inline]
+    fn count_at(&self, slot: usize, earns: bool, accepted: bool, per_retry: u32) -> Option<Batch> {
+        let one = Batch::word(earns, accepted);
+        let counter = self.counter(slot);
+        let after = counter.fetch_add(one, Ordering::Relaxed).wrapping_add(one);
+        if !Batch::of(after).full(per_retry) {
+            return None;
+        }
+        self.take(counter)
+    }
+
+    /// Takes a full batch from `counter`, and gives the host its stripes
+    /// if it had none.
+    #[cold]
+    fn take(&self, counter: &AtomicU64) -> Option<Batch> {
+        note_shared_write();
+        // Another thread sharing the counter may have taken it first: then
+        // this takes what came since, maybe nothing.
+        let batch = Batch::of(counter.swap(0, Ordering::Relaxed));
+        self.stripes.get_or_init(|| (0..stripes()).map(|_| Default::default()).collect());
+        (batch != Batch::default()).then_some(batch)
+    }
+
+    /// The counter the thread in `slot` counts into.
+    #[inline]
+    fn counter(&self, slot: usize) -> &AtomicU64 {
+        match self.stripes.get() {
+            // The stripes are a power of two.
+            Some(stripes) => &stripes[slot & stripes.len().wrapping_sub(1)],
+            None => {
+                note_shared_write();
+                &self.early
+            }
+        }
+    }
+
+    /// Whether the host counts per thread yet.
+    #[cfg(test)]
+    pub(crate) fn striped(&self) -> bool {
+        self.stripes.get().is_some()
+    }
+}
+
+/// Stripes a busy host gets: one per core the process may run on, rounded
+/// up to a power of two, from [`MIN_STRIPES`] to [`MAX_STRIPES`].
+fn stripes() -> usize {
+    static STRIPES: OnceLock<usize> = OnceLock::new();
+    *STRIPES.get_or_init(|| {
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        cores.next_power_of_two().clamp(MIN_STRIPES, MAX_STRIPES)
+    })
+}
+
+/// Thread slots: the lowest free one is taken, and given back when its
+/// thread ends.
+#[derive(Debug, Default)]
+struct Slots {
+    next: usize,
+    free: BinaryHeap<Reverse<usize>>,
+}
+
+impl Slots {
+    fn take(&mut self) -> usize {
+        match self.free.pop() {
+            Some(Reverse(slot)) => slot,
+            None => {
+                self.next = self.next.saturating_add(1);
+                self.next.saturating_sub(1)
+            }
+        }
+    }
+
+    fn give_back(&mut self, slot: usize) {
+        self.free.push(Reverse(slot));
+    }
+}
+
+static SLOTS: Mutex<Slots> = Mutex::new(Slots { next: 0, free: BinaryHeap::new() });
+
+fn slots() -> std::sync::MutexGuard<'static, Slots> {
+    // Plain numbers, whole whatever a panicking holder left.
+    SLOTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A thread's slot, given back when the thread ends.
+struct Slot(usize);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        slots().give_back(self.0);
+    }
+}
+
+thread_local! {
+    static SLOT: Slot = Slot(slots().take());
+}
+
+/// This thread's slot; 0 while the thread is ending.
+#[inline]
+fn slot() -> usize {
+    SLOT.try_with(|slot| slot.0).unwrap_or(0)
+}
+
+#[cfg(test)]
+thread_local! {
+    static SHARED_WRITES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Notes a write to memory that calls on other threads may write too.
+/// Counted per thread in tests, for the test that the happy path makes
+/// none but its batch bookings; nothing otherwise.
+#[inline(always)]
+pub(crate) fn note_shared_write() {
+    #[cfg(test)]
+    SHARED_WRITES.with(|writes| writes.set(writes.get().wrapping_add(1)));
+}
+
+/// The shared writes this thread has noted so far.
+#[cfg(test)]
+pub(crate) fn shared_writes() -> u64 {
+    SHARED_WRITES.with(std::cell::Cell::get)
+}
+
+#[cfg(test)]
+mod tests;
