@@ -12,6 +12,10 @@
 //!
 //! `cargo bench --bench interleaved [-- --rounds R --calls N]`
 //!
+//! Between the two, one host from 64 callers on one worker thread, two,
+//! and every core the machine has: the case where calls on different
+//! threads meet on one host's state. `--cores` runs only that.
+//!
 //! `--grid [--hosts H] [--callers C]` runs only the hosts grid, or one row
 //! or cell of it.
 //!
@@ -69,11 +73,14 @@ async fn spread(client: &ClientWithMiddleware, urls: &Arc<Vec<String>>, callers:
     }
 }
 
-/// A runtime on this thread for one caller, or on two worker threads.
-fn runtime(callers: usize) -> tokio::runtime::Runtime {
+/// A runtime on this thread for one caller, or on `workers` worker
+/// threads.
+fn runtime(callers: usize, workers: usize) -> tokio::runtime::Runtime {
     match callers {
         1 => tokio::runtime::Builder::new_current_thread().enable_all().build(),
-        _ => tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build(),
+        _ => {
+            tokio::runtime::Builder::new_multi_thread().worker_threads(workers).enable_all().build()
+        }
     }
     .expect("a runtime")
 }
@@ -84,16 +91,15 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 }
 
 /// Per-call times of `stacks` over `rounds` interleaved rounds of `n` calls
-/// each, from `callers` tasks over `hosts` hosts, after a warm-up that
-/// calls every host.
+/// each, from `callers` tasks over `hosts` hosts on `workers` threads (one
+/// caller: on this one), after a warm-up that calls every host.
 fn rounds(
     stacks: &[Stack],
     rounds: usize,
     n: u64,
-    hosts: usize,
-    callers: usize,
+    (hosts, callers, workers): (usize, usize, usize),
 ) -> Vec<Vec<Duration>> {
-    let runtime = runtime(callers);
+    let runtime = runtime(callers, workers);
     let urls = urls(hosts);
     let clients: Vec<ClientWithMiddleware> = stacks.iter().copied().map(client).collect();
     for client in &clients {
@@ -126,7 +132,7 @@ fn summary(own: &[Duration], peer: &[Duration]) -> (f64, [f64; 3]) {
 fn main() {
     let mut args = std::env::args().skip(1);
     let (mut rounds_n, mut n, mut only, mut hosts) = (41usize, 2000u64, None, None);
-    let (mut grid, mut callers) = (false, None);
+    let (mut grid, mut cores, mut callers) = (false, false, None);
     while let Some(arg) = args.next() {
         let mut value = || args.next().unwrap_or_default();
         match arg.as_str() {
@@ -135,6 +141,7 @@ fn main() {
             "--hosts" => hosts = Some(value().parse().expect("--hosts takes a number")),
             "--callers" => callers = Some(value().parse().expect("--callers takes a number")),
             "--grid" => grid = true,
+            "--cores" => cores = true,
             "--only" => {
                 let name = value();
                 only = Some(STACKS.into_iter().find(|s| s.name() == name).expect("a stack's name"));
@@ -147,18 +154,23 @@ fn main() {
     if let Some(stack) = only {
         let callers = callers.unwrap_or(1);
         let client = client(stack);
-        runtime(callers).block_on(spread(&client, &urls(hosts.unwrap_or(1)), callers, n));
+        runtime(callers, 2).block_on(spread(&client, &urls(hosts.unwrap_or(1)), callers, n));
+        return;
+    }
+    if cores {
+        cores_table(rounds_n, n);
         return;
     }
     if !grid {
         table(rounds_n, n);
+        cores_table(rounds_n, n);
     }
     hosts_grid(rounds_n, n, hosts, callers);
 }
 
 /// The stacks side by side, calls to one host from one caller.
 fn table(rounds_n: usize, n: u64) {
-    let times = rounds(&STACKS, rounds_n, n, 1, 1);
+    let times = rounds(&STACKS, rounds_n, n, (1, 1, 1));
     let peer = STACKS.iter().position(|s| *s == Stack::Peer).expect("the peer is measured");
     println!("{rounds_n} interleaved rounds of {n} in-process calls per stack (200 first time):");
     println!("  {:<30} {:>12} {:>26}", "stack", "median/call", "÷ reqwest-retry (p10–p90)");
@@ -170,6 +182,30 @@ fn table(rounds_n: usize, n: u64) {
             median * 1e9,
             ratio,
         );
+    }
+}
+
+/// One host from 64 callers on one worker thread, two, and every core:
+/// where calls on different threads would meet on the host's state.
+fn cores_table(rounds_n: usize, n: u64) {
+    let all = std::thread::available_parallelism().map_or(1, usize::from);
+    let mut workers = vec![1, 2, all];
+    workers.sort_unstable();
+    workers.dedup();
+    let n = n * 8;
+    println!(
+        "\nOne host from 64 callers, ÷ reqwest-retry (p10–p90), {} rounds of {n} calls \
+         ({all} cores here):",
+        rounds_n.div_ceil(2)
+    );
+    println!("  {:>8}  {:>26}  {:>26}", "threads", "ours", "ours, no budget");
+    for threads in workers {
+        let times = rounds(&GRID_STACKS, rounds_n.div_ceil(2), n, (1, 64, threads));
+        let cell = |i: usize| {
+            let (_, [ratio, low, high]) = summary(&times[i], &times[0]);
+            format!("{ratio:.3} ({low:.3}–{high:.3})")
+        };
+        println!("  {threads:>8}  {:>26}  {:>26}", cell(1), cell(2));
     }
 }
 
@@ -188,7 +224,7 @@ fn hosts_grid(rounds_n: usize, n: u64, hosts: Option<usize>, callers: Option<usi
         // joining them is a small part of it.
         let n = if callers == 1 { n } else { n * 8 };
         for hosts in hosts.map_or(vec![1, 1000, 5000, 50_000], |h| vec![h]) {
-            let times = rounds(&GRID_STACKS, rounds_n.div_ceil(2), n, hosts, callers);
+            let times = rounds(&GRID_STACKS, rounds_n.div_ceil(2), n, (hosts, callers, 2));
             let cell = |i: usize| {
                 let (_, [ratio, low, high]) = summary(&times[i], &times[0]);
                 format!("{ratio:.3} ({low:.3}–{high:.3})")

@@ -37,6 +37,9 @@ const MAX_STRIPES: usize = 64;
 pub(crate) struct Tallies {
     /// Counts before the host has stripes, shared by every thread.
     early: AtomicU64,
+    /// One past the slot in which the shared word last filled; 0 for
+    /// never.
+    filled: AtomicU64,
     stripes: OnceLock<Box<[CachePadded<AtomicU64>]>>,
 }
 
@@ -46,12 +49,14 @@ pub(crate) struct Tallies {
 pub(crate) struct Batch {
     pub(crate) earned: u32,
     pub(crate) accepted: u32,
+    /// Counted in the host's shared word, not in a thread's stripe.
+    shared: bool,
 }
 
 impl Batch {
     /// The two counts, as a counter holds them: earned in the low half.
     fn of(word: u64) -> Self {
-        Self { earned: word as u32, accepted: (word >> 32) as u32 }
+        Self { earned: word as u32, accepted: (word >> 32) as u32, shared: false }
     }
 
     fn word(earns: bool, accepted: bool) -> u64 {
@@ -79,35 +84,37 @@ impl Tallies {
     #[inline]
     fn count_at(&self, slot: usize, earns: bool, accepted: bool, per_retry: u32) -> Option<Batch> {
         let one = Batch::word(earns, accepted);
-        let counter = self.counter(slot);
+        let (counter, shared) = self.counter(slot);
         let after = counter.fetch_add(one, Ordering::Relaxed).wrapping_add(one);
         if !Batch::of(after).full(per_retry) {
             return None;
         }
-        self.take(counter)
+        take(counter, shared)
     }
 
-    /// Takes a full batch from `counter`, and gives the host its stripes
-    /// if it had none.
-    #[cold]
-    fn take(&self, counter: &AtomicU64) -> Option<Batch> {
-        note_shared_write();
-        // Another thread sharing the counter may have taken it first: then
-        // this takes what came since, maybe nothing.
-        let batch = Batch::of(counter.swap(0, Ordering::Relaxed));
-        self.stripes.get_or_init(|| (0..stripes()).map(|_| Default::default()).collect());
-        (batch != Batch::default()).then_some(batch)
+    /// Notes that a batch was booked at `slot` of the books' timeline: a
+    /// host whose shared word filled twice within one slot gets its
+    /// stripes.
+    pub(crate) fn booked(&self, batch: Batch, slot: u64) {
+        if !batch.shared {
+            return;
+        }
+        let filled = slot.saturating_add(1);
+        if self.filled.swap(filled, Ordering::Relaxed) == filled {
+            self.stripes.get_or_init(|| (0..stripes()).map(|_| Default::default()).collect());
+        }
     }
 
-    /// The counter the thread in `slot` counts into.
+    /// The counter the thread in `slot` counts into, and whether it is the
+    /// shared word.
     #[inline]
-    fn counter(&self, slot: usize) -> &AtomicU64 {
+    fn counter(&self, slot: usize) -> (&AtomicU64, bool) {
         match self.stripes.get() {
             // The stripes are a power of two.
-            Some(stripes) => &stripes[slot & stripes.len().wrapping_sub(1)],
+            Some(stripes) => (&stripes[slot & stripes.len().wrapping_sub(1)], false),
             None => {
                 note_shared_write();
-                &self.early
+                (&self.early, true)
             }
         }
     }
@@ -117,6 +124,16 @@ impl Tallies {
     pub(crate) fn striped(&self) -> bool {
         self.stripes.get().is_some()
     }
+}
+
+/// Takes a full batch from `counter`.
+#[cold]
+fn take(counter: &AtomicU64, shared: bool) -> Option<Batch> {
+    note_shared_write();
+    // Another thread sharing the counter may have taken it first: then
+    // this takes what came since, maybe nothing.
+    let batch = Batch { shared, ..Batch::of(counter.swap(0, Ordering::Relaxed)) };
+    (batch.earned > 0 || batch.accepted > 0).then_some(batch)
 }
 
 /// Stripes a busy host gets: one per core the process may run on, rounded

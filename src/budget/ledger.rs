@@ -221,7 +221,7 @@ impl Ledger {
         if let Some(account) = &self.global {
             if self.earns_in_batch(account, &mut now) {
                 if let Some(batch) = self.tallies.count(true, false, self.per_retry) {
-                    self.book_batch(Some(account), None, batch, &mut now);
+                    self.book_batch(&self.tallies, (Some(account), None), batch, &mut now);
                 }
             }
             if tally {
@@ -252,7 +252,8 @@ impl Ledger {
             return;
         }
         if let Some(batch) = record.tallies.count(earns, accepted, self.per_retry) {
-            self.book_batch(record.account.as_deref(), Some(&record.throttle), batch, now);
+            let books = (record.account.as_deref(), Some(&record.throttle));
+            self.book_batch(&record.tallies, books, batch, now);
         }
     }
 
@@ -270,25 +271,28 @@ impl Ledger {
         false
     }
 
-    /// Books what one thread counted for a host: its earnings into
+    /// Books what one thread counted in `tallies`: its earnings into
     /// `account`, its accepted answers into `throttle`.
     #[cold]
-    fn book_batch(
+    pub(super) fn book_batch(
         &self,
-        account: Option<&Account>,
-        throttle: Option<&Throttle>,
+        tallies: &Tallies,
+        (account, throttle): (Option<&Account>, Option<&Throttle>),
         batch: Batch,
         now: &mut Lazy<impl FnOnce() -> Instant>,
     ) {
+        let at = now.get();
+        let slot = self.slot_number(at);
         if let Some(account) = account.filter(|_| batch.earned > 0) {
             let earned = self.earn.saturating_mul(batch.earned.into());
-            account.earn(self.slot_number(now.get()), earned, self.reserve);
+            account.earn(slot, earned, self.reserve);
         }
         if let Some(throttle) = throttle.filter(|_| batch.accepted > 0) {
             if throttle.tally(batch.accepted) {
-                throttle.fold(self.ms(now.get()));
+                throttle.fold(self.ms(at));
             }
         }
+        tallies.booked(batch, slot);
     }
 
     /// [`earn_for`](Self::earn_for) for a host the table does not know

@@ -20,7 +20,9 @@ pub enum BudgetScope {
     /// One budget per scheme, host and port: a failing host does not stop
     /// retries to a healthy one. The default.
     ///
-    /// Accounts are kept for at most 1,024 hosts (about 400 KB), in 16
+    /// Accounts are kept for at most 1,024 hosts (about 570 KB, and 1 KB
+    /// more for each busy host, the per-thread counts of the retry budget
+    /// on this page: 128 bytes a core, eight cores at least), in 16
     /// shards of 64 picked by the host's hash, each with a lock of its own.
     /// Past a shard's bound, a host that only answers is not let in: its
     /// answers go uncounted until it first fails, so that a crowd of hosts
@@ -74,7 +76,14 @@ pub enum BudgetScope {
 ///   the time is read once a retry's worth of answers, not on every answer:
 ///   a booking can hold answers from before its slot (the window may then
 ///   hold one retry more than its own answers earned), and what is not yet
-///   booked when a host stops answering, less than a retry, never is.
+///   booked when a host stops answering, less than a retry, never is. A
+///   host busy enough that a retry's worth of its answers comes twice
+///   within a tenth of the window (twenty answers a second, at the
+///   defaults) has each thread count its own answers and book its own
+///   retry's worth, so that calls on different threads write no shared
+///   memory: each thread's booking may then hold older answers, one retry
+///   more per thread at most, and the threads' unbooked answers are never
+///   booked if the host stops answering.
 /// - A `reserve` stands in for the floor: it is where a quiet client finds
 ///   the retries for its occasional failure. By default it holds one call's
 ///   retries and two more (5 with the default 3 retries, see
@@ -110,10 +119,12 @@ pub enum BudgetScope {
 /// A retry is allowed while the window's earnings not yet spent, plus the
 /// reserve, cover one retry. So in any total outage of length `T` that follows
 /// healthy traffic at `r` requests a second, one process sends at most
-/// `ratio × r × window + reserve + 1` retries (the one for a booking that
-/// straddles the window), and the amplification is at most
-/// `1 + ratio × window / T + (reserve + 1) / (r × T)`, and never more than
-/// `1 + max_retries`. With the defaults that is 1.12 at one request a second
+/// `ratio × r × window + reserve + 1 + s` retries (the one for a booking that
+/// straddles the window; `s` is 0 for a host that was never busy as above,
+/// and at most the threads that counted its answers for one that was, no
+/// more than one per core and at least eight), and the amplification is at
+/// most `1 + ratio × window / T + (reserve + 1 + s) / (r × T)`, and never
+/// more than `1 + max_retries`. With the defaults that is 1.12 at one request a second
 /// over a minute, 1.01 over ten minutes; it tends to 1 as the outage goes on,
 /// and it does not grow with the number of processes, because no process is
 /// given anything it did not earn. Nothing expires into new retries, so the
@@ -142,8 +153,9 @@ pub enum BudgetScope {
 /// clock that steps back cannot move an account's time back: each account
 /// keeps the newest slot it has seen. Counts are kept in thousandths of a
 /// retry, so no floating point is involved after construction. Recording an
-/// answer, which every request does, is an atomic addition and reads no
-/// clock; only taking a retry and starting a new slot take a lock.
+/// answer, which every request does, is an atomic addition, on a line of
+/// the thread's own once the host is busy, and reads no clock; only taking
+/// a retry and starting a new slot take a lock.
 ///
 /// # Default
 ///

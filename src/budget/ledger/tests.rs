@@ -348,3 +348,44 @@ fn ten_thousand_calls_to_one_host_from_eight_threads(scope: BudgetScope) {
         "{scope:?}: {available} of {earned}"
     );
 }
+
+#[test]
+fn a_busy_host_s_threads_each_book_at_most_one_retry_of_older_answers_into_the_window() {
+    // The bound's `+ stripes` term: each thread's stripe may hold less
+    // than a retry's worth of answers from long before, booked with its
+    // next answer.
+    const THREADS: usize = 8;
+    let ledger = Ledger::new(Some(&RetryBudget::default()), 3, true, true).unwrap();
+    let host = url("http://busy.test/");
+    let t0 = Instant::now();
+    // Busy: its shared word fills twice in one slot, and it gets stripes.
+    for _ in 0..20 {
+        ledger.earn_for(&host, true, || t0);
+    }
+    // Each thread counts nine answers, then, an hour later, a tenth.
+    let t1 = t0 + Duration::from_secs(3600);
+    let barrier = std::sync::Barrier::new(THREADS);
+    std::thread::scope(|scope| {
+        for _ in 0..THREADS {
+            scope.spawn(|| {
+                for _ in 0..9 {
+                    ledger.earn_for(&host, true, || t0);
+                }
+                // All alive at once: distinct stripes.
+                barrier.wait();
+                ledger.earn_for(&host, true, || t1);
+            });
+        }
+    });
+    // An outage starts at t1: what the window allows.
+    let account = ledger.account(&host, t1);
+    let mut retries = 0;
+    while ledger.try_spend(&account, t1).is_some() {
+        retries += 1;
+    }
+    // Eight answers in the window earn 0.8 of a retry; the reserve holds
+    // five. Each thread's batch of old answers adds at most one.
+    let reserve = 5;
+    assert!(retries > reserve, "the threads' batches were booked: {retries}");
+    assert!(retries <= reserve + THREADS + 1, "{retries} retries");
+}

@@ -73,7 +73,7 @@ impl Ledger {
             return;
         }
         if let Some(batch) = record.tallies.count(false, true, self.per_retry) {
-            self.book_batch(None, Some(&record.throttle), batch, now);
+            self.book_batch(&record.tallies, (None, Some(&record.throttle)), batch, now);
         }
     }
 
