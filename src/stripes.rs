@@ -1,20 +1,23 @@
 //! Counts that each thread keeps on a cache line of its own, booked a
-//! batch at a time: how a host's final answers are counted without every
-//! call writing a line that calls on other threads write too.
+//! batch at a time: how a busy host's final answers are counted without
+//! every call writing a line that calls on other threads write too.
 //!
-//! A host's answers are first counted in one shared word. Once a batch of
-//! them has been booked that way, the host is busy enough to be worth
-//! more memory: it gets a stripe per thread slot, each padded to
-//! its own cache line, and from then on a thread counts into its own
-//! stripe and books its own batches. A host called a few times holds no
-//! stripes.
+//! A host's answers are booked as they come, in words its calls share
+//! (its account's unbooked earnings, its throttle's tally), until the
+//! host is busy: a retry's worth of earnings, or a fold of its throttle's
+//! tally, booked twice within one slot of the books' timeline (a second,
+//! at the budget's default window). Then it gets a stripe per thread slot,
+//! each padded to its own cache line, and from then on a thread counts
+//! into its own stripe and books its own batches. A host called now and
+//! then holds no stripes, and its answers are counted as before.
 //!
 //! Threads take the lowest free slot when they first count, and give it
 //! back when they end, so the threads alive at once hold distinct slots: a
 //! stripe is written by one thread as long as no more threads count at
-//! once than there are stripes ([`stripes`]: one per core, at least
-//! eight). Past that, threads share stripes, which stays correct (the
-//! counts are atomic), only no longer free of contention.
+//! once than there are stripes ([`stripes`]: one per core, rounded up to
+//! a power of two, at least eight). Past that, threads share stripes,
+//! which stays correct (the counts are atomic), only no longer free of
+//! contention.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -29,19 +32,22 @@ use crossbeam_utils::CachePadded;
 pub(crate) const BATCH: u32 = 10;
 /// The fewest stripes a busy host gets, whatever the cores.
 const MIN_STRIPES: usize = 8;
-/// The most, whatever the cores: 8 KiB a busy host.
+/// The most, whatever the cores.
 const MAX_STRIPES: usize = 64;
 
 /// One host's answers, counted per thread once it is busy.
 #[derive(Debug, Default)]
 pub(crate) struct Tallies {
-    /// Counts before the host has stripes, shared by every thread.
-    early: AtomicU64,
-    /// One past the slot in which the shared word last filled; 0 for
-    /// never.
+    /// One past the slot in which the host's shared words last filled; 0
+    /// for never.
     filled: AtomicU64,
-    stripes: OnceLock<Box<[CachePadded<AtomicU64>]>>,
+    stripes: OnceLock<Stripes>,
 }
+
+/// A busy host's counts, one per thread slot, each on its own cache line;
+/// a power of two of them.
+#[derive(Debug)]
+pub(crate) struct Stripes(Box<[CachePadded<AtomicU64>]>);
 
 /// What one thread counted for a host: answers that earn for the budget,
 /// and answers the host accepted, for its throttle.
@@ -49,14 +55,12 @@ pub(crate) struct Tallies {
 pub(crate) struct Batch {
     pub(crate) earned: u32,
     pub(crate) accepted: u32,
-    /// Counted in the host's shared word, not in a thread's stripe.
-    shared: bool,
 }
 
 impl Batch {
-    /// The two counts, as a counter holds them: earned in the low half.
+    /// The two counts, as a stripe holds them: earned in the low half.
     fn of(word: u64) -> Self {
-        Self { earned: word as u32, accepted: (word >> 32) as u32, shared: false }
+        Self { earned: word as u32, accepted: (word >> 32) as u32 }
     }
 
     fn word(earns: bool, accepted: bool) -> u64 {
@@ -68,9 +72,33 @@ impl Batch {
     fn full(self, per_retry: u32) -> bool {
         self.earned >= per_retry || self.accepted >= BATCH
     }
+
+    /// Whether the batch holds nothing.
+    pub(crate) fn is_empty(self) -> bool {
+        self == Self::default()
+    }
 }
 
 impl Tallies {
+    /// The host's stripes, once it is busy.
+    #[inline]
+    pub(crate) fn striped(&self) -> Option<&Stripes> {
+        self.stripes.get()
+    }
+
+    /// Notes that one of the host's shared words filled (a retry's worth
+    /// booked, a tally folded) at `slot` of the books' timeline: a host
+    /// whose words filled twice within one slot gets its stripes.
+    pub(crate) fn filled(&self, slot: u64) {
+        let filled = slot.saturating_add(1);
+        if self.filled.swap(filled, Ordering::Relaxed) == filled {
+            self.stripes
+                .get_or_init(|| Stripes((0..stripes()).map(|_| Default::default()).collect()));
+        }
+    }
+}
+
+impl Stripes {
     /// Counts one answer: one that `earns` for the budget (`per_retry` of
     /// them earn a retry), one the host `accepted`, or both. Returns the
     /// batch for the caller to book once this thread's counts are full
@@ -84,56 +112,42 @@ impl Tallies {
     #[inline]
     fn count_at(&self, slot: usize, earns: bool, accepted: bool, per_retry: u32) -> Option<Batch> {
         let one = Batch::word(earns, accepted);
-        let (counter, shared) = self.counter(slot);
-        let after = counter.fetch_add(one, Ordering::Relaxed).wrapping_add(one);
+        // A power of two of stripes.
+        let stripe = &self.0[slot & self.0.len().wrapping_sub(1)];
+        let after = stripe.fetch_add(one, Ordering::Relaxed).wrapping_add(one);
         if !Batch::of(after).full(per_retry) {
             return None;
         }
-        take(counter, shared)
+        take(stripe)
     }
 
-    /// Notes that a batch was booked at `slot` of the books' timeline: a
-    /// host whose shared word filled twice within one slot gets its
-    /// stripes.
-    pub(crate) fn booked(&self, batch: Batch, slot: u64) {
-        if !batch.shared {
-            return;
-        }
-        let filled = slot.saturating_add(1);
-        if self.filled.swap(filled, Ordering::Relaxed) == filled {
-            self.stripes.get_or_init(|| (0..stripes()).map(|_| Default::default()).collect());
-        }
+    /// Takes what every thread counted and has not booked: for a
+    /// rejection, which brings the throttle's books up to date first.
+    pub(crate) fn sweep(&self) -> Batch {
+        note_shared_write();
+        self.0.iter().map(|stripe| Batch::of(stripe.swap(0, Ordering::Relaxed))).fold(
+            Batch::default(),
+            |sum, batch| Batch {
+                earned: sum.earned.saturating_add(batch.earned),
+                accepted: sum.accepted.saturating_add(batch.accepted),
+            },
+        )
     }
 
-    /// The counter the thread in `slot` counts into, and whether it is the
-    /// shared word.
-    #[inline]
-    fn counter(&self, slot: usize) -> (&AtomicU64, bool) {
-        match self.stripes.get() {
-            // The stripes are a power of two.
-            Some(stripes) => (&stripes[slot & stripes.len().wrapping_sub(1)], false),
-            None => {
-                note_shared_write();
-                (&self.early, true)
-            }
-        }
-    }
-
-    /// Whether the host counts per thread yet.
+    /// How many there are.
     #[cfg(test)]
-    pub(crate) fn striped(&self) -> bool {
-        self.stripes.get().is_some()
+    pub(crate) fn len(&self) -> usize {
+        self.0.len()
     }
 }
 
-/// Takes a full batch from `counter`.
+/// Takes a full batch from `stripe`.
 #[cold]
-fn take(counter: &AtomicU64, shared: bool) -> Option<Batch> {
-    note_shared_write();
-    // Another thread sharing the counter may have taken it first: then
-    // this takes what came since, maybe nothing.
-    let batch = Batch { shared, ..Batch::of(counter.swap(0, Ordering::Relaxed)) };
-    (batch.earned > 0 || batch.accepted > 0).then_some(batch)
+fn take(stripe: &AtomicU64) -> Option<Batch> {
+    // Another thread sharing the stripe, or a sweep, may have taken it
+    // first: then this takes what came since, maybe nothing.
+    let batch = Batch::of(stripe.swap(0, Ordering::Relaxed));
+    (!batch.is_empty()).then_some(batch)
 }
 
 /// Stripes a busy host gets: one per core the process may run on, rounded

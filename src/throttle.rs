@@ -59,6 +59,9 @@
 //! While a host has had no rejection for [`CALLS_TAU_MS`] and its share is
 //! whole, nothing here is locked or timed: answers are tallied with one
 //! atomic add, and the books are brought up to date every [`FOLD`] of them.
+//! A busy host's answers are counted by each thread apart and added to the
+//! tally ten at a time (see `stripes`); a rejection first takes in what
+//! every thread counted, so the books judge on every answer before it.
 
 use http::StatusCode;
 use reqwest::{Response, Url};

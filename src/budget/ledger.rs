@@ -210,18 +210,24 @@ impl Ledger {
     /// Records a final answer from `url`'s host, with no reference to its
     /// account kept: the happy path's whole cost of the budget, and, when
     /// `accepted` (see [`crate::throttle`]), of the host's throttle too,
-    /// in the same lookup. While the host is calm (its reserve full, its
-    /// throttle not watched), the answer is counted by this thread alone
-    /// and booked with its thread's batch ([`crate::stripes`]); the time
-    /// (`now`) is read only to book a batch, for a host that is recovering,
-    /// or for a host that is new.
+    /// in the same lookup. A busy host's answer, while the host is calm
+    /// (its reserve full, its throttle not watched), is counted by this
+    /// thread alone and booked with its thread's batch
+    /// ([`crate::stripes`]). The time (`now`) is read only to book a
+    /// retry's worth of answers or a throttle's tally, for a host that is
+    /// recovering, or for a host that is new.
     pub(super) fn earn_for(&self, url: &Url, accepted: bool, now: impl FnOnce() -> Instant) {
         let tally = accepted && self.throttling;
         let mut now = Lazy::new(now);
         if let Some(account) = &self.global {
-            if self.earns_in_batch(account, &mut now) {
-                if let Some(batch) = self.tallies.count(true, false, self.per_retry) {
-                    self.book_batch(&self.tallies, (Some(account), None), batch, &mut now);
+            match self.tallies.striped() {
+                None => self.earn_now(&self.tallies, account, &mut now),
+                Some(stripes) => {
+                    if self.earns_in_batch(&self.tallies, account, &mut now) {
+                        if let Some(batch) = stripes.count(true, false, self.per_retry) {
+                            self.book_batch((Some(account), None), batch, &mut now);
+                        }
+                    }
                 }
             }
             if tally {
@@ -229,7 +235,8 @@ impl Ledger {
             }
             return;
         }
-        let known = self.hosts.with_or_full(url, |record| self.answered(record, tally, &mut now));
+        let known =
+            self.hosts.with_or_full(url, |record| self.count(record, true, tally, &mut now));
         match known {
             Ok(()) => {}
             // Past the bound, a host's answers alone do not let it in:
@@ -241,58 +248,92 @@ impl Ledger {
         }
     }
 
-    /// A final answer from `record`'s host: it earns for the host's
-    /// account, if there is one, and is counted in its throttle if
-    /// `accepted`; in this thread's batch while the host is calm.
-    fn answered(&self, record: &Record, accepted: bool, now: &mut Lazy<impl FnOnce() -> Instant>) {
+    /// Counts a final answer of `record`'s host: for its account if it
+    /// `earns` (and the host has one), in its throttle if it was
+    /// `accepted`. A host that is not busy books it now, in the words its
+    /// calls share; a busy one in this thread's batch, while it is calm.
+    pub(super) fn count(
+        &self,
+        record: &Record,
+        earns: bool,
+        accepted: bool,
+        now: &mut Lazy<impl FnOnce() -> Instant>,
+    ) {
+        let account = record.account.as_deref().filter(|_| earns);
+        let Some(stripes) = record.tallies.striped() else {
+            if let Some(account) = account {
+                self.earn_now(&record.tallies, account, now);
+            }
+            if accepted {
+                self.tally_now(record, now);
+            }
+            return;
+        };
         let earns =
-            record.account.as_deref().is_some_and(|account| self.earns_in_batch(account, now));
+            account.is_some_and(|account| self.earns_in_batch(&record.tallies, account, now));
         let accepted = accepted && self.tallies_in_batch(record, now);
         if !(earns || accepted) {
             return;
         }
-        if let Some(batch) = record.tallies.count(earns, accepted, self.per_retry) {
-            let books = (record.account.as_deref(), Some(&record.throttle));
-            self.book_batch(&record.tallies, books, batch, now);
+        if let Some(batch) = stripes.count(earns, accepted, self.per_retry) {
+            self.book_batch((account, Some(&record.throttle)), batch, now);
         }
     }
 
-    /// Whether a final answer's earning for `account` waits for its
-    /// thread's batch: while the reserve is full. Below it, the answer is
+    /// Books a final answer's earning into `account` now: into the
+    /// reserve while it is below its cap, else unbooked until a retry's
+    /// worth is booked in the slot of the answer that completes it, which
+    /// `tallies` is told of.
+    fn earn_now(
+        &self,
+        tallies: &Tallies,
+        account: &Account,
+        now: &mut Lazy<impl FnOnce() -> Instant>,
+    ) {
+        if let Some(batch) = account.earn_unbooked(self.earn, self.reserve) {
+            let slot = self.slot_number(now.get());
+            account.book(slot, batch);
+            tallies.filled(slot);
+        }
+    }
+
+    /// Whether a busy host's answer waits for its thread's batch to earn
+    /// for `account`: while the reserve is full. Below it, the answer is
     /// booked now, so that the reserve a failure drew on is refilled answer
     /// by answer.
-    fn earns_in_batch(&self, account: &Account, now: &mut Lazy<impl FnOnce() -> Instant>) -> bool {
+    fn earns_in_batch(
+        &self,
+        tallies: &Tallies,
+        account: &Account,
+        now: &mut Lazy<impl FnOnce() -> Instant>,
+    ) -> bool {
         if account.reserve_full(self.reserve) {
             return self.earn > 0;
         }
-        if let Some(batch) = account.earn_unbooked(self.earn, self.reserve) {
-            account.book(self.slot_number(now.get()), batch);
-        }
+        self.earn_now(tallies, account, now);
         false
     }
 
-    /// Books what one thread counted in `tallies`: its earnings into
-    /// `account`, its accepted answers into `throttle`.
+    /// Books what one thread counted for a host: its earnings into
+    /// `account` (which counts as used), its accepted answers into
+    /// `throttle`.
     #[cold]
     pub(super) fn book_batch(
         &self,
-        tallies: &Tallies,
         (account, throttle): (Option<&Account>, Option<&Throttle>),
         batch: Batch,
         now: &mut Lazy<impl FnOnce() -> Instant>,
     ) {
-        let at = now.get();
-        let slot = self.slot_number(at);
         if let Some(account) = account.filter(|_| batch.earned > 0) {
-            let earned = self.earn.saturating_mul(batch.earned.into());
-            account.earn(slot, earned, self.reserve);
+            let slot = self.slot_number(now.get());
+            account.touch(slot);
+            account.earn(slot, self.earn.saturating_mul(batch.earned.into()), self.reserve);
         }
         if let Some(throttle) = throttle.filter(|_| batch.accepted > 0) {
             if throttle.tally(batch.accepted) {
-                throttle.fold(self.ms(at));
+                throttle.fold(self.ms(now.get()));
             }
         }
-        tallies.booked(batch, slot);
     }
 
     /// [`earn_for`](Self::earn_for) for a host the table does not know
@@ -306,9 +347,8 @@ impl Ledger {
         if let Some(account) = &host.value.account {
             account.touch(seen);
         }
-        // Counted as its later answers will be; a host new to the table
-        // has no throttle to count in yet.
-        self.answered(&host.value, false, &mut Lazy::new(|| now));
+        // A host new to the table has no throttle to count in yet.
+        self.count(&host.value, true, false, &mut Lazy::new(|| now));
     }
 
     /// The account of `url`'s host, fresh if it is new: its reserve full,

@@ -21,8 +21,9 @@ pub enum BudgetScope {
     /// retries to a healthy one. The default.
     ///
     /// Accounts are kept for at most 1,024 hosts (about 570 KB, and 1 KB
-    /// more for each busy host, the per-thread counts of the retry budget
-    /// on this page: 128 bytes a core, eight cores at least), in 16
+    /// more for each busy host, whose threads count apart, as the retry
+    /// budget's docs say: a cache line of 128 bytes for each of its
+    /// stripes, eight at least), in 16
     /// shards of 64 picked by the host's hash, each with a lock of its own.
     /// Past a shard's bound, a host that only answers is not let in: its
     /// answers go uncounted until it first fails, so that a crowd of hosts
@@ -77,13 +78,13 @@ pub enum BudgetScope {
 ///   a booking can hold answers from before its slot (the window may then
 ///   hold one retry more than its own answers earned), and what is not yet
 ///   booked when a host stops answering, less than a retry, never is. A
-///   host busy enough that a retry's worth of its answers comes twice
+///   host busy enough that a retry's worth of its answers is booked twice
 ///   within a tenth of the window (twenty answers a second, at the
 ///   defaults) has each thread count its own answers and book its own
-///   retry's worth, so that calls on different threads write no shared
-///   memory: each thread's booking may then hold older answers, one retry
-///   more per thread at most, and the threads' unbooked answers are never
-///   booked if the host stops answering.
+///   retry's worth, while its reserve is full, so that calls on different
+///   threads write no shared memory: each thread's booking may then hold
+///   older answers, one retry more per thread at most, and what the
+///   threads hold unbooked when the host stops answering never is.
 /// - A `reserve` stands in for the floor: it is where a quiet client finds
 ///   the retries for its occasional failure. By default it holds one call's
 ///   retries and two more (5 with the default 3 retries, see
@@ -121,8 +122,9 @@ pub enum BudgetScope {
 /// healthy traffic at `r` requests a second, one process sends at most
 /// `ratio × r × window + reserve + 1 + s` retries (the one for a booking that
 /// straddles the window; `s` is 0 for a host that was never busy as above,
-/// and at most the threads that counted its answers for one that was, no
-/// more than one per core and at least eight), and the amplification is at
+/// and for one that was, at most the threads that counted its answers, and
+/// never more than its stripes: the cores rounded up to a power of two,
+/// from 8 to 64), and the amplification is at
 /// most `1 + ratio × window / T + (reserve + 1 + s) / (r × T)`, and never
 /// more than `1 + max_retries`. With the defaults that is 1.12 at one request a second
 /// over a minute, 1.01 over ten minutes; it tends to 1 as the outage goes on,

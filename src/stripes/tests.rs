@@ -2,48 +2,67 @@ use super::*;
 
 /// Counts `n` answers that earn and are accepted, from the thread in
 /// `slot`; returns what the batches handed back held.
-fn count(tallies: &Tallies, slot: usize, n: u32) -> Vec<(u32, u32)> {
-    (0..n).filter_map(|_| tallies.count_at(slot, true, true, BATCH)).map(held).collect()
+fn count(stripes: &Stripes, slot: usize, n: u32) -> Vec<(u32, u32)> {
+    (0..n).filter_map(|_| stripes.count_at(slot, true, true, BATCH)).map(held).collect()
 }
 
 fn held(batch: Batch) -> (u32, u32) {
     (batch.earned, batch.accepted)
 }
 
-/// A host whose shared word filled twice in one slot: striped.
+/// A host whose shared words filled twice in one slot.
 fn busy() -> Tallies {
     let tallies = Tallies::default();
-    for _ in 0..2 {
-        let batch = (0..BATCH).find_map(|_| tallies.count_at(0, true, true, BATCH)).unwrap();
-        assert!(batch.shared);
-        tallies.booked(batch, 7);
-    }
-    assert!(tallies.striped());
+    tallies.filled(7);
+    tallies.filled(7);
     tallies
 }
 
 #[test]
-fn a_batch_is_handed_back_every_tenth_answer_of_a_thread() {
-    for tallies in [Tallies::default(), busy()] {
-        assert_eq!(count(&tallies, 0, BATCH - 1), []);
-        assert_eq!(count(&tallies, 0, 1), [(BATCH, BATCH)]);
-        assert_eq!(count(&tallies, 0, 2 * BATCH), [(BATCH, BATCH); 2]);
+fn a_host_whose_words_fill_twice_in_one_slot_is_busy() {
+    let tallies = Tallies::default();
+    for slot in 0..5 {
+        tallies.filled(slot);
     }
+    assert!(tallies.striped().is_none(), "once a slot: not busy");
+    tallies.filled(4);
+    assert!(tallies.striped().is_some(), "twice in slot 4");
+    assert_eq!(tallies.striped().map(Stripes::len), Some(stripes()));
+}
+
+#[test]
+fn a_batch_is_handed_back_every_tenth_answer_of_a_thread() {
+    let tallies = busy();
+    let stripes = tallies.striped().unwrap();
+    assert_eq!(count(stripes, 0, BATCH - 1), []);
+    assert_eq!(count(stripes, 0, 1), [(BATCH, BATCH)]);
+    assert_eq!(count(stripes, 0, 2 * BATCH), [(BATCH, BATCH); 2]);
+}
+
+#[test]
+fn each_thread_counts_its_own() {
+    let tallies = busy();
+    let stripes = tallies.striped().unwrap();
+    assert_eq!(count(stripes, 0, BATCH - 1), []);
+    assert_eq!(count(stripes, 1, BATCH - 1), [], "not the other thread's nine");
+    assert_eq!(count(stripes, 1, 1), [(BATCH, BATCH)]);
+    assert_eq!(count(stripes, 0, 1), [(BATCH, BATCH)]);
 }
 
 #[test]
 fn earned_and_accepted_answers_are_counted_apart() {
-    let tallies = Tallies::default();
+    let tallies = busy();
+    let stripes = tallies.striped().unwrap();
     for n in 1..BATCH {
-        assert_eq!(tallies.count_at(0, true, n % 3 == 0, BATCH), None);
+        assert_eq!(stripes.count_at(0, true, n % 3 == 0, BATCH), None);
     }
-    assert_eq!(tallies.count_at(0, false, true, BATCH), None, "nine earned, four accepted");
-    assert_eq!(tallies.count_at(0, true, false, BATCH).map(held), Some((BATCH, 4)));
+    assert_eq!(stripes.count_at(0, false, true, BATCH), None, "nine earned, four accepted");
+    assert_eq!(stripes.count_at(0, true, false, BATCH).map(held), Some((BATCH, 4)));
     for _ in 1..BATCH {
-        assert_eq!(tallies.count_at(0, false, true, BATCH), None);
+        assert_eq!(stripes.count_at(0, false, true, BATCH), None);
     }
     assert_eq!(
-        tallies.count_at(0, false, true, BATCH).map(held),
+        stripes.count_at(0, false, true, BATCH).map(held),
         Some((0, BATCH)),
         "a batch is full when either count is"
     );
@@ -51,47 +70,33 @@ fn earned_and_accepted_answers_are_counted_apart() {
 
 #[test]
 fn answers_that_earn_are_booked_a_retry_s_worth_at_a_time() {
-    let tallies = Tallies::default();
+    let tallies = busy();
+    let stripes = tallies.striped().unwrap();
     // Two answers a retry (a ratio of a half).
-    assert_eq!(tallies.count_at(0, true, false, 2), None);
-    assert_eq!(tallies.count_at(0, true, false, 2).map(held), Some((2, 0)));
+    assert_eq!(stripes.count_at(0, true, false, 2), None);
+    assert_eq!(stripes.count_at(0, true, false, 2).map(held), Some((2, 0)));
     // Accepted answers alone wait for a whole batch, whatever earns.
     for _ in 1..BATCH {
-        assert_eq!(tallies.count_at(0, false, true, 2), None);
+        assert_eq!(stripes.count_at(0, false, true, 2), None);
     }
-    assert_eq!(tallies.count_at(0, false, true, 2).map(held), Some((0, BATCH)));
+    assert_eq!(stripes.count_at(0, false, true, 2).map(held), Some((0, BATCH)));
 }
 
 #[test]
-fn a_host_filled_once_a_slot_or_less_counts_in_one_word() {
-    let tallies = Tallies::default();
-    for slot in 0..5 {
-        // Two threads' answers make up one batch together.
-        assert_eq!(count(&tallies, 0, BATCH / 2), []);
-        let batch = (0..BATCH / 2).find_map(|_| tallies.count_at(1, true, true, BATCH));
-        let batch = batch.expect("the shared word filled");
-        assert!(batch.shared);
-        tallies.booked(batch, slot);
-    }
-    assert!(!tallies.striped(), "one batch a slot: not busy");
-    assert!(tallies.stripes.get().is_none());
-}
-
-#[test]
-fn a_busy_host_counts_per_thread() {
+fn a_sweep_takes_what_every_thread_has_not_booked() {
     let tallies = busy();
-    assert_eq!(count(&tallies, 0, BATCH - 1), []);
-    assert_eq!(count(&tallies, 1, BATCH - 1), [], "not the other thread's nine");
-    let batch = tallies.count_at(1, true, true, BATCH).expect("thread 1's tenth");
-    assert!(!batch.shared);
-    assert_eq!(count(&tallies, 0, 1), [(BATCH, BATCH)]);
+    let stripes = tallies.striped().unwrap();
+    count(stripes, 0, 3);
+    count(stripes, 1, BATCH + 4);
+    assert_eq!(held(stripes.sweep()), (7, 7));
+    assert!(stripes.sweep().is_empty(), "nothing twice");
+    assert_eq!(count(stripes, 1, BATCH - 1), [], "the threads start afresh");
 }
 
 #[test]
 fn a_busy_host_has_a_power_of_two_of_stripes_within_the_bounds() {
     let n = stripes();
     assert!(n.is_power_of_two() && (MIN_STRIPES..=MAX_STRIPES).contains(&n), "{n}");
-    assert_eq!(busy().stripes.get().map(|s| s.len()), Some(n));
 }
 
 #[test]

@@ -389,3 +389,139 @@ fn a_busy_host_s_threads_each_book_at_most_one_retry_of_older_answers_into_the_w
     assert!(retries > reserve, "the threads' batches were booked: {retries}");
     assert!(retries <= reserve + THREADS + 1, "{retries} retries");
 }
+
+#[test]
+fn a_busy_host_s_batches_count_as_use_so_it_is_not_forgotten_first() {
+    // A host counts as used when it books a retry's worth of answers or
+    // fails, in a thread's batch too.
+    let b = budget(BudgetScope::PerHost);
+    let hosts = &b.hosts;
+    let t0 = Instant::now();
+    let at = |s: u64| t0 + Duration::from_secs(s);
+    let new = url("http://new.test/");
+    let mut shard = Vec::new();
+    for n in 0u64.. {
+        let (len, limit) = hosts.shard_len(&new);
+        if len == limit {
+            break;
+        }
+        let host = url(&format!("http://h{n}.test/"));
+        let before = hosts.shard_len(&new).0;
+        drop(b.account(&host, at(n)));
+        if hosts.shard_len(&new).0 > before {
+            shard.push(host);
+        }
+    }
+    // The oldest-inserted host answers 1,000 calls much later: 100 retries' worth booked.
+    for _ in 0..1000 {
+        b.earn_for(&shard[0], true, || at(50_000));
+    }
+    // Busy by now: these are booked by this thread's batches alone.
+    assert!(hosts.with(&shard[0], |r| r.tallies.striped().is_some()).unwrap());
+    for _ in 0..100 {
+        b.earn_for(&shard[0], true, || at(60_000));
+    }
+    let used = hosts.with(&shard[0], |r| r.account.as_ref().unwrap().last_used());
+    assert_eq!(used, Some(b.slot_number(at(60_000))), "a batch counts as use");
+    drop(b.account(&new, at(100_000)));
+    let kept = |u: &Url| hosts.with(u, |_| ()).is_some();
+    assert!(kept(&shard[0]), "the busiest host was forgotten first (last used {used:?})");
+}
+
+#[test]
+fn a_host_never_busy_holds_one_retry_of_older_answers_at_most() {
+    // ratio 0.3: earn 300, per_retry 4; reserve 5 (5000).
+    let b = Ledger::new(Some(&RetryBudget::default().with_ratio(0.3)), 3, false, false).unwrap();
+    let h = url("http://quiet.test/");
+    let t0 = Instant::now();
+    let at = |s: u64| t0 + Duration::from_secs(s);
+    let acc = b.account(&h, at(0));
+    // Three stale answers in the shared word (reserve full).
+    for _ in 0..3 {
+        b.earn_for(&h, true, || at(0));
+    }
+    // Four cycles: a retry from the reserve, four answers refill it, 200 left unbooked.
+    for k in 1..=4u64 {
+        let t = at(100 * k);
+        assert!(b.try_spend(&acc, t).is_some());
+        for _ in 0..4 {
+            b.earn_for(&h, true, || t);
+        }
+    }
+    // Four held answers (1,200 in the window), two retries: the reserve
+    // down 800, three answers refill it, 100 more left unbooked: 900.
+    let t = at(600);
+    for _ in 0..4 {
+        b.earn(&acc, t);
+    }
+    assert!(b.try_spend(&acc, t).is_some() && b.try_spend(&acc, t).is_some());
+    for _ in 0..3 {
+        b.earn_for(&h, true, || t);
+    }
+    // Three held answers and a retry: the reserve down 100.
+    let t = at(700);
+    for _ in 0..3 {
+        b.earn(&acc, t);
+    }
+    assert!(b.try_spend(&acc, t).is_some());
+    assert!(!b.hosts.with(&h, |r| r.tallies.striped().is_some()).unwrap(), "never busy");
+    // An hour later: two answers, then a total outage.
+    let t1 = at(3600);
+    b.earn_for(&h, true, || t1);
+    b.earn_for(&h, true, || t1);
+    assert!(!b.hosts.with(&h, |r| r.tallies.striped().is_some()).unwrap(), "never busy");
+    let mut retries = 0;
+    while b.try_spend(&acc, t1).is_some() {
+        retries += 1;
+    }
+    // Documented: ratio × answers in window + reserve + 1 + s, s = 0.
+    let bound = 0.3 * 2.0 + 5.0 + 1.0;
+    assert!(f64::from(retries) <= bound, "{retries} retries > {bound}");
+}
+
+/// A busy host's accepted answers from `threads` threads, then only
+/// rejections: the rejections before the first call kept back, and what
+/// the books said then.
+fn first_refusal(threads: usize) -> (u32, u32, u32) {
+    let b = Ledger::new(None, 3, false, true).unwrap();
+    let h = url("http://throttled.test/");
+    let t0 = Instant::now();
+    let ms = |m: u64| t0 + Duration::from_millis(m);
+    b.observe(&h, Answer::Rejected, || ms(0));
+    // Calm again after 11 s; two folds of its tally in one slot: busy.
+    for _ in 0..=2 * crate::throttle::FOLD {
+        b.observe(&h, Answer::Accepted, || ms(11_000));
+    }
+    assert!(b.hosts.with(&h, |r| r.tallies.striped().is_some()).unwrap());
+    assert!(!b.hosts.with(&h, |r| r.throttle.watched()).unwrap());
+    // 72 more accepted answers, from `threads` threads.
+    let barrier = std::sync::Barrier::new(threads);
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                barrier.wait();
+                for _ in 0..72 / threads {
+                    b.observe(&h, Answer::Accepted, || ms(11_500));
+                }
+                barrier.wait();
+            });
+        }
+    });
+    // Overload: every answer a rejection, a call asking every 10 ms.
+    for i in 0..10_000u64 {
+        let now = ms(12_000 + 10 * i);
+        if let Passage::Throttled(t) = b.gate(&h, || now, true) {
+            return (i as u32, t.accepted(), t.answered());
+        }
+        b.observe(&h, Answer::Rejected, || now);
+    }
+    panic!("never throttled");
+}
+
+#[test]
+fn the_throttle_judges_on_every_answer_whatever_the_threads_that_counted_them() {
+    let one = first_refusal(1);
+    let eight = first_refusal(8);
+    // A rejection books what every thread counted first.
+    assert_eq!(one, eight, "(rejections before the first refusal, accepted, answered)");
+}

@@ -46,6 +46,7 @@ impl Ledger {
         let at = now.get();
         let host = self.record(url, self.slot_number(at));
         if !self.hosts.is_overflow(&host) {
+            self.sweep(&host.value, at);
             self.book(&host.value.throttle, answer, self.ms(at));
         }
     }
@@ -62,24 +63,36 @@ impl Ledger {
 
     /// [`observe`](Self::observe) for the host a call holds.
     pub(crate) fn observe_held(&self, host: &HostHandle, answer: Answer, now: Instant) {
+        if answer != Answer::Accepted {
+            self.sweep(&host.0.value, now);
+        }
         self.book(&host.0.value.throttle, answer, self.ms(now));
     }
 
     /// Counts an accepted answer in `record`'s throttle: in this thread's
-    /// batch while the host is not watched.
+    /// batch while the host is busy and not watched.
     #[inline]
     pub(super) fn tally(&self, record: &Record, now: &mut Lazy<impl FnOnce() -> Instant>) {
-        if !self.tallies_in_batch(record, now) {
-            return;
-        }
-        if let Some(batch) = record.tallies.count(false, true, self.per_retry) {
-            self.book_batch(&record.tallies, (None, Some(&record.throttle)), batch, now);
+        self.count(record, false, true, now);
+    }
+
+    /// Counts an accepted answer in the throttle of `record`'s host, which
+    /// is not busy: in the tally its calls share, folded into the books
+    /// every [`FOLD`](crate::throttle::FOLD) of them, or booked now, with its
+    /// time, while the host is watched.
+    pub(super) fn tally_now(&self, record: &Record, now: &mut Lazy<impl FnOnce() -> Instant>) {
+        if record.throttle.watched() {
+            self.book_now(record, now);
+        } else if record.throttle.tally(1) {
+            let at = now.get();
+            record.throttle.fold(self.ms(at));
+            record.tallies.filled(self.slot_number(at));
         }
     }
 
-    /// Whether an accepted answer waits for its thread's batch to reach
-    /// `record`'s throttle: unless the host is watched, when it is booked
-    /// now, with its time.
+    /// Whether a busy host's accepted answer waits for its thread's batch
+    /// to reach `record`'s throttle: unless the host is watched, when it
+    /// is booked now, with its time.
     #[inline]
     pub(super) fn tallies_in_batch(
         &self,
@@ -91,6 +104,19 @@ impl Ledger {
         }
         self.book_now(record, now);
         false
+    }
+
+    /// Books what every thread counted for `record`'s host and has not
+    /// booked yet, at `now`: before a rejection, so that the throttle
+    /// judges on every answer that came before it, whatever the threads
+    /// that counted them.
+    fn sweep(&self, record: &Record, now: Instant) {
+        let Some(stripes) = record.tallies.striped() else { return };
+        let batch = stripes.sweep();
+        if !batch.is_empty() {
+            let books = (record.account.as_deref(), Some(&record.throttle));
+            self.book_batch(books, batch, &mut Lazy::new(|| now));
+        }
     }
 
     /// Books an accepted answer into `record`'s throttle, the time read now.

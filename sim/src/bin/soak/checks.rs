@@ -294,7 +294,9 @@ impl Share {
 
     /// What a sample holds beyond the harness's share.
     fn rest(&self, sample: &Sample) -> f64 {
-        sample.heap - self.per_connection * sample.connections - self.per_listener * sample.listeners
+        sample.heap
+            - self.per_connection * sample.connections
+            - self.per_listener * sample.listeners
     }
 }
 
@@ -352,8 +354,11 @@ pub(crate) fn sample_heap(
             peaks.first_p95 = p95(&first_samples);
             peaks.second_p95 = p95(&second_samples);
             let all: Vec<Sample> = first_samples.iter().chain(&second_samples).copied().collect();
-            let share = Share::fit(&all)
-                .unwrap_or(Share { base: 0.0, per_connection: 0.0, per_listener: 0.0 });
+            let share = Share::fit(&all).unwrap_or(Share {
+                base: 0.0,
+                per_connection: 0.0,
+                per_listener: 0.0,
+            });
             let _ = share.base;
             peaks.per_connection = share.per_connection;
             peaks.per_listener = share.per_listener;

@@ -448,7 +448,8 @@ fn report(
     );
     // A fit that puts more on a listener or a connection than either can
     // hold has taken in something that grew alongside them.
-    let plausible = run.heap.per_listener <= LISTENER_MOST && run.heap.per_connection <= CONNECTION_MOST;
+    let plausible =
+        run.heap.per_listener <= LISTENER_MOST && run.heap.per_connection <= CONNECTION_MOST;
     verdicts.check(
         growth <= 0.10 && plausible,
         format!(
