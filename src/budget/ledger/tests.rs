@@ -96,6 +96,25 @@ fn global_scope_shares_one_account() {
     assert!(b.try_spend(&b.account(&url("http://b.test/"), t0), t0).is_none());
 }
 
+/// Fills the shard of `new`'s host with hosts h0, h1, ... used at `at(n)`,
+/// each at a second of its own; returns those that went into the shard.
+fn fill_shard_of(b: &Ledger, new: &Url, at: impl Fn(u64) -> Instant) -> Vec<Url> {
+    let mut shard = Vec::new();
+    for n in 0u64.. {
+        let (len, limit) = b.hosts.shard_len(new);
+        if len == limit {
+            break;
+        }
+        let host = url(&format!("http://h{n}.test/"));
+        let before = b.hosts.shard_len(new).0;
+        drop(b.account(&host, at(n)));
+        if b.hosts.shard_len(new).0 > before {
+            shard.push(host);
+        }
+    }
+    shard
+}
+
 #[test]
 fn the_table_forgets_the_least_recently_used_calm_hosts() {
     let b = budget(BudgetScope::PerHost);
@@ -104,19 +123,7 @@ fn the_table_forgets_the_least_recently_used_calm_hosts() {
     let at = |s: u64| t0 + Duration::from_secs(s);
     // Fill the shard of new.test, each host used at a time of its own.
     let new = url("http://new.test/");
-    let mut shard = Vec::new();
-    for n in 0u64.. {
-        let (len, limit) = hosts.shard_len(&new);
-        if len == limit {
-            break;
-        }
-        let host = url(&format!("http://h{n}.test/"));
-        let before = hosts.shard_len(&new).0;
-        drop(b.account(&host, at(n)));
-        if hosts.shard_len(&new).0 > before {
-            shard.push(host);
-        }
-    }
+    let shard = fill_shard_of(&b, &new, at);
     drop(b.account(&new, at(100_000)));
     let (len, limit) = hosts.shard_len(&new);
     assert_eq!(len, limit - limit / 8, "an eighth of the shard went, and new.test came in");
@@ -399,19 +406,7 @@ fn a_busy_host_s_batches_count_as_use_so_it_is_not_forgotten_first() {
     let t0 = Instant::now();
     let at = |s: u64| t0 + Duration::from_secs(s);
     let new = url("http://new.test/");
-    let mut shard = Vec::new();
-    for n in 0u64.. {
-        let (len, limit) = hosts.shard_len(&new);
-        if len == limit {
-            break;
-        }
-        let host = url(&format!("http://h{n}.test/"));
-        let before = hosts.shard_len(&new).0;
-        drop(b.account(&host, at(n)));
-        if hosts.shard_len(&new).0 > before {
-            shard.push(host);
-        }
-    }
+    let shard = fill_shard_of(&b, &new, at);
     // The oldest-inserted host answers 1,000 calls much later: 100 retries' worth booked.
     for _ in 0..1000 {
         b.earn_for(&shard[0], true, || at(50_000));
