@@ -199,10 +199,16 @@ impl<V: HostState> Hosts<V> {
     /// Runs `f` on the state of `url`'s host, if the table knows it, with
     /// the table shared: no allocation, no reference counted.
     pub(crate) fn with<R>(&self, url: &Url, f: impl FnOnce(&V) -> R) -> Option<R> {
+        self.with_entry(url, |host| f(&host.value))
+    }
+
+    /// As [`with`](Self::with), with the host's entry: for `f` to keep a
+    /// reference to it only when it needs one.
+    pub(crate) fn with_entry<R>(&self, url: &Url, f: impl FnOnce(&Arc<Host<V>>) -> R) -> Option<R> {
         let key = HostRef::of(url);
         let hashed = hash(key);
         let table = read(self.shard(hashed));
-        table.hosts.find(hashed, |host| host.key() == key).map(|host| f(&host.value))
+        table.hosts.find(hashed, |host| host.key() == key).map(f)
     }
 
     /// Runs `f` on the state of `url`'s host, if the table knows it; when

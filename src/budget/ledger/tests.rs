@@ -320,6 +320,8 @@ fn ten_thousand_calls_to_one_host_from_eight_threads(scope: BudgetScope) {
     let ledger = Ledger::new(Some(&budget), 3, true, true).unwrap();
     let host = url("http://busy.test/orders");
     let t0 = Instant::now();
+    // Another host's pause has every call look its host up before it goes.
+    assert!(ledger.pause(&url("http://paused.test/"), Duration::from_secs(3600), t0));
     let writes: u64 = std::thread::scope(|scope| {
         let threads: Vec<_> = (0..THREADS)
             .map(|_| {

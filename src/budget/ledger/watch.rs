@@ -162,13 +162,20 @@ impl Ledger {
                 self.watch_until.compare_exchange(horizon, 0, Ordering::AcqRel, Ordering::Relaxed);
             return Passage::Open;
         }
-        let Some(host) = self.hosts.get(url) else { return Passage::Open };
+        // The host's entry is looked up, not held: a call that goes counts
+        // no reference on it, only the probe keeps one.
+        self.hosts.with_entry(url, |host| self.passage(host, now, first)).unwrap_or(Passage::Open)
+    }
+
+    /// Where `host` stands for a request about to go at `now`: its pause,
+    /// then, for a `first` attempt, its throttle.
+    fn passage(&self, host: &Arc<Host<Record>>, now: u64, first: bool) -> Passage<'_> {
         match host.value.pause.check(now) {
             Gate::Open => {}
             Gate::Probe => {
                 self.probes.fetch_add(1, Ordering::AcqRel);
                 self.look_until(now);
-                return Passage::Probe(Turn { host, ledger: self, settled: false });
+                return Passage::Probe(Turn { host: host.clone(), ledger: self, settled: false });
             }
             Gate::Until(end) => {
                 return Passage::Paused(Duration::from_millis(end.saturating_sub(now)));
