@@ -184,30 +184,40 @@ impl Slots {
     }
 }
 
+/// The process's thread slots.
 static SLOTS: Mutex<Slots> = Mutex::new(Slots { next: 0, free: BinaryHeap::new() });
 
-fn slots() -> std::sync::MutexGuard<'static, Slots> {
+fn lock(slots: &Mutex<Slots>) -> std::sync::MutexGuard<'_, Slots> {
     // Plain numbers, whole whatever a panicking holder left.
-    SLOTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    slots.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// A thread's slot, given back when the thread ends.
-struct Slot(usize);
+/// A thread's slot, given back to `from` when the thread ends.
+struct Slot {
+    at: usize,
+    from: &'static Mutex<Slots>,
+}
+
+impl Slot {
+    fn take(from: &'static Mutex<Slots>) -> Self {
+        Self { at: lock(from).take(), from }
+    }
+}
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        slots().give_back(self.0);
+        lock(self.from).give_back(self.at);
     }
 }
 
 thread_local! {
-    static SLOT: Slot = Slot(slots().take());
+    static SLOT: Slot = Slot::take(&SLOTS);
 }
 
 /// This thread's slot; 0 while the thread is ending.
 #[inline]
 fn slot() -> usize {
-    SLOT.try_with(|slot| slot.0).unwrap_or(0)
+    SLOT.try_with(|slot| slot.at).unwrap_or(0)
 }
 
 #[cfg(test)]

@@ -324,13 +324,13 @@ impl Ledger {
         batch: Batch,
         now: &mut Lazy<impl FnOnce() -> Instant>,
     ) {
-        if let Some(account) = account.filter(|_| batch.earned > 0) {
+        if let (Some(account), earned @ 1..) = (account, batch.earned) {
             let slot = self.slot_number(now.get());
             account.touch(slot);
-            account.earn(slot, self.earn.saturating_mul(batch.earned.into()), self.reserve);
+            account.earn(slot, self.earn.saturating_mul(earned.into()), self.reserve);
         }
-        if let Some(throttle) = throttle.filter(|_| batch.accepted > 0) {
-            if throttle.tally(batch.accepted) {
+        if let (Some(throttle), accepted @ 1..) = (throttle, batch.accepted) {
+            if throttle.tally(accepted) {
                 throttle.fold(self.ms(now.get()));
             }
         }

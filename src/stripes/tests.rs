@@ -128,3 +128,25 @@ fn threads_alive_at_once_hold_distinct_slots() {
     distinct.dedup();
     assert_eq!(distinct.len(), held.len(), "{held:?}");
 }
+
+#[test]
+fn an_ended_thread_s_slot_is_given_back() {
+    static MINE: Mutex<Slots> = Mutex::new(Slots { next: 0, free: BinaryHeap::new() });
+    let first = Slot::take(&MINE);
+    let second = Slot::take(&MINE);
+    assert_eq!((first.at, second.at), (0, 1));
+    drop(first);
+    assert_eq!(Slot::take(&MINE).at, 0, "the slot of the one that ended");
+}
+
+#[test]
+fn threads_past_the_stripes_share_them() {
+    let tallies = busy();
+    let stripes = tallies.striped().unwrap();
+    let n = stripes.len();
+    // Slots n and n + 1 count with slots 0 and 1.
+    assert_eq!(count(stripes, n, BATCH - 1), []);
+    assert_eq!(count(stripes, 0, 1), [(BATCH, BATCH)], "slot n shares slot 0's stripe");
+    assert_eq!(count(stripes, n + 1, BATCH - 1), []);
+    assert_eq!(count(stripes, 1, 1), [(BATCH, BATCH)], "slot n + 1 shares slot 1's stripe");
+}

@@ -81,6 +81,13 @@ impl Throttle {
         watched
     }
 
+    /// Accepted answers in the books (decayed) and tallied, not yet in
+    /// them.
+    #[cfg(test)]
+    pub(crate) fn accepted(&self) -> (f64, u32) {
+        (self.books().accepted, self.tallied.load(Ordering::Relaxed))
+    }
+
     /// Whether the host may be forgotten at `now`: nothing is being
     /// watched, or what is has gone stale ([`Books::stale`]).
     pub(crate) fn idle(&self, now: u64) -> bool {

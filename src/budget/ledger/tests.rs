@@ -347,6 +347,7 @@ fn ten_thousand_calls_to_one_host_from_eight_threads(scope: BudgetScope) {
     let batches = CALLS / u64::from(crate::stripes::BATCH);
     let most = 4 * batches;
     assert!(writes <= most, "{scope:?}: {writes} shared writes for {CALLS} calls (at most {most})");
+    assert!(writes >= batches, "{scope:?}: {writes}: each booking is counted");
     // What the answers earned is there (a retry per batch, and the
     // reserve), less at most a batch held by each thread or left in the
     // shared word when the host got its stripes.
@@ -521,4 +522,88 @@ fn the_throttle_judges_on_every_answer_whatever_the_threads_that_counted_them() 
     let eight = first_refusal(8);
     // A rejection books what every thread counted first.
     assert_eq!(one, eight, "(rejections before the first refusal, accepted, answered)");
+}
+
+/// A per-host ledger with throttling and a reserve of `reserve`, and a
+/// host made busy at the time returned: a retry's worth of its answers
+/// booked twice within one slot.
+fn busy_host(reserve: u32) -> (Ledger, Url, Instant) {
+    let budget = RetryBudget::default().with_reserve(reserve);
+    let ledger = Ledger::new(Some(&budget), 3, true, true).unwrap();
+    let host = url("http://busy.test/");
+    let t0 = Instant::now();
+    for _ in 0..30 {
+        ledger.earn_for(&host, true, || t0);
+    }
+    assert!(ledger.hosts.with(&host, |r| r.tallies.striped().is_some()).unwrap(), "busy");
+    (ledger, host, t0)
+}
+
+/// Accepted answers the host's throttle holds, in its books and tallied.
+fn accepted(ledger: &Ledger, host: &Url) -> f64 {
+    let (books, tallied) = ledger.hosts.with(host, |r| r.throttle.accepted()).unwrap();
+    books + f64::from(tallied)
+}
+
+#[test]
+fn a_busy_host_refills_its_reserve_answer_by_answer() {
+    let (ledger, host, t0) = busy_host(1);
+    // An hour on, the window's earnings are gone: a retry takes the reserve.
+    let t1 = t0 + Duration::from_secs(3600);
+    let account = ledger.account(&host, t1);
+    assert!(ledger.try_spend(&account, t1).is_some());
+    assert!(ledger.try_spend(&account, t1).is_none(), "the reserve is spent");
+    // Ten answers from two threads, five each: fewer than a thread's batch.
+    // Both alive at once, so that they count into stripes of their own.
+    let barrier = std::sync::Barrier::new(2);
+    std::thread::scope(|scope| {
+        for _ in 0..2 {
+            scope.spawn(|| {
+                for _ in 0..5 {
+                    ledger.earn_for(&host, true, || t1);
+                }
+                barrier.wait();
+            });
+        }
+    });
+    assert_eq!(account.available(ledger.slot_number(t1)), 1, "each answer refilled a tenth");
+}
+
+#[test]
+fn a_busy_host_s_accepted_answers_reach_its_throttle_and_no_others() {
+    let (ledger, host, t0) = busy_host(5);
+    let before = accepted(&ledger, &host);
+    for _ in 0..50 {
+        ledger.earn_for(&host, false, || t0);
+    }
+    assert_eq!(accepted(&ledger, &host), before, "answers not accepted are not tallied");
+    for _ in 0..50 {
+        ledger.earn_for(&host, true, || t0);
+    }
+    assert_eq!(accepted(&ledger, &host), before + 50.0, "five batches of ten");
+}
+
+#[test]
+fn a_rejection_on_a_held_host_takes_in_what_the_threads_counted() {
+    let (ledger, host, t0) = busy_host(5);
+    let before = accepted(&ledger, &host);
+    for _ in 0..5 {
+        ledger.earn_for(&host, true, || t0);
+    }
+    assert_eq!(accepted(&ledger, &host), before, "five in this thread's stripe");
+    let held = ledger.handle(&host).expect("a known host");
+    ledger.observe_held(&held, Answer::Rejected, t0);
+    assert_eq!(accepted(&ledger, &host), before + 5.0);
+    assert!(ledger.hosts.with(&host, |r| r.throttle.watched()).unwrap(), "the rejection booked");
+}
+
+#[test]
+fn a_watched_busy_host_books_each_accepted_answer_at_once() {
+    let (ledger, host, t0) = busy_host(5);
+    ledger.observe(&host, Answer::Rejected, || t0);
+    let (books, tallied) = ledger.hosts.with(&host, |r| r.throttle.accepted()).unwrap();
+    ledger.earn_for(&host, true, || t0 + Duration::from_millis(1));
+    let (after, tallied_after) = ledger.hosts.with(&host, |r| r.throttle.accepted()).unwrap();
+    assert!(after > books + 0.99, "in the books: {books} then {after}");
+    assert_eq!(tallied_after, tallied);
 }
