@@ -4,9 +4,10 @@
 //!
 //! A host's answers are booked as they come, in words its calls share
 //! (its account's unbooked earnings, its throttle's tally), until the
-//! host is busy: a retry's worth of earnings, or a fold of its throttle's
-//! tally, booked twice within one slot of the books' timeline (a second,
-//! at the budget's default window). Then it gets a stripe per thread slot,
+//! host is busy: one of these words filled twice within one slot of the
+//! books' timeline (a second, at the budget's default window): a retry's
+//! worth of earnings booked twice, from ten answers or so within the
+//! second at the default ratio, or the tally folded twice, from 256. Then it gets a stripe per thread slot,
 //! each padded to its own cache line, and from then on a thread counts
 //! into its own stripe and books its own batches. A host called now and
 //! then holds no stripes, and its answers are counted as before.
@@ -38,10 +39,19 @@ const MAX_STRIPES: usize = 64;
 /// One host's answers, counted per thread once it is busy.
 #[derive(Debug, Default)]
 pub(crate) struct Tallies {
-    /// One past the slot in which the host's shared words last filled; 0
-    /// for never.
-    filled: AtomicU64,
+    /// For each of the host's shared words ([`Word`]), one past the slot
+    /// in which it last filled; 0 for never.
+    filled: [AtomicU64; 2],
     stripes: OnceLock<Stripes>,
+}
+
+/// A host's words that its calls share until it is busy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Word {
+    /// Its account's unbooked earnings, filled by a retry's worth.
+    Earnings,
+    /// Its throttle's tally, filled by a fold into the books.
+    Tally,
 }
 
 /// A busy host's counts, one per thread slot, each on its own cache line;
@@ -86,12 +96,13 @@ impl Tallies {
         self.stripes.get()
     }
 
-    /// Notes that one of the host's shared words filled (a retry's worth
-    /// booked, a tally folded) at `slot` of the books' timeline: a host
-    /// whose words filled twice within one slot gets its stripes.
-    pub(crate) fn filled(&self, slot: u64) {
+    /// Notes that one of the host's shared words filled at `slot` of the
+    /// books' timeline: a host one of whose words filled twice within one
+    /// slot gets its stripes. Each word apart: one answer may fill both,
+    /// and the two may fill in one slot at any pace.
+    pub(crate) fn filled(&self, word: Word, slot: u64) {
         let filled = slot.saturating_add(1);
-        if self.filled.swap(filled, Ordering::Relaxed) == filled {
+        if self.filled[word as usize].swap(filled, Ordering::Relaxed) == filled {
             self.stripes
                 .get_or_init(|| Stripes((0..stripes()).map(|_| Default::default()).collect()));
         }

@@ -13,7 +13,7 @@ use super::account::{Account, Paid, RETRY_COST, SLOTS};
 use super::{BudgetScope, RetryBudget};
 use crate::hosts::{Host, HostState, Hosts};
 use crate::pause::Pause;
-use crate::stripes::{Batch, Tallies};
+use crate::stripes::{Batch, Tallies, Word};
 use crate::throttle::{Answer, Throttle};
 
 /// Hosts tracked before the least recently used calm ones are forgotten.
@@ -293,7 +293,7 @@ impl Ledger {
         if let Some(batch) = account.earn_unbooked(self.earn, self.reserve) {
             let slot = self.slot_number(now.get());
             account.book(slot, batch);
-            tallies.filled(slot);
+            tallies.filled(Word::Earnings, slot);
         }
     }
 

@@ -79,8 +79,8 @@ pub enum BudgetScope {
 ///   hold one retry more than its own answers earned), and what is not yet
 ///   booked when a host stops answering, less than a retry, never is. A
 ///   host busy enough that a retry's worth of its answers is booked twice
-///   within a tenth of the window (twenty answers a second, at the
-///   defaults) has each thread count its own answers and book its own
+///   within a tenth of the window (some ten answers within a second, at
+///   the defaults) has each thread count its own answers and book its own
 ///   retry's worth, while its reserve is full, so that calls on different
 ///   threads write no shared memory: each thread's booking may then hold
 ///   older answers, one retry more per thread at most, and what the

@@ -13,8 +13,8 @@ fn held(batch: Batch) -> (u32, u32) {
 /// A host whose shared words filled twice in one slot.
 fn busy() -> Tallies {
     let tallies = Tallies::default();
-    tallies.filled(7);
-    tallies.filled(7);
+    tallies.filled(Word::Earnings, 7);
+    tallies.filled(Word::Earnings, 7);
     tallies
 }
 
@@ -22,11 +22,12 @@ fn busy() -> Tallies {
 fn a_host_whose_words_fill_twice_in_one_slot_is_busy() {
     let tallies = Tallies::default();
     for slot in 0..5 {
-        tallies.filled(slot);
+        tallies.filled(Word::Earnings, slot);
+        tallies.filled(Word::Tally, slot);
     }
-    assert!(tallies.striped().is_none(), "once a slot: not busy");
-    tallies.filled(4);
-    assert!(tallies.striped().is_some(), "twice in slot 4");
+    assert!(tallies.striped().is_none(), "each word once a slot: not busy");
+    tallies.filled(Word::Tally, 4);
+    assert!(tallies.striped().is_some(), "the tally twice in slot 4");
     assert_eq!(tallies.striped().map(Stripes::len), Some(stripes()));
 }
 

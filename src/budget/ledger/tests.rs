@@ -607,3 +607,26 @@ fn a_watched_busy_host_books_each_accepted_answer_at_once() {
     assert!(after > books + 0.99, "in the books: {books} then {after}");
     assert_eq!(tallied_after, tallied);
 }
+
+#[test]
+fn a_host_answering_now_and_then_is_never_busy() {
+    // One answer every ten seconds, for hours: a retry's worth booked every
+    // ten, the tally folded every 256, and now and then one answer that
+    // does both; never a word filled twice in one slot. The host is first
+    // known through a retry's account, or through its answer, with one
+    // answer not accepted among them.
+    for known_first in [true, false] {
+        let ledger = Ledger::new(Some(&RetryBudget::default()), 3, false, true).unwrap();
+        let host = url("http://quiet.test/");
+        let t0 = Instant::now();
+        if known_first {
+            drop(ledger.account(&host, t0));
+        }
+        for n in 1..=3000u64 {
+            let at = t0 + Duration::from_secs(10 * n);
+            ledger.earn_for(&host, known_first || n != 2, || at);
+            let busy = ledger.hosts.with(&host, |r| r.tallies.striped().is_some());
+            assert_eq!(busy, Some(false), "busy at answer {n} (known first: {known_first})");
+        }
+    }
+}

@@ -12,7 +12,7 @@ use super::{Lazy, Ledger, Record, SLOTS};
 use crate::hosts::Host;
 use crate::pause::Gate;
 use crate::rate_limit::Throttled;
-use crate::stripes::note_shared_write;
+use crate::stripes::{Word, note_shared_write};
 use crate::throttle::{Answer, STALE_MS, Throttle};
 
 impl Ledger {
@@ -86,7 +86,7 @@ impl Ledger {
         } else if record.throttle.tally(1) {
             let at = now.get();
             record.throttle.fold(self.ms(at));
-            record.tallies.filled(self.slot_number(at));
+            record.tallies.filled(Word::Tally, self.slot_number(at));
         }
     }
 

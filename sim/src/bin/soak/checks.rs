@@ -223,6 +223,9 @@ pub(crate) struct HeapPeaks {
     /// process) and per listener.
     pub(crate) per_connection: f64,
     pub(crate) per_listener: f64,
+    /// Whether the harness's share could be fitted: else the costs are 0
+    /// and the check compares the live heap whole.
+    pub(crate) fitted: bool,
     /// The median of the live bytes less the harness's share, per half:
     /// what the check compares (see [`Share`]).
     pub(crate) first_rest: f64,
@@ -279,7 +282,10 @@ impl Share {
                 + m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0])
         };
         let whole = det(&m);
-        if whole.abs() < f64::EPSILON {
+        // Next to the product of the diagonal (the most the determinant
+        // can be), a load that hardly varied, or two loads that moved as
+        // one, leave next to nothing.
+        if whole.abs() <= 1e-9 * m[0][0] * m[1][1] * m[2][2] {
             return None;
         }
         let solve = |column: usize| {
@@ -354,11 +360,10 @@ pub(crate) fn sample_heap(
             peaks.first_p95 = p95(&first_samples);
             peaks.second_p95 = p95(&second_samples);
             let all: Vec<Sample> = first_samples.iter().chain(&second_samples).copied().collect();
-            let share = Share::fit(&all).unwrap_or(Share {
-                base: 0.0,
-                per_connection: 0.0,
-                per_listener: 0.0,
-            });
+            let fitted = Share::fit(&all);
+            peaks.fitted = fitted.is_some();
+            let share =
+                fitted.unwrap_or(Share { base: 0.0, per_connection: 0.0, per_listener: 0.0 });
             let _ = share.base;
             peaks.per_connection = share.per_connection;
             peaks.per_listener = share.per_listener;

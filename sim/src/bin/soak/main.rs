@@ -447,21 +447,37 @@ fn report(
         format!("panics: {panics} in tasks, {hook_panics} anywhere"),
     );
     // A fit that puts more on a listener or a connection than either can
-    // hold has taken in something that grew alongside them.
-    let plausible =
-        run.heap.per_listener <= LISTENER_MOST && run.heap.per_connection <= CONNECTION_MOST;
-    verdicts.check(
-        growth <= 0.10 && plausible,
-        format!(
-            "memory: beyond the harness's connections and listeners, the second half's live heap \
-             grew by {:+.1}% of the first half's {} (at most 10%; the fitted costs at most {} KiB \
-             a listener and {} KiB a connection)",
-            growth * 100.0,
-            mib(run.heap.first_p95),
-            LISTENER_MOST / 1024.0,
-            CONNECTION_MOST / 1024.0,
-        ),
-    );
+    // hold, or less than nothing, has taken in something that grew or
+    // shrank alongside them. With no fit (a load that hardly varied), the
+    // live heap is compared whole.
+    let plausible = (0.0..=LISTENER_MOST).contains(&run.heap.per_listener)
+        && (0.0..=CONNECTION_MOST).contains(&run.heap.per_connection);
+    let memory = if run.heap.fitted {
+        (
+            growth <= 0.10 && plausible,
+            format!(
+                "memory: beyond the harness's connections and listeners, the second half's live \
+                 heap grew by {:+.1}% of the first half's {} (at most 10%; the fitted costs from \
+                 0 to {} KiB a listener and to {} KiB a connection)",
+                growth * 100.0,
+                mib(run.heap.first_p95),
+                LISTENER_MOST / 1024.0,
+                CONNECTION_MOST / 1024.0,
+            ),
+        )
+    } else {
+        (
+            ratio <= 1.10,
+            format!(
+                "memory: the harness's share could not be fitted; the second half's live heap \
+                 (95th percentile) {} is {:.1}% of the first half's {} (at most 110%)",
+                mib(run.heap.second_p95),
+                ratio * 100.0,
+                mib(run.heap.first_p95)
+            ),
+        )
+    };
+    verdicts.check(memory.0, memory.1);
     verdicts.check(
         run.hosts_used + servers::REFUSED_PORTS as u64 >= MIN_HOSTS,
         format!(
