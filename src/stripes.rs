@@ -5,12 +5,13 @@
 //! A host's answers are booked as they come, in words its calls share
 //! (its account's unbooked earnings, its throttle's tally), until the
 //! host is busy: one of these words filled twice within one slot of the
-//! books' timeline (a second, at the budget's default window): a retry's
-//! worth of earnings booked twice, from ten answers or so within the
-//! second at the default ratio, or the tally folded twice, from 256. Then it gets a stripe per thread slot,
-//! each padded to its own cache line, and from then on a thread counts
-//! into its own stripe and books its own batches. A host called now and
-//! then holds no stripes, and its answers are counted as before.
+//! books' timeline (a second, at the budget's default window). That is a
+//! retry's worth of earnings booked twice, from some ten answers within
+//! the second at the default ratio, or the tally folded twice, from 256.
+//! Then the host gets a stripe per thread slot, each padded to its own
+//! cache line, and from then on a thread counts into its own stripe and
+//! books its own batches. A host called now and then holds no stripes,
+//! and its answers are counted as before.
 //!
 //! Threads take the lowest free slot when they first count, and give it
 //! back when they end, so the threads alive at once hold distinct slots: a
