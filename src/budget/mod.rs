@@ -22,9 +22,9 @@ pub enum BudgetScope {
     ///
     /// Accounts are kept for at most 1,024 hosts (about 570 KB, and 1 KB
     /// more for each busy host, whose threads count apart, as the retry
-    /// budget's docs say: a cache line of 128 bytes for each of its
-    /// stripes, eight at least), in 16
-    /// shards of 64 picked by the host's hash, each with a lock of its own.
+    /// budget's docs say: a cache line, 128 bytes on x86-64 and aarch64,
+    /// for each of its stripes, eight at least), in 16 shards of 64
+    /// picked by the host's hash, each with a lock of its own.
     /// Past a shard's bound, a host that only answers is not let in: its
     /// answers go uncounted until it first fails, so that a crowd of hosts
     /// called once each does not churn the table. At that failure it is let

@@ -365,13 +365,7 @@ fn a_busy_host_s_threads_each_book_at_most_one_retry_of_older_answers_into_the_w
     // than a retry's worth of answers from long before, booked with its
     // next answer.
     const THREADS: usize = 8;
-    let ledger = Ledger::new(Some(&RetryBudget::default()), 3, true, true).unwrap();
-    let host = url("http://busy.test/");
-    let t0 = Instant::now();
-    // Busy: its shared word fills twice in one slot, and it gets stripes.
-    for _ in 0..20 {
-        ledger.earn_for(&host, true, || t0);
-    }
+    let (ledger, host, t0) = busy_host(5);
     // Each thread counts nine answers, then, an hour later, a tenth.
     let t1 = t0 + Duration::from_secs(3600);
     let barrier = std::sync::Barrier::new(THREADS);

@@ -40,7 +40,8 @@ impl Ledger {
         let mut now = Lazy::new(now);
         if answer == Answer::Accepted {
             // A host the table does not know has nothing to throttle.
-            let _ = self.hosts.with_or_full(url, |record| self.tally(record, &mut now));
+            let _ =
+                self.hosts.with_or_full(url, |record| self.count(record, false, true, &mut now));
             return;
         }
         let at = now.get();
@@ -67,13 +68,6 @@ impl Ledger {
             self.sweep(&host.0.value, now);
         }
         self.book(&host.0.value.throttle, answer, self.ms(now));
-    }
-
-    /// Counts an accepted answer in `record`'s throttle: in this thread's
-    /// batch while the host is busy and not watched.
-    #[inline]
-    pub(super) fn tally(&self, record: &Record, now: &mut Lazy<impl FnOnce() -> Instant>) {
-        self.count(record, false, true, now);
     }
 
     /// Counts an accepted answer in the throttle of `record`'s host, which
