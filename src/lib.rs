@@ -305,6 +305,10 @@
 //! - `tracing` (default): a debug-level event per retry decision with the
 //!   attempt, method, reason and wait. Headers, bodies and URLs are never logged.
 //! - `test-util`: `ManualClock` and `FixedJitter`.
+//! - `chaos`: `chaos::Chaos`, a middleware that injects faults by seeded
+//!   rules for tests of the code around the retries: statuses, refused
+//!   connections, timeouts, resets, bodies cut short, latency on the
+//!   crate's clock.
 //! - `http2` (default): turn on reqwest's HTTP/2, and recognise REFUSED_STREAM and a
 //!   graceful GOAWAY (through the `h2` crate) as failures where the server
 //!   did not process the request (RFC 9113 §8.7: it may have read part of it).
@@ -326,6 +330,8 @@ mod body;
 mod budget;
 mod builder;
 mod call;
+#[cfg(all(feature = "chaos", not(target_arch = "wasm32")))]
+pub mod chaos;
 mod classify;
 pub mod clock;
 mod config;

@@ -8,6 +8,8 @@ mod support;
 
 mod bodies;
 mod budget;
+#[cfg(feature = "chaos")]
+mod chaos;
 mod deadline;
 mod errors;
 mod hedge;

@@ -1,0 +1,153 @@
+//! Real transport errors, made on loopback: reqwest's error types cannot be
+//! built outside reqwest, so each is what reqwest itself returns for the
+//! same failure, met on purpose, then given the request's URL.
+//!
+//! - **Refused:** a request to a port bound on 127.0.0.1 where nothing
+//!   listens. The kernel refuses the connection; reqwest returns its
+//!   connect error (`is_connect()`), with the `io::Error` of kind
+//!   `ConnectionRefused` in its chain.
+//! - **Timeout:** a request with reqwest's shortest timeout to a loopback
+//!   port that listens and never answers: reqwest returns its timeout error
+//!   (`is_timeout()`, not `is_connect()`). reqwest's timer fires at its
+//!   next tick, about a millisecond of real time (none under
+//!   `tokio::time::pause`).
+//! - **Reset:** a request to a loopback listener that reads the request's
+//!   head, then resets the connection. reqwest returns hyper's error for a
+//!   connection lost while it waited for the answer (`is_request()`), with
+//!   an `io::Error` of kind `ConnectionReset` in its chain.
+
+use std::future::{Future, poll_fn};
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::pin::pin;
+use std::task::Poll;
+use std::time::Duration;
+
+use reqwest::{Client, Url};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+
+use super::ChaosError;
+
+/// The client and the ports the errors are made with.
+#[derive(Debug)]
+pub(super) struct Forge {
+    client: Client,
+    /// Bound and never listening: connections to it are refused, and no
+    /// other socket can take its port while it lives.
+    _refusing: TcpSocket,
+    refusing_at: SocketAddr,
+    /// Listening, never accepting: a request to it waits for an answer
+    /// that never comes.
+    _silent: std::net::TcpListener,
+    silent_at: SocketAddr,
+}
+
+impl Forge {
+    /// A client that sends straight to loopback (no proxy, no pooled
+    /// connections) and a refusing port.
+    pub(super) fn new() -> Result<Self, ChaosError> {
+        let client = Client::builder()
+            .no_proxy()
+            .pool_max_idle_per_host(0)
+            .build()
+            .map_err(|error| ChaosError::Forge(io::Error::other(error)))?;
+        let refusing = TcpSocket::new_v4().map_err(ChaosError::Forge)?;
+        refusing.bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0))).map_err(ChaosError::Forge)?;
+        let refusing_at = refusing.local_addr().map_err(ChaosError::Forge)?;
+        let silent =
+            std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(ChaosError::Forge)?;
+        let silent_at = silent.local_addr().map_err(ChaosError::Forge)?;
+        Ok(Self { client, _refusing: refusing, refusing_at, _silent: silent, silent_at })
+    }
+
+    /// reqwest's error for a connection refused, for `url`.
+    pub(super) async fn refused(&self, url: &Url) -> Result<reqwest::Error, ChaosError> {
+        let sent = self.client.get(format!("http://{}/", self.refusing_at)).send().await;
+        failed(sent, url)
+    }
+
+    /// reqwest's error for a request that timed out, for `url`.
+    pub(super) async fn timeout(&self, url: &Url) -> Result<reqwest::Error, ChaosError> {
+        let request = self.client.get(format!("http://{}/", self.silent_at));
+        failed(request.timeout(Duration::from_nanos(1)).send().await, url)
+    }
+
+    /// reqwest's error for a connection reset after the request was read,
+    /// for `url`.
+    pub(super) async fn reset(&self, url: &Url) -> Result<reqwest::Error, ChaosError> {
+        let listener =
+            TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await.map_err(ChaosError::Forge)?;
+        let at = listener.local_addr().map_err(ChaosError::Forge)?;
+        let sent = self.client.get(format!("http://{at}/")).send();
+        let (sent, _) = both(sent, reset_after_head(listener)).await;
+        failed(sent, url)
+    }
+}
+
+/// The error of `sent`, with `url` for its own.
+fn failed(
+    sent: reqwest::Result<reqwest::Response>,
+    url: &Url,
+) -> Result<reqwest::Error, ChaosError> {
+    match sent {
+        Err(error) => Ok(error.with_url(url.clone())),
+        Ok(response) => Err(ChaosError::Forge(io::Error::other(format!(
+            "a loopback request meant to fail was answered {}",
+            response.status()
+        )))),
+    }
+}
+
+/// Takes one connection, reads the request's head and resets the
+/// connection.
+async fn reset_after_head(listener: TcpListener) -> io::Result<()> {
+    let (stream, _) = listener.accept().await?;
+    read_head(&stream).await?;
+    // A linger of zero makes the close a reset, and never blocks.
+    #[allow(deprecated)]
+    stream.set_linger(Some(Duration::ZERO))?;
+    drop(stream);
+    Ok(())
+}
+
+/// Reads until the end of a request's head, or of the stream.
+async fn read_head(stream: &TcpStream) -> io::Result<()> {
+    let mut head = Vec::new();
+    let mut buffer = [0_u8; 1024];
+    while !head.windows(4).any(|window| window == b"\r\n\r\n") {
+        stream.readable().await?;
+        match stream.try_read(&mut buffer) {
+            Ok(0) => return Ok(()),
+            Ok(read) => head.extend_from_slice(&buffer[..read]),
+            Err(error) if error.kind() == io::ErrorKind::WouldBlock => {}
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(())
+}
+
+/// Runs `a` and `b` together on this task, until both are done.
+async fn both<A: Future, B: Future>(a: A, b: B) -> (A::Output, B::Output) {
+    let (mut a, mut b) = (pin!(a), pin!(b));
+    let (mut a_out, mut b_out) = (None, None);
+    poll_fn(|cx| {
+        if a_out.is_none() {
+            if let Poll::Ready(out) = a.as_mut().poll(cx) {
+                a_out = Some(out);
+            }
+        }
+        if b_out.is_none() {
+            if let Poll::Ready(out) = b.as_mut().poll(cx) {
+                b_out = Some(out);
+            }
+        }
+        match (a_out.take(), b_out.take()) {
+            (Some(a), Some(b)) => Poll::Ready((a, b)),
+            (a, b) => {
+                (a_out, b_out) = (a, b);
+                Poll::Pending
+            }
+        }
+    })
+    .await
+}

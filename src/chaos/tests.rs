@@ -1,0 +1,299 @@
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Method, StatusCode};
+use http_body::{Body, Frame};
+
+use super::cut::Cut;
+use super::rule::{Count, Step};
+use super::*;
+
+fn request(method: Method, url: &str) -> Request {
+    Request::new(method, url.parse().unwrap())
+}
+
+fn get() -> Request {
+    request(Method::GET, "http://api.test:8080/orders/7")
+}
+
+fn rule() -> Rule {
+    Rule::new("r", Fault::status(StatusCode::BAD_GATEWAY))
+}
+
+/// The steps of `calls` calls to `get()` at `elapsed`, each injected when
+/// drawn (as a rate of 1 would).
+fn steps(rule: &Rule, calls: usize, elapsed: Duration) -> (Vec<Step>, Count) {
+    let mut count = Count::default();
+    let steps = (0..calls)
+        .map(|_| {
+            let step = rule.step(&mut count, &get(), elapsed);
+            if step == Step::Drawn {
+                count.injected += 1;
+            }
+            step
+        })
+        .collect();
+    (steps, count)
+}
+
+fn drawn(steps: &[Step]) -> Vec<bool> {
+    steps.iter().map(|step| *step == Step::Drawn).collect()
+}
+
+#[test]
+fn a_rule_with_no_condition_draws_every_call() {
+    let (steps, count) = steps(&rule(), 3, Duration::ZERO);
+    assert_eq!(drawn(&steps), [true; 3]);
+    assert_eq!((count.seen, count.injected), (3, 3));
+}
+
+#[test]
+fn scripts_pick_by_the_number_of_the_call_seen() {
+    let (first, _) = steps(&rule().first(2), 4, Duration::ZERO);
+    assert_eq!(drawn(&first), [true, true, false, false]);
+    let (every, _) = steps(&rule().every(3), 7, Duration::ZERO);
+    assert_eq!(drawn(&every), [false, false, true, false, false, true, false]);
+    let (one, _) = steps(&rule().every(1), 2, Duration::ZERO);
+    assert_eq!(drawn(&one), [true, true]);
+    let (sequence, count) = steps(&rule().sequence([false, true, true]), 5, Duration::ZERO);
+    assert_eq!(drawn(&sequence), [false, true, true, false, false]);
+    assert_eq!(count.seen, 5, "every call was seen; the script spared three");
+    assert_eq!(sequence[0], Step::Spared);
+}
+
+#[test]
+fn a_limit_spares_the_calls_after_it_is_reached() {
+    let (limited, count) = steps(&rule().limit(2), 4, Duration::ZERO);
+    assert_eq!(drawn(&limited), [true, true, false, false]);
+    assert_eq!((count.seen, count.injected), (4, 2));
+    let (none, _) = steps(&rule().limit(0), 1, Duration::ZERO);
+    assert_eq!(none, [Step::Spared]);
+}
+
+#[test]
+fn a_span_starts_at_its_offset_and_ends_after_its_length() {
+    let windowed = rule().starting_after(Duration::from_secs(10)).lasting(Duration::from_secs(5));
+    let at = |secs: u64, millis: u64| {
+        let elapsed = Duration::from_secs(secs) + Duration::from_millis(millis);
+        steps(&windowed, 1, elapsed).0[0]
+    };
+    assert_eq!(at(9, 999), Step::Unseen);
+    assert_eq!(at(10, 0), Step::Drawn);
+    assert_eq!(at(14, 999), Step::Drawn);
+    assert_eq!(at(15, 0), Step::Unseen);
+    let open_ended = rule().starting_after(Duration::from_secs(1));
+    assert_eq!(steps(&open_ended, 1, Duration::from_secs(3600)).0, [Step::Drawn]);
+    let short = rule().lasting(Duration::from_secs(2));
+    assert_eq!(steps(&short, 1, Duration::from_millis(1999)).0, [Step::Drawn]);
+    assert_eq!(steps(&short, 1, Duration::from_secs(2)).0, [Step::Unseen]);
+}
+
+#[test]
+fn an_unseen_call_is_not_counted() {
+    let (steps, count) = steps(&rule().method(Method::POST), 3, Duration::ZERO);
+    assert_eq!(steps, [Step::Unseen; 3]);
+    assert_eq!(count, Count::default());
+}
+
+#[test]
+fn request_conditions_must_all_hold() {
+    let matches = |rule: Rule, request: &Request| {
+        let mut count = Count::default();
+        rule.step(&mut count, request, Duration::ZERO) != Step::Unseen
+    };
+    let orders = get();
+    assert!(matches(rule().method(Method::GET), &orders));
+    assert!(!matches(rule().method(Method::PUT), &orders));
+    assert!(matches(rule().host("API.test"), &orders), "hosts compare as URLs write them");
+    assert!(!matches(rule().host("api.test:8080"), &orders));
+    assert!(matches(rule().path("/orders"), &orders));
+    assert!(!matches(rule().path("/users"), &orders));
+    assert!(matches(rule().matching(|r| r.url().port() == Some(8080)), &orders));
+    assert!(!matches(rule().matching(|_| false), &orders));
+    let mut keyed = get();
+    keyed.headers_mut().insert("idempotency-key", "k".parse().unwrap());
+    assert!(matches(rule().header(http::HeaderName::from_static("idempotency-key")), &keyed));
+    assert!(!matches(rule().header(http::HeaderName::from_static("idempotency-key")), &orders));
+    assert!(!matches(rule().method(Method::GET).path("/users"), &orders), "both must hold");
+}
+
+#[test]
+fn a_retry_after_fault_rounds_up_to_whole_seconds() {
+    let header = |after: Duration| {
+        let Fault(Kind::Response { headers, status }) =
+            Fault::retry_after(StatusCode::TOO_MANY_REQUESTS, after)
+        else {
+            unreachable!()
+        };
+        assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+        headers["retry-after"].to_str().unwrap().to_owned()
+    };
+    assert_eq!(header(Duration::from_millis(1500)), "2");
+    assert_eq!(header(Duration::from_secs(2)), "2");
+    assert_eq!(header(Duration::from_nanos(1)), "1");
+    assert_eq!(header(Duration::ZERO), "0");
+}
+
+#[test]
+fn faults_say_what_they_are_and_whether_they_send() {
+    let faults = [
+        (Fault::status(StatusCode::BAD_GATEWAY), "status", false),
+        (Fault::refused(), "refused", false),
+        (Fault::timeout(), "timeout", false),
+        (Fault::reset(), "reset", false),
+        (Fault::cut_body(1), "cut_body", true),
+        (Fault::latency(Duration::from_secs(1)), "latency", true),
+    ];
+    for (fault, label, sends) in faults {
+        assert_eq!((fault.label(), fault.sends_request()), (label, sends));
+    }
+    assert_eq!(Fault::timeout(), Fault::timeout_after(Duration::ZERO));
+}
+
+#[test]
+fn the_first_rule_to_draw_a_call_injects_and_the_rest_do_not_see_it() {
+    let chaos = Chaos::new([
+        rule().method(Method::POST),
+        Rule::new("second", Fault::refused()).first(1),
+        Rule::new("third", Fault::reset()),
+    ])
+    .unwrap();
+    let extensions = Extensions::new();
+    let chosen: Vec<_> = (0..3).map(|_| chaos.choose(&get(), &extensions).unwrap()).collect();
+    assert_eq!(chosen, [Some(1), Some(2), Some(2)]);
+    let counts: Vec<_> = chaos.record().rules().iter().map(|r| (r.seen, r.injected)).collect();
+    assert_eq!(counts, [(0, 0), (3, 1), (2, 2)]);
+}
+
+#[test]
+fn a_rate_injects_about_its_share_and_a_seed_fixes_which() {
+    let chaos = || Chaos::new([rule().rate(0.25)]).unwrap().with_seed(11);
+    let draws = |chaos: &Chaos| -> Vec<bool> {
+        (0..400).map(|_| chaos.choose(&get(), &Extensions::new()).unwrap().is_some()).collect()
+    };
+    let first = draws(&chaos());
+    assert_eq!(first, draws(&chaos()));
+    let share = first.iter().filter(|hit| **hit).count();
+    assert!((70..=130).contains(&share), "{share} of 400 at 25%");
+    assert_eq!(chaos().seed(), 11);
+    assert_eq!(chaos().record().seed(), 11);
+    let always = Chaos::new([rule().rate(1.0)]).unwrap();
+    assert!(draws(&always).iter().all(|hit| *hit));
+    let never = Chaos::new([rule().rate(0.0)]).unwrap();
+    assert!(draws(&never).iter().all(|hit| !*hit));
+}
+
+#[test]
+fn a_rate_draws_only_for_the_calls_the_script_picks() {
+    // With every other call picked, the draws are those of a rule that
+    // sees only the picked calls: the same seed, the same faults.
+    let picked = Chaos::new([rule().every(2).rate(0.5)]).unwrap().with_seed(5);
+    let plain = Chaos::new([rule().rate(0.5)]).unwrap().with_seed(5);
+    let extensions = Extensions::new();
+    let every_other: Vec<_> = (0..200)
+        .filter_map(|call| {
+            let chosen = picked.choose(&get(), &extensions).unwrap();
+            (call % 2 == 1).then_some(chosen.is_some())
+        })
+        .collect();
+    let each: Vec<_> =
+        (0..100).map(|_| plain.choose(&get(), &extensions).unwrap().is_some()).collect();
+    assert_eq!(every_other, each);
+}
+
+#[test]
+fn the_record_keeps_the_first_hits_and_counts_them_all() {
+    let chaos = Chaos::new([rule()]).unwrap().with_clock(crate::clock::ManualClock::new());
+    let extensions = Extensions::new();
+    for call in 0..record::HITS_KEPT + 5 {
+        let request = request(Method::PUT, &format!("http://api.test/{call}"));
+        assert_eq!(chaos.choose(&request, &extensions).unwrap(), Some(0));
+    }
+    let record = chaos.record().rule("r").unwrap();
+    assert_eq!(record.injected, u64::try_from(record::HITS_KEPT + 5).unwrap());
+    assert_eq!(record.hits.len(), record::HITS_KEPT);
+    assert_eq!(record.hits[0].url.path(), "/0");
+    assert_eq!(record.hits[0].method, Method::PUT);
+    assert_eq!(chaos.record().injected(), record.injected);
+    assert!(chaos.record().rule("missing").is_none());
+}
+
+#[test]
+fn hits_are_timed_on_the_middleware_s_clock_from_when_it_took_it() {
+    let clock = crate::clock::ManualClock::new();
+    clock.advance(Duration::from_secs(100));
+    let chaos = Chaos::new([rule()]).unwrap().with_clock(clock.clone());
+    clock.advance(Duration::from_secs(3));
+    chaos.choose(&get(), &Extensions::new()).unwrap();
+    assert_eq!(chaos.record().rule("r").unwrap().hits[0].at, Duration::from_secs(3));
+}
+
+#[test]
+fn overrides_turn_the_rules_off_or_force_one() {
+    let chaos = Chaos::new([rule(), Rule::new("off", Fault::reset()).limit(0)]).unwrap();
+    let mut extensions = Extensions::new();
+    extensions.insert(ChaosOverride::Off);
+    assert_eq!(chaos.choose(&get(), &extensions).unwrap(), None);
+    extensions.insert(ChaosOverride::Force("off".into()));
+    assert_eq!(chaos.choose(&get(), &extensions).unwrap(), Some(1));
+    extensions.insert(ChaosOverride::Force("none".into()));
+    let error = chaos.choose(&get(), &extensions).unwrap_err();
+    assert!(matches!(error, ChaosError::UnknownRule(name) if name == "none"));
+    let counts: Vec<_> = chaos.record().rules().iter().map(|r| (r.seen, r.injected)).collect();
+    assert_eq!(counts, [(0, 0), (1, 1)]);
+}
+
+/// A body of `chunks`, then its end.
+struct Chunks(Vec<&'static [u8]>);
+
+impl Body for Chunks {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<std::result::Result<Frame<Bytes>, Self::Error>>> {
+        if self.0.is_empty() {
+            return Poll::Ready(None);
+        }
+        Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(self.0.remove(0))))))
+    }
+}
+
+/// What reading `body` gives: the bytes up to its error, and the error's
+/// kind, or `None` if it ended cleanly.
+fn read(
+    mut body: impl Body<Data = Bytes, Error = Box<dyn std::error::Error + Send + Sync>> + Unpin,
+) -> (Vec<u8>, Option<std::io::ErrorKind>) {
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    let mut bytes = Vec::new();
+    loop {
+        match Pin::new(&mut body).poll_frame(&mut cx) {
+            Poll::Ready(Some(Ok(frame))) => bytes.extend_from_slice(&frame.into_data().unwrap()),
+            Poll::Ready(Some(Err(error))) => {
+                let kind = error.downcast_ref::<std::io::Error>().map(std::io::Error::kind);
+                assert!(
+                    matches!(Pin::new(&mut body).poll_frame(&mut cx), Poll::Ready(None)),
+                    "a failed body ends"
+                );
+                return (bytes, kind);
+            }
+            Poll::Ready(None) => return (bytes, None),
+            Poll::Pending => unreachable!("the test body is always ready"),
+        }
+    }
+}
+
+#[test]
+fn a_cut_body_gives_its_first_bytes_then_fails_as_a_closed_connection() {
+    let eof = Some(std::io::ErrorKind::UnexpectedEof);
+    let body = || Chunks(vec![b"abc", b"defg", b"h"]);
+    assert_eq!(read(Cut::new(body(), 5)), (b"abcde".to_vec(), eof));
+    assert_eq!(read(Cut::new(body(), 3)), (b"abc".to_vec(), eof), "a cut at a chunk's end");
+    assert_eq!(read(Cut::new(body(), 0)), (Vec::new(), eof));
+    assert_eq!(read(Cut::new(body(), 8)), (b"abcdefgh".to_vec(), eof), "shorter: fails at its end");
+    assert_eq!(read(Cut::new(body(), 100)), (b"abcdefgh".to_vec(), eof));
+}
