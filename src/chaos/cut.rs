@@ -64,14 +64,14 @@ where
             self.failed = true;
             return Poll::Ready(Some(Err(closed_early())));
         };
-        if data.len() > self.left {
-            data.truncate(self.left);
-        }
+        data.truncate(self.left);
         self.left = self.left.saturating_sub(data.len());
         Poll::Ready(Some(Ok(Frame::data(data))))
     }
 
+    /// The body's own: a cut body still declares what the server sent,
+    /// as a body whose connection closed does.
     fn size_hint(&self) -> SizeHint {
-        SizeHint::default()
+        self.inner.size_hint()
     }
 }

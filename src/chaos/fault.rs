@@ -72,8 +72,9 @@ impl Fault {
         Self::timeout_after(Duration::ZERO)
     }
 
-    /// reqwest's timeout, after waiting `after` on the middleware's clock:
-    /// a server that took the request and never answered.
+    /// reqwest's timeout, after waiting `after` on the middleware's clock
+    /// (or the request's own timeout, if that is shorter): a server that
+    /// took the request and never answered.
     pub fn timeout_after(after: Duration) -> Self {
         Self(Kind::Timeout { after })
     }
@@ -86,15 +87,21 @@ impl Fault {
 
     /// The server's own response, whose body fails after `after` bytes as
     /// if the connection closed there (at its end, if it is shorter): the
-    /// request is sent as usual.
+    /// request is sent as usual. A response that has no body (to a HEAD,
+    /// or a 1xx, 204 or 304) is passed on whole. The response keeps its
+    /// headers, `Content-Length` included.
     pub fn cut_body(after: usize) -> Self {
         Self(Kind::CutBody { after })
     }
 
-    /// The server's own response, `by` later on the middleware's clock. A
-    /// request whose own timeout (`RequestBuilder::timeout`) is not longer
-    /// than `by` ends as reqwest would end it: after its timeout, with
-    /// reqwest's timeout error.
+    /// The request passed on to the server after `by` on the middleware's
+    /// clock, as a slow network or a queue in front of the server would
+    /// hold it. The request's own timeout (`RequestBuilder::timeout`)
+    /// counts the wait in: one not longer than `by` ends the call as
+    /// reqwest would, at the timeout with reqwest's timeout error, and the
+    /// request never reaches the server. (A timeout set on the
+    /// `reqwest::ClientBuilder` is not visible to a middleware, and does
+    /// not count the wait.)
     pub fn latency(by: Duration) -> Self {
         Self(Kind::Latency { by })
     }
@@ -113,7 +120,8 @@ impl Fault {
     }
 
     /// Whether the request goes on to the server: a body cut short and
-    /// added latency send it, the others do not.
+    /// latency send it (latency unless the request's own timeout ends
+    /// first), the others do not.
     pub fn sends_request(&self) -> bool {
         matches!(self.0, Kind::CutBody { .. } | Kind::Latency { .. })
     }

@@ -5,7 +5,9 @@
 //! - **Refused:** a request to a port bound on 127.0.0.1 where nothing
 //!   listens. The kernel refuses the connection; reqwest returns its
 //!   connect error (`is_connect()`), with the `io::Error` of kind
-//!   `ConnectionRefused` in its chain.
+//!   `ConnectionRefused` in its chain. hyper's `ConnectError` in that chain
+//!   names the loopback address it was made on, which its `Debug` text
+//!   shows; the error's URL is the request's.
 //! - **Timeout:** a request with reqwest's shortest timeout to a loopback
 //!   port that listens and never answers: reqwest returns its timeout error
 //!   (`is_timeout()`, not `is_connect()`). reqwest's timer fires at its
@@ -20,7 +22,6 @@ use std::future::{Future, poll_fn};
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::pin::pin;
-use std::task::Poll;
 use std::time::Duration;
 
 use reqwest::{Client, Url};
@@ -63,13 +64,13 @@ impl Forge {
     /// reqwest's error for a connection refused, for `url`.
     pub(super) async fn refused(&self, url: &Url) -> Result<reqwest::Error, ChaosError> {
         let sent = self.client.get(format!("http://{}/", self.refusing_at)).send().await;
-        failed(sent, url)
+        failed(sent, url, Made::Refused)
     }
 
     /// reqwest's error for a request that timed out, for `url`.
     pub(super) async fn timeout(&self, url: &Url) -> Result<reqwest::Error, ChaosError> {
         let request = self.client.get(format!("http://{}/", self.silent_at));
-        failed(request.timeout(Duration::from_nanos(1)).send().await, url)
+        failed(request.timeout(Duration::from_nanos(1)).send().await, url, Made::Timeout)
     }
 
     /// reqwest's error for a connection reset after the request was read,
@@ -79,23 +80,52 @@ impl Forge {
             TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await.map_err(ChaosError::Forge)?;
         let at = listener.local_addr().map_err(ChaosError::Forge)?;
         let sent = self.client.get(format!("http://{at}/")).send();
-        let (sent, _) = both(sent, reset_after_head(listener)).await;
-        failed(sent, url)
+        let reset = async {
+            // A listener that fails leaves the request to end on its own.
+            let _ = reset_after_head(listener).await;
+        };
+        failed(alongside(sent, reset).await, url, Made::Reset)
     }
 }
 
-/// The error of `sent`, with `url` for its own.
+/// The error each maker means to meet.
+#[derive(Clone, Copy, Debug)]
+enum Made {
+    Refused,
+    Timeout,
+    Reset,
+}
+
+impl Made {
+    /// Whether `error` is the one meant.
+    fn is(self, error: &reqwest::Error) -> bool {
+        let (connect, timeout) = (error.is_connect(), error.is_timeout());
+        match self {
+            Self::Refused => connect && !timeout,
+            Self::Timeout => timeout && !connect,
+            Self::Reset => error.is_request() && !connect && !timeout,
+        }
+    }
+}
+
+/// The error of `sent`, if it is the one `made` means, with `url` for its
+/// own.
 fn failed(
     sent: reqwest::Result<reqwest::Response>,
     url: &Url,
+    made: Made,
 ) -> Result<reqwest::Error, ChaosError> {
-    match sent {
-        Err(error) => Ok(error.with_url(url.clone())),
-        Ok(response) => Err(ChaosError::Forge(io::Error::other(format!(
-            "a loopback request meant to fail was answered {}",
-            response.status()
-        )))),
-    }
+    let unexpected = match sent {
+        Err(error) if made.is(&error) => return Ok(error.with_url(url.clone())),
+        Err(error) => format!("a loopback request meant to fail as {made:?} failed with {error:?}"),
+        Ok(response) => {
+            format!(
+                "a loopback request meant to fail as {made:?} was answered {}",
+                response.status()
+            )
+        }
+    };
+    Err(ChaosError::Forge(io::Error::other(unexpected)))
 }
 
 /// Takes one connection, reads the request's head and resets the
@@ -126,28 +156,16 @@ async fn read_head(stream: &TcpStream) -> io::Result<()> {
     Ok(())
 }
 
-/// Runs `a` and `b` together on this task, until both are done.
-async fn both<A: Future, B: Future>(a: A, b: B) -> (A::Output, B::Output) {
-    let (mut a, mut b) = (pin!(a), pin!(b));
-    let (mut a_out, mut b_out) = (None, None);
+/// Runs `main` until it is done, with `helper` polled beside it on this
+/// task until then (or until it is done first).
+async fn alongside<T>(main: impl Future<Output = T>, helper: impl Future<Output = ()>) -> T {
+    let (mut main, mut helper) = (pin!(main), pin!(helper));
+    let mut helping = true;
     poll_fn(|cx| {
-        if a_out.is_none() {
-            if let Poll::Ready(out) = a.as_mut().poll(cx) {
-                a_out = Some(out);
-            }
+        if helping && helper.as_mut().poll(cx).is_ready() {
+            helping = false;
         }
-        if b_out.is_none() {
-            if let Poll::Ready(out) = b.as_mut().poll(cx) {
-                b_out = Some(out);
-            }
-        }
-        match (a_out.take(), b_out.take()) {
-            (Some(a), Some(b)) => Poll::Ready((a, b)),
-            (a, b) => {
-                (a_out, b_out) = (a, b);
-                Poll::Pending
-            }
-        }
+        main.as_mut().poll(cx)
     })
     .await
 }

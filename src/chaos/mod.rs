@@ -29,10 +29,9 @@
 //! | [`Fault::cut_body`] | the server's response; reading its body fails after N bytes, `io::ErrorKind::UnexpectedEof` in the chain | the real response, its body wrapped | only with response buffering ([`BodyBuffering`](crate::BodyBuffering)), which reads the body inside the attempt | no |
 //! | [`Fault::latency`] | the server's response, later; reqwest's timeout if the request's own is shorter | a wait on the middleware's [`Clock`] | as the answer | as the answer |
 //!
-//! Only a request's method and URL are looked at, and only the faults that
-//! send it on ([`Fault::sends_request`]) send it; a refused, timed-out or
-//! reset request never reaches its server, so a test needs no server
-//! answering 503 to see a 503's retries.
+//! Only the faults that pass the request on ([`Fault::sends_request`])
+//! send it; a refused, timed-out or reset request never reaches its server,
+//! so a test needs no server answering 503 to see a 503's retries.
 //!
 //! # Time
 //!
@@ -95,7 +94,8 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use http::Extensions;
+use http::{Extensions, Method, StatusCode};
+use rand::distr::Bernoulli;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use reqwest::{Request, Response, ResponseBuilderExt};
@@ -141,6 +141,24 @@ pub enum ChaosError {
     EveryZero {
         /// The rule's name.
         rule: String,
+    },
+    /// A rule's host condition names no host a URL can hold: a port, a
+    /// path or a stray character in it.
+    #[error("chaos rule `{rule}`: `{host}` is not a host a URL can name (no port, no path)")]
+    Host {
+        /// The rule's name.
+        rule: String,
+        /// The host it was given.
+        host: String,
+    },
+    /// A rule's path condition does not start with `/`: no URL's path
+    /// would match it.
+    #[error("chaos rule `{rule}`: the path prefix `{prefix}` does not start with `/`")]
+    Path {
+        /// The rule's name.
+        rule: String,
+        /// The prefix it was given.
+        prefix: String,
     },
     /// Two rules have the same name.
     #[error("two chaos rules are named `{0}`")]
@@ -238,12 +256,16 @@ impl Chaos {
         ChaosRecord::new(Arc::clone(&self.rules), Arc::clone(&self.state))
     }
 
-    /// `client` behind this middleware: every call meets the rules before
-    /// `client`'s middlewares (its retries among them) see it, so what is
-    /// injected reaches the caller as it is.
-    pub fn around(self, client: ClientWithMiddleware) -> ClientWithMiddleware {
+    /// A client builder whose calls meet the rules before `client`'s
+    /// middlewares (its retries among them) see them, so what is injected
+    /// reaches the caller as it is. Call `.build()` on it.
+    ///
+    /// Requests are built by the client it builds, so request initialisers
+    /// of `client`'s (`with_init`) do not run: add them to the builder
+    /// returned.
+    pub fn around(self, client: ClientWithMiddleware) -> reqwest_middleware::ClientBuilder {
         let reqwest: reqwest::Client = client.as_ref().clone();
-        reqwest_middleware::ClientBuilder::new(reqwest).with(self).with(Forward(client)).build()
+        reqwest_middleware::ClientBuilder::new(reqwest).with(self).with(Forward(client))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -259,17 +281,24 @@ impl Chaos {
         extensions: &Extensions,
     ) -> std::result::Result<Option<usize>, ChaosError> {
         let elapsed = self.clock.now().saturating_duration_since(self.start);
-        let mut state = self.lock();
         let chosen = match extensions.get::<ChaosOverride>() {
-            Some(ChaosOverride::Off) => None,
+            Some(ChaosOverride::Off) => return Ok(None),
             Some(ChaosOverride::Force(name)) => {
                 let at = self.rules.iter().position(|rule| rule.name == *name);
                 let at = at.ok_or_else(|| ChaosError::UnknownRule(name.clone().into_owned()))?;
+                let mut state = self.lock();
                 state.counts[at].seen = state.counts[at].seen.saturating_add(1);
-                Some(at)
+                (Some(at), state)
             }
-            None => self.first_to_inject(&mut state, request, elapsed),
+            None => {
+                // Predicates run before the lock: one may read the record.
+                let sees: Vec<bool> =
+                    self.rules.iter().map(|rule| rule.sees(request, elapsed)).collect();
+                let mut state = self.lock();
+                (first_to_inject(&self.rules, &mut state, &sees), state)
+            }
         };
+        let (chosen, mut state) = chosen;
         if let Some(at) = chosen {
             state.counts[at].injected = state.counts[at].injected.saturating_add(1);
             let hits = &mut state.hits[at];
@@ -278,20 +307,6 @@ impl Chaos {
             }
         }
         Ok(chosen)
-    }
-
-    /// The first rule whose conditions and rate pick the call.
-    fn first_to_inject(
-        &self,
-        state: &mut State,
-        request: &Request,
-        elapsed: Duration,
-    ) -> Option<usize> {
-        let State { random, counts, .. } = state;
-        self.rules.iter().zip(counts.iter_mut()).position(|(rule, count)| {
-            rule.step(count, request, elapsed) == Step::Drawn
-                && rule.rate.is_none_or(|_| random.random::<f64>() < rule.share())
-        })
     }
 
     /// Injects `fault` into the call of `request`.
@@ -314,24 +329,54 @@ impl Chaos {
             }
             Kind::Refused => Err(self.forge()?.refused(&url).await?.into()),
             Kind::Timeout { after } => {
-                self.clock.sleep(*after).await;
+                // reqwest would end the request at its own timeout.
+                let own = request.timeout().copied();
+                self.wait(own.map_or(*after, |own| own.min(*after))).await;
                 Err(self.forge()?.timeout(&url).await?.into())
             }
             Kind::Reset => Err(self.forge()?.reset(&url).await?.into()),
             Kind::CutBody { after } => {
+                let bodiless = request.method() == Method::HEAD;
                 let response = next.run(request, extensions).await?;
-                Ok(cut_body(response, *after))
+                let status = response.status();
+                let empty = status.is_informational()
+                    || status == StatusCode::NO_CONTENT
+                    || status == StatusCode::NOT_MODIFIED;
+                Ok(if bodiless || empty { response } else { cut_body(response, *after) })
             }
-            Kind::Latency { by } => match request.timeout().copied() {
-                Some(timeout) if timeout <= *by => {
-                    self.clock.sleep(timeout).await;
-                    Err(self.forge()?.timeout(&url).await?.into())
+            Kind::Latency { by } => self.late(*by, request, extensions, next).await,
+        }
+    }
+
+    /// `request` passed on after `by`, its own timeout, if any, counting
+    /// the wait in: when that timeout is not longer than `by`, reqwest's
+    /// timeout error at the timeout, the request never sent.
+    async fn late(
+        &self,
+        by: Duration,
+        mut request: Request,
+        extensions: &mut Extensions,
+        next: Next<'_>,
+    ) -> Result<Response> {
+        match request.timeout().copied() {
+            Some(timeout) if timeout <= by => {
+                self.wait(timeout).await;
+                Err(self.forge()?.timeout(request.url()).await?.into())
+            }
+            own => {
+                self.wait(by).await;
+                if let Some(timeout) = own {
+                    *request.timeout_mut() = Some(timeout.saturating_sub(by));
                 }
-                _ => {
-                    self.clock.sleep(*by).await;
-                    next.run(request, extensions).await
-                }
-            },
+                next.run(request, extensions).await
+            }
+        }
+    }
+
+    /// Waits `wait` on the clock; a zero wait is no sleep at all.
+    async fn wait(&self, wait: Duration) {
+        if !wait.is_zero() {
+            self.clock.sleep(wait).await;
         }
     }
 
@@ -357,6 +402,19 @@ impl Chaos {
         notify(rule, &request);
         self.inject(&rule.fault, request, extensions, next).await
     }
+}
+
+/// The first of `rules` whose conditions and rate pick a call that each
+/// rule `sees` or not.
+fn first_to_inject(rules: &[Rule], state: &mut State, sees: &[bool]) -> Option<usize> {
+    let State { random, counts, .. } = state;
+    let rules = rules.iter().zip(counts.iter_mut()).zip(sees);
+    rules.into_iter().position(|((rule, count), sees)| {
+        rule.step(count, *sees) == Step::Drawn
+            && rule
+                .rate
+                .is_none_or(|rate| Bernoulli::new(rate).is_ok_and(|coin| random.sample(coin)))
+    })
 }
 
 /// `response`, its body cut after `after` bytes.
@@ -423,13 +481,8 @@ impl Middleware for Chaos {
 
 /// The end of [`Chaos::around`]'s chain: the wrapped client, with the
 /// call's extensions.
+#[derive(Debug)]
 struct Forward(ClientWithMiddleware);
-
-impl fmt::Debug for Forward {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("Forward").field(&self.0).finish()
-    }
-}
 
 impl Middleware for Forward {
     fn handle<'life0, 'life1, 'life2, 'async_trait>(

@@ -53,7 +53,9 @@ pub struct Rule {
 #[derive(Clone)]
 enum Matcher {
     Method(Method),
-    Host(String),
+    /// The host as a URL writes it, or what was given if no URL can
+    /// hold it (refused when the middleware is built).
+    Host(Result<String, String>),
     Path(String),
     Header(HeaderName),
     Custom(Arc<dyn Fn(&Request) -> bool + Send + Sync>),
@@ -123,13 +125,18 @@ impl Rule {
         self.with_matcher(Matcher::Method(method))
     }
 
-    /// Only requests to `host` (as the URL writes it: lowercase, without
-    /// the port), whatever the scheme and port.
+    /// Only requests to `host`, whatever the scheme and port: a name, an
+    /// IPv4 address or an IPv6 one (with or without brackets), compared as
+    /// a URL writes it (lowercase, an international name in punycode). A
+    /// host no URL can hold, a port among them, is refused when the
+    /// middleware is built.
     pub fn host(self, host: &str) -> Self {
-        self.with_matcher(Matcher::Host(host.to_ascii_lowercase()))
+        self.with_matcher(Matcher::Host(url_host(host).ok_or_else(|| host.to_owned())))
     }
 
-    /// Only requests whose path starts with `prefix`.
+    /// Only requests whose path starts with `prefix`, which starts with
+    /// `/` (a prefix that does not is refused when the middleware is
+    /// built).
     pub fn path(self, prefix: &str) -> Self {
         self.with_matcher(Matcher::Path(prefix.to_owned()))
     }
@@ -209,7 +216,7 @@ impl Rule {
     fn matches(&self, request: &Request) -> bool {
         self.matchers.iter().all(|matcher| match matcher {
             Matcher::Method(method) => request.method() == method,
-            Matcher::Host(host) => request.url().host_str() == Some(host.as_str()),
+            Matcher::Host(host) => host.as_deref().ok() == request.url().host_str(),
             Matcher::Path(prefix) => request.url().path().starts_with(prefix.as_str()),
             Matcher::Header(name) => request.headers().contains_key(name),
             Matcher::Custom(predicate) => predicate(request),
@@ -224,10 +231,16 @@ impl Rule {
         elapsed >= self.start_after && !ended
     }
 
-    /// Takes a call for `request` at `elapsed` through the rule's
-    /// conditions before its rate, counting it as seen if it is.
-    pub(super) fn step(&self, count: &mut Count, request: &Request, elapsed: Duration) -> Step {
-        if !self.in_span(elapsed) || !self.matches(request) {
+    /// Whether the rule sees a call for `request` at `elapsed`: its
+    /// request conditions and its span hold.
+    pub(super) fn sees(&self, request: &Request, elapsed: Duration) -> bool {
+        self.in_span(elapsed) && self.matches(request)
+    }
+
+    /// Takes a call the rule `sees` (or not) through its conditions before
+    /// its rate, counting it as seen if it is.
+    pub(super) fn step(&self, count: &mut Count, sees: bool) -> Step {
+        if !sees {
             return Step::Unseen;
         }
         let number = count.seen;
@@ -236,18 +249,24 @@ impl Rule {
         if spent || !self.script.picks(number) { Step::Spared } else { Step::Drawn }
     }
 
-    /// The share of the script's picks to inject into: 1 with no rate.
-    pub(super) fn share(&self) -> f64 {
-        self.rate.unwrap_or(1.0)
-    }
-
     /// Why the rule cannot be used, if it cannot.
     pub(super) fn invalid(&self) -> Option<super::ChaosError> {
         let name = self.name.clone().into_owned();
         if let Some(rate) = self.rate.filter(|rate| !(0.0..=1.0).contains(rate)) {
             return Some(super::ChaosError::Rate { rule: name, rate });
         }
-        (self.script == Script::Every(0)).then_some(super::ChaosError::EveryZero { rule: name })
+        if self.script == Script::Every(0) {
+            return Some(super::ChaosError::EveryZero { rule: name });
+        }
+        self.matchers.iter().find_map(|matcher| match matcher {
+            Matcher::Host(Err(host)) => {
+                Some(super::ChaosError::Host { rule: name.clone(), host: host.clone() })
+            }
+            Matcher::Path(prefix) if !prefix.starts_with('/') => {
+                Some(super::ChaosError::Path { rule: name.clone(), prefix: prefix.clone() })
+            }
+            _ => None,
+        })
     }
 }
 
@@ -270,10 +289,23 @@ impl fmt::Debug for Matcher {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Method(method) => write!(f, "method {method}"),
-            Self::Host(host) => write!(f, "host {host}"),
+            Self::Host(Ok(host) | Err(host)) => write!(f, "host {host}"),
             Self::Path(prefix) => write!(f, "path {prefix}…"),
             Self::Header(name) => write!(f, "header {name}"),
             Self::Custom(_) => f.write_str("predicate"),
         }
     }
+}
+
+/// `host` as a URL's host writes it, if a URL can hold it with no port.
+fn url_host(host: &str) -> Option<String> {
+    let bracketed = host.contains(':') && !host.starts_with('[');
+    let host = if bracketed { format!("[{host}]") } else { host.to_owned() };
+    let url = reqwest::Url::parse(&format!("http://{host}/")).ok()?;
+    let plain = url.port().is_none()
+        && url.path() == "/"
+        && url.username().is_empty()
+        && url.query().is_none()
+        && url.fragment().is_none();
+    plain.then(|| url.host_str().map(str::to_owned)).flatten()
 }

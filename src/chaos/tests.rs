@@ -28,7 +28,7 @@ fn steps(rule: &Rule, calls: usize, elapsed: Duration) -> (Vec<Step>, Count) {
     let mut count = Count::default();
     let steps = (0..calls)
         .map(|_| {
-            let step = rule.step(&mut count, &get(), elapsed);
+            let step = rule.step(&mut count, rule.sees(&get(), elapsed));
             if step == Step::Drawn {
                 count.injected += 1;
             }
@@ -99,15 +99,17 @@ fn an_unseen_call_is_not_counted() {
 
 #[test]
 fn request_conditions_must_all_hold() {
-    let matches = |rule: Rule, request: &Request| {
-        let mut count = Count::default();
-        rule.step(&mut count, request, Duration::ZERO) != Step::Unseen
-    };
+    let matches = |rule: Rule, request: &Request| rule.sees(request, Duration::ZERO);
     let orders = get();
     assert!(matches(rule().method(Method::GET), &orders));
     assert!(!matches(rule().method(Method::PUT), &orders));
     assert!(matches(rule().host("API.test"), &orders), "hosts compare as URLs write them");
-    assert!(!matches(rule().host("api.test:8080"), &orders));
+    let v6 = request(Method::GET, "http://[::1]:8080/");
+    assert!(matches(rule().host("::1"), &v6), "an IPv6 address with or without brackets");
+    assert!(matches(rule().host("[::1]"), &v6));
+    assert!(!matches(rule().host("::1"), &orders));
+    let international = request(Method::GET, "http://xn--bcher-kva.test/");
+    assert!(matches(rule().host("bücher.test"), &international), "in punycode, as URLs write it");
     assert!(matches(rule().path("/orders"), &orders));
     assert!(!matches(rule().path("/users"), &orders));
     assert!(matches(rule().matching(|r| r.url().port() == Some(8080)), &orders));
@@ -296,4 +298,66 @@ fn a_cut_body_gives_its_first_bytes_then_fails_as_a_closed_connection() {
     assert_eq!(read(Cut::new(body(), 0)), (Vec::new(), eof));
     assert_eq!(read(Cut::new(body(), 8)), (b"abcdefgh".to_vec(), eof), "shorter: fails at its end");
     assert_eq!(read(Cut::new(body(), 100)), (b"abcdefgh".to_vec(), eof));
+}
+
+#[test]
+fn a_host_or_path_no_url_could_match_is_refused_with_the_rule_named() {
+    for (bad, expected) in [
+        (
+            rule().host("api.test:8080"),
+            "chaos rule `r`: `api.test:8080` is not a host a URL can name (no port, no path)",
+        ),
+        (
+            rule().host("api.test/v1"),
+            "chaos rule `r`: `api.test/v1` is not a host a URL can name (no port, no path)",
+        ),
+        (
+            rule().host("user@api.test"),
+            "chaos rule `r`: `user@api.test` is not a host a URL can name (no port, no path)",
+        ),
+        (
+            rule().host("api.test?x"),
+            "chaos rule `r`: `api.test?x` is not a host a URL can name (no port, no path)",
+        ),
+        (
+            rule().host("api test"),
+            "chaos rule `r`: `api test` is not a host a URL can name (no port, no path)",
+        ),
+        (rule().path("orders"), "chaos rule `r`: the path prefix `orders` does not start with `/`"),
+    ] {
+        assert_eq!(Chaos::new([bad]).unwrap_err().to_string(), expected);
+    }
+    assert!(Chaos::new([rule().host("api.test").path("/").host("::1")]).is_ok());
+}
+
+#[test]
+fn a_predicate_may_read_the_record_of_its_own_middleware() {
+    let record = Arc::new(OnceLock::<ChaosRecord>::new());
+    let reads = Arc::clone(&record);
+    let chaos = Chaos::new([
+        rule().matching(move |_| reads.get().is_none_or(|record| record.injected() < 2))
+    ])
+    .unwrap();
+    let _ = record.set(chaos.record());
+    let chosen: Vec<_> =
+        (0..3).map(|_| chaos.choose(&get(), &Extensions::new()).unwrap()).collect();
+    assert_eq!(chosen, [Some(0), Some(0), None]);
+}
+
+#[test]
+fn a_cut_body_declares_what_the_server_sent() {
+    let body = http_body_util::Full::new(Bytes::from_static(b"twelve bytes"));
+    let cut = Cut::new(body, 3);
+    assert_eq!(cut.size_hint().exact(), Some(12));
+}
+
+#[test]
+fn the_middleware_shows_its_rules_and_seed() {
+    let chaos = Chaos::new([rule().host("api.test").every(2)]).unwrap().with_seed(9);
+    let shown = format!("{chaos:?}");
+    for part in ["\"r\"", "502", "host api.test", "Every(2)", "seed: 9"] {
+        assert!(shown.contains(part), "{part} in {shown}");
+    }
+    let record = format!("{:?}", chaos.record());
+    assert!(record.contains("seen: 0"), "{record}");
 }

@@ -179,6 +179,16 @@ async fn a_timeout_is_reqwest_s_timeout_and_is_retried_only_when_safe_to_repeat(
 }
 
 #[tokio::test]
+async fn a_timeout_at_once_adds_no_wait_to_the_clock_s_record() {
+    let server = server("fine").await;
+    let stack = Stack::new([Rule::new("timeouts", Fault::timeout()).first(2)]);
+    let (outcome, report) = stack.send(Method::GET, &server.uri()).await;
+    assert_eq!(outcome.unwrap().status(), 200);
+    assert_eq!(stop(&report), (3, StopReason::NothingToRetry));
+    assert_eq!(stack.clock.sleeps(), [Duration::from_millis(500), Duration::from_secs(1)]);
+}
+
+#[tokio::test]
 async fn a_reset_after_the_request_was_read_is_retried_only_when_safe_to_repeat() {
     let [get, post] = row(Fault::reset()).await;
     for (outcome, _, _) in [&get, &post] {
@@ -243,6 +253,76 @@ async fn latency_past_the_request_s_own_timeout_ends_in_reqwest_s_timeout_at_tha
     assert!(error.is_timeout(), "{}", chain(&error));
     assert_eq!(stack.clock.sleeps(), [Duration::from_secs(2)]);
     assert_eq!(received(&server).await, 0, "the answer never came");
+}
+
+/// What a middleware below the rules saw of each request's timeout.
+#[derive(Clone, Default)]
+struct Timeouts(Arc<Mutex<Vec<Option<Duration>>>>);
+
+#[async_trait::async_trait]
+impl reqwest_middleware::Middleware for Timeouts {
+    async fn handle(
+        &self,
+        request: reqwest::Request,
+        extensions: &mut http::Extensions,
+        next: reqwest_middleware::Next<'_>,
+    ) -> reqwest_middleware::Result<reqwest::Response> {
+        self.0.lock().unwrap().push(request.timeout().copied());
+        next.run(request, extensions).await
+    }
+}
+
+#[tokio::test]
+async fn latency_shorter_than_the_request_s_timeout_leaves_the_request_the_rest_of_it() {
+    let server = server("late").await;
+    let clock = ManualClock::new();
+    let slow = Rule::new("slow", Fault::latency(Duration::from_millis(1500)));
+    let chaos = Chaos::new([slow]).unwrap().with_clock(clock.clone());
+    let seen = Timeouts::default();
+    let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
+        .with(chaos)
+        .with(seen.clone())
+        .build();
+    let request = client.get(server.uri()).timeout(Duration::from_secs(2));
+    assert_eq!(request.send().await.unwrap().text().await.unwrap(), "late");
+    assert_eq!(*seen.0.lock().unwrap(), [Some(Duration::from_millis(500))]);
+    assert_eq!(clock.sleeps(), [Duration::from_millis(1500)]);
+    // Without a timeout of its own, the request gets none.
+    client.get(server.uri()).send().await.unwrap();
+    assert_eq!(seen.0.lock().unwrap()[1], None);
+}
+
+#[tokio::test]
+async fn a_timeout_after_a_wait_ends_at_the_request_s_own_timeout_if_that_is_sooner() {
+    let server = server("late").await;
+    let stack = Stack::new([Rule::new("hang", Fault::timeout_after(Duration::from_secs(60)))]);
+    let request = stack.client.post(server.uri()).timeout(Duration::from_secs(2));
+    let error = bounded("a hanging POST", request.send()).await.expect_err("timed out");
+    assert!(error.is_timeout());
+    assert_eq!(stack.clock.sleeps(), [Duration::from_secs(2)]);
+}
+
+#[tokio::test]
+async fn a_response_without_a_body_is_not_cut_and_a_cut_one_keeps_its_length() {
+    let server = MockServer::start().await;
+    Mock::given(wiremock::matchers::path("/empty"))
+        .respond_with(ResponseTemplate::new(204))
+        .mount(&server)
+        .await;
+    Mock::given(any())
+        .respond_with(ResponseTemplate::new(200).set_body_string("twelve bytes"))
+        .mount(&server)
+        .await;
+    let stack = Stack::new([Rule::new("cut", Fault::cut_body(0))]);
+    let (head, _) = stack.send(Method::HEAD, &server.uri()).await;
+    assert_eq!(head.unwrap().bytes().await.unwrap().len(), 0, "a HEAD has no body to cut");
+    let (empty, _) = stack.send(Method::GET, &format!("{}/empty", server.uri())).await;
+    assert_eq!(empty.unwrap().bytes().await.unwrap().len(), 0, "nor a 204");
+    let (cut, _) = stack.send(Method::GET, &server.uri()).await;
+    let cut = cut.unwrap();
+    assert_eq!(cut.content_length(), Some(12));
+    assert!(cut.bytes().await.is_err());
+    assert_eq!(stack.record.rule("cut").unwrap().injected, 3);
 }
 
 #[tokio::test]
@@ -388,7 +468,7 @@ async fn outside_the_retries_the_caller_meets_the_fault_and_the_retries_never_se
         Chaos::new([Rule::new("down", Fault::status(StatusCode::SERVICE_UNAVAILABLE)).first(1)])
             .unwrap()
             .with_clock(clock.clone());
-    let client = chaos.around(inner);
+    let client = chaos.around(inner).build();
     let response = client.get(server.uri()).send().await.unwrap();
     assert_eq!(response.status(), 503);
     assert_eq!(RetryReport::from_response(&response).attempts, 1);
