@@ -90,6 +90,8 @@ impl RetryConfigBuilder {
     /// attempt is not started, and the last outcome is returned instead; an
     /// attempt still in flight when it passes is cut short with a timeout
     /// error (see [`DeadlineExceeded`](crate::DeadlineExceeded)).
+    /// A request's own timeout (`RequestBuilder::timeout`) is a deadline
+    /// too, as in reqwest alone: the shorter of the two bounds the call.
     ///
     /// It bounds the body of the response returned too: a read still going
     /// when it passes fails with a `reqwest::Error` whose `is_timeout()` is
@@ -111,8 +113,10 @@ impl RetryConfigBuilder {
     /// The longest one attempt may take, from sending the request to the
     /// end of its response's body, as reqwest's request timeout does. An
     /// attempt that times out is retried like any timeout: when the request
-    /// is safe to repeat. A timeout set on the request itself that is shorter
-    /// still wins.
+    /// is safe to repeat. A timeout set on the request itself
+    /// (`RequestBuilder::timeout`) bounds the whole call instead, as a
+    /// deadline: each attempt gets the shorter of this and what remains of
+    /// it.
     ///
     /// It is applied as the request's timeout, so the caller sees a
     /// `reqwest::Error` whose `is_timeout()` is true. reqwest lets a request's

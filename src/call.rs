@@ -63,7 +63,8 @@ impl Shared {
                 }
                 let send = sender(&next, extensions);
                 let Ok((sent, cut_at)) = policy.start(&mut pending, send) else {
-                    return self.expired(&policy, what, extensions, &caller);
+                    let url = pending.as_ref().map(Request::url);
+                    return self.expired(&policy, what, extensions, &caller, url);
                 };
                 // The slot lives in this statement alone, not in the state
                 // kept through the wait before a retry (see BENCHMARKS.md).
@@ -78,7 +79,7 @@ impl Shared {
                     }
                     (seen, None) => {
                         policy.cut(seen);
-                        return self.expired(&policy, what, extensions, &caller);
+                        return self.expired(&policy, what, extensions, &caller, None);
                     }
                 };
                 let decision =
@@ -216,16 +217,23 @@ impl Shared {
     }
 
     /// Stops because the deadline passed with no outcome to return: before
-    /// an attempt could be sent, or while one was in flight.
+    /// an attempt to `url` could be sent, or while one was in flight. A
+    /// deadline that is the request's own timeout is reported as reqwest
+    /// reports one.
     fn expired(
         &self,
         policy: &Policy<'_>,
         what: What<'_>,
         extensions: &mut Extensions,
         caller: &Extensions,
+        url: Option<&reqwest::Url>,
     ) -> Result<Response> {
-        let (stop, error) = (StopReason::DeadlineExceeded, policy.deadline_exceeded());
-        self.end(policy, what, extensions, caller, stop, error)
+        let passed = policy.deadline_exceeded();
+        let error = match url.filter(|_| policy.timeout_bound()) {
+            Some(url) => passed.as_reqwest_timeout(url),
+            None => Error::middleware(passed),
+        };
+        self.end(policy, what, extensions, caller, StopReason::DeadlineExceeded, error)
     }
 
     /// Stops because the request did not go to its host: the host is
@@ -241,10 +249,12 @@ impl Shared {
     ) -> Result<Response> {
         match held {
             HeldBack::Paused(paused) => {
-                self.end(policy, what, extensions, caller, StopReason::HostPaused, paused)
+                let error = Error::middleware(paused);
+                self.end(policy, what, extensions, caller, StopReason::HostPaused, error)
             }
             HeldBack::Throttled(throttled) => {
-                self.end(policy, what, extensions, caller, StopReason::Throttled, throttled)
+                let error = Error::middleware(throttled);
+                self.end(policy, what, extensions, caller, StopReason::Throttled, error)
             }
         }
     }
@@ -257,10 +267,10 @@ impl Shared {
         extensions: &mut Extensions,
         caller: &Extensions,
         stop: StopReason,
-        error: impl std::error::Error + Send + Sync + 'static,
+        error: Error,
     ) -> Result<Response> {
         events::notify(self, policy.attempts(), policy.resend_count(), what, Decision::Stop(stop));
-        let mut outcome = Err(Error::middleware(error));
+        let mut outcome = Err(error);
         deliver(extensions, caller, &mut outcome, policy.report(stop));
         outcome
     }

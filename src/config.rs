@@ -28,8 +28,8 @@ use crate::retry_after::RetryAfter;
 /// | `retry_429_any_method` | yes | the server refused before doing anything |
 /// | `idempotency_header` | `Idempotency-Key` | the de-facto header for deduplicated POSTs |
 /// | `retry_after` | [`RetryAfter::default`]: honoured up to 30 s, longer asks returned, spread | a server may ask us to wait, not to hang; clients told the same thing come back spread |
-/// | `deadline` | none | the caller owns the deadline; set one to bound attempts and waits together |
-/// | `attempt_timeout` | none | the request's or the client's own timeout bounds each attempt |
+/// | `deadline` | none | the caller owns the deadline: a request's own timeout bounds its whole call, as in reqwest alone; set one to bound every call's attempts and waits together |
+/// | `attempt_timeout` | none | the client's own timeout bounds each attempt |
 /// | `drain_limit` | 64 KiB | enough to finish a typical error body so the connection is reused, small enough to bound memory |
 /// | `budget` | [`RetryBudget::default`]: a tenth of a retry earned per final answer, a reserve of one call's retries and two more, per host | the extra load of an outage stays bounded for any number of processes, and a fresh client still gets every retry of an isolated failure |
 /// | `body_buffering` | [`BodyBuffering::default`]: off | a streamed request body is sent once, never held in memory; a response is returned once its headers arrive |

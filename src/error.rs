@@ -2,6 +2,7 @@
 //! could not build, and a deadline that ran out where reqwest could not
 //! report it as a timeout.
 
+use std::io;
 use std::time::Duration;
 
 /// An invalid setting, rejected when the configuration is built.
@@ -73,6 +74,13 @@ pub enum ClientError {
 /// # }
 /// ```
 ///
+/// When the deadline is the request's own timeout
+/// (`RequestBuilder::timeout`, which bounds the whole call), the caller
+/// gets reqwest's own kind of error instead, as from reqwest alone: a
+/// `reqwest::Error` with the request's URL, whose `is_timeout()` is true and
+/// whose source chain holds this error inside an `io::Error` of kind
+/// `TimedOut`.
+///
 /// The body of a response returned under such a deadline is bounded by it
 /// too: a read still going when it passes fails with a `reqwest::Error`
 /// whose `is_timeout()` is true, and whose source is an `io::Error` of kind
@@ -113,5 +121,39 @@ impl DeadlineExceeded {
     /// processed, even though no final answer came back in time.
     pub fn redirected(&self) -> bool {
         self.redirected
+    }
+
+    /// This error as reqwest's own timeout for `url`: a `reqwest::Error`
+    /// whose `is_timeout()` is true, holding this error inside an
+    /// `io::Error` of kind `TimedOut`. reqwest's errors are made only by
+    /// reqwest: this one is the error reqwest gives for a response body that
+    /// fails so, read at once from a body that does.
+    pub(crate) fn as_reqwest_timeout(self, url: &reqwest::Url) -> reqwest_middleware::Error {
+        let failing = reqwest::Body::wrap(TimedOutBody(Some(self)));
+        let read = reqwest::Response::from(http::Response::new(failing)).bytes();
+        let mut read = std::pin::pin!(read);
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        match read.as_mut().poll(&mut cx) {
+            std::task::Poll::Ready(Err(error)) => error.with_url(url.clone()).into(),
+            // The body fails on its first read: unreachable, and this error
+            // still says what happened.
+            _ => reqwest_middleware::Error::middleware(self),
+        }
+    }
+}
+
+/// A body whose first read fails with a timeout holding the deadline.
+struct TimedOutBody(Option<DeadlineExceeded>);
+
+impl hyper::body::Body for TimedOutBody {
+    type Data = hyper::body::Bytes;
+    type Error = io::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        let error = self.0.take().map(|cause| io::Error::new(io::ErrorKind::TimedOut, cause));
+        std::task::Poll::Ready(error.map(Err))
     }
 }

@@ -144,7 +144,11 @@
 //! ## Respect the caller's time
 //!
 //! An optional deadline bounds the whole call: every attempt, the one in
-//! flight included, and every wait. A wait that would leave no time to send
+//! flight included, and every wait. A request's own timeout
+//! (`RequestBuilder::timeout`) is such a deadline, as it bounds the whole
+//! request in reqwest alone: each attempt gets what remains of it, a retry
+//! that cannot fit is not started, and the caller gets reqwest's own kind
+//! of timeout error (`is_timeout()`). A wait that would leave no time to send
 //! is not started. An attempt in flight is cut through its own timeout where
 //! the middleware can see one, so reqwest reports it (`is_timeout()`), and
 //! otherwise on the clock, with the crate's [`DeadlineExceeded`] error. An
@@ -159,8 +163,8 @@
 //! | limit | set with | bounds | when it passes |
 //! |---|---|---|---|
 //! | client timeout | `reqwest::ClientBuilder::timeout` | each attempt that has no timeout of its own, its redirects included, from sending to the end of the body | `reqwest::Error`, `is_timeout()`; retried when safe |
-//! | request timeout | `RequestBuilder::timeout` | each attempt, likewise | the same |
-//! | attempt timeout | [`RetryConfigBuilder::with_attempt_timeout`] | each attempt: put on the request as its timeout unless the request's own is shorter | the same |
+//! | request timeout | `RequestBuilder::timeout` | the whole call, as a deadline: each attempt gets what remains, and a retry that cannot fit is not started | `reqwest::Error`, `is_timeout()` (when no attempt was in flight, one holding [`DeadlineExceeded`]); stop reason [`StopReason::DeadlineExceeded`](crate::report::StopReason::DeadlineExceeded) |
+//! | attempt timeout | [`RetryConfigBuilder::with_attempt_timeout`] | each attempt: put on the request as its timeout, cut to what remains of a deadline | `reqwest::Error`, `is_timeout()`; retried when safe |
 //! | deadline | [`RetryConfigBuilder::with_deadline`], or [`RetryDeadline`] per request | the whole call: every attempt and its redirects, the one in flight included, and every wait | a timeout, or [`DeadlineExceeded`]; stop reason [`StopReason::DeadlineExceeded`](crate::report::StopReason::DeadlineExceeded) |
 //!
 //! The middleware cannot see the client's timeout, and reqwest lets a

@@ -12,7 +12,7 @@ use reqwest::{Request, Response};
 use reqwest_middleware::Result;
 
 use crate::budget::{HostHandle, Lease, Turn};
-use crate::deadline::{Deadline, attempt_bounds, visible_timeout};
+use crate::deadline::{Deadline, attempt_bounds, tightest, visible_timeout};
 use crate::error::DeadlineExceeded;
 use crate::extensions::{MaxRetries, RetryDeadline};
 use crate::rate_limit::ReturnIfPaused;
@@ -46,6 +46,9 @@ pub(crate) struct Policy<'a> {
     max_retries: u32,
     /// When the call started and how long it may take, if it has a deadline.
     deadline: Option<Deadline>,
+    /// The deadline is the request's own timeout: its passing is reported
+    /// as reqwest reports a timeout.
+    timeout_bound: bool,
     /// The call's dealings with the retry budget.
     lease: Lease<'a>,
     /// The turn to probe a paused host, while the attempt that took it is
@@ -68,16 +71,22 @@ pub(crate) struct Policy<'a> {
 
 impl<'a> Policy<'a> {
     /// Reads the per-request overrides. The clock is read only for a
-    /// deadline.
+    /// deadline: the request's [`RetryDeadline`] (or the configured one),
+    /// or its own timeout, whichever is shorter. As reqwest alone, the
+    /// request's timeout bounds the whole call.
     pub(crate) fn new(shared: &'a Shared, request: &Request, extensions: &Extensions) -> Self {
         let config = &shared.config;
-        let limit = extensions.get::<RetryDeadline>().map(RetryDeadline::get).or(config.deadline);
+        let deadline =
+            extensions.get::<RetryDeadline>().map(RetryDeadline::get).or(config.deadline);
+        let own = request.timeout().copied();
+        let limit = tightest(deadline, own);
         Self {
             shared,
             safety: safety(request, extensions, &config.idempotency_header),
             post: request.method() == Method::POST,
             max_retries: extensions.get::<MaxRetries>().map_or(config.max_retries, MaxRetries::get),
             deadline: limit.map(|limit| Deadline { start: shared.clock.now(), limit }),
+            timeout_bound: own.is_some() && limit == own,
             lease: Lease::new(shared.ledger.as_deref(), &*shared.clock),
             turn: None,
             host: None,
@@ -151,6 +160,11 @@ impl<'a> Policy<'a> {
             *attempt.timeout_mut() = timeout;
         }
         Ok((send(attempt), cut_at))
+    }
+
+    /// Whether the deadline is the request's own timeout.
+    pub(crate) fn timeout_bound(&self) -> bool {
+        self.timeout_bound
     }
 
     /// The error for a deadline that passed where reqwest could not say so.

@@ -515,8 +515,14 @@ async fn like_reqwest_retry_fails_as_reqwest_retry_does() {
                     (None, url, bare_reqwest(), None)
                 }
                 _ => {
+                    // The client's timeout bounds each attempt, as
+                    // reqwest-retry's request timeout does (here, a
+                    // request's own bounds the whole call).
                     let (url, _) = raw_server(vec![Raw::Stall, Raw::Reply(OK_CLOSE)]).await;
-                    (None, url, bare_reqwest(), Some(Duration::from_millis(200)))
+                    let inner = reqwest::Client::builder()
+                        .redirect(reqwest::redirect::Policy::none())
+                        .timeout(Duration::from_millis(200));
+                    (None, url, inner.build().unwrap(), None)
                 }
             };
             let (client, calls, _) = stack(side, inner);
@@ -531,6 +537,30 @@ async fn like_reqwest_retry_fails_as_reqwest_retry_does() {
         let retried = seen[0].1 > 1;
         assert!(retried, "POST, {case}: reqwest-retry retries it: {seen:?}");
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_requests_timeout_bounds_each_attempt_of_reqwest_retry_and_the_whole_call_here() {
+    let (url, _) = raw_server(vec![Raw::Stall]).await;
+    let timeout = Duration::from_millis(200);
+    // reqwest-retry: every copy of the request carries the whole timeout.
+    let (peer, calls, _) = stack(Stack::Peer, bare_reqwest());
+    let start = tokio::time::Instant::now();
+    bounded("reqwest-retry", peer.get(&url).timeout(timeout).send()).await.unwrap_err();
+    assert_eq!((calls.0.get(), start.elapsed()), (4, 4 * timeout));
+    // Here, as with reqwest alone: the timeout bounds the call.
+    let calls = Calls::default();
+    let quick_start = RetryMiddleware::new(RetryConfig::default())
+        .client(reqwest::Client::builder())
+        .unwrap()
+        .with(calls.clone())
+        .build();
+    let start = tokio::time::Instant::now();
+    let error = bounded("the quick start", quick_start.get(&url).timeout(timeout).send())
+        .await
+        .unwrap_err();
+    assert!(error.is_timeout(), "{error:?}");
+    assert_eq!((calls.0.get(), start.elapsed()), (1, timeout));
 }
 
 #[tokio::test]

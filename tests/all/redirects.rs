@@ -28,7 +28,7 @@ const REDIRECTS: [u16; 5] = [301, 302, 303, 307, 308];
 /// Only a hop behind a name adds its resolver, with a connect timeout; no
 /// proxy is taken from the environment, so every request stays on loopback.
 fn following_client(resolver: Option<Arc<Blackhole>>) -> (ClientWithMiddleware, ManualClock) {
-    client_for(Client::Following, resolver)
+    client_for(Client::Following, resolver, None)
 }
 
 /// The two clients of the matrix: reqwest following redirects below a
@@ -43,6 +43,7 @@ enum Client {
 fn client_for(
     kind: Client,
     resolver: Option<Arc<Blackhole>>,
+    attempt_timeout: Option<Duration>,
 ) -> (ClientWithMiddleware, ManualClock) {
     let mut inner = reqwest::Client::builder().no_proxy();
     if let Some(resolver) = resolver {
@@ -50,6 +51,7 @@ fn client_for(
     }
     let config = RetryConfig::builder()
         .with_backoff(Backoff::default().with_initial(100 * MS))
+        .with_attempt_timeout(attempt_timeout)
         .with_budget(None);
     let clock = ManualClock::new();
     let middleware = RetryMiddleware::new(config.build().unwrap())
@@ -133,7 +135,9 @@ struct Setup {
 async fn set_up(client: Client, first: u16, later: Later) -> Setup {
     let hop = later_hop(later).await;
     let server = first_hop(first, &hop.url).await;
-    let (client, clock) = client_for(client, hop.resolver.clone());
+    // A stalled hop is cut by each attempt's timeout.
+    let stall = (later == Later::Stall).then_some(SHORT);
+    let (client, clock) = client_for(client, hop.resolver.clone(), stall);
     Setup { first, later, hop, server, client, clock }
 }
 
@@ -153,10 +157,7 @@ async fn run(
 ) -> Cell {
     let slot = ReportSlot::new();
     let url = format!("{}/orders", server.uri());
-    let mut request = kind.request(&client, &url).with_extension(slot.clone());
-    if later == Later::Stall {
-        request = request.timeout(SHORT);
-    }
+    let request = kind.request(&client, &url).with_extension(slot.clone());
     let mut problems = Vec::new();
     match tokio::time::timeout(BOUND, request.send()).await {
         Err(_) => problems.push(format!("no outcome within {BOUND:?}")),
@@ -360,7 +361,7 @@ async fn post_once(
 /// The quick start's client: built by the middleware, which records its
 /// redirects.
 fn handing_client() -> (ClientWithMiddleware, ManualClock) {
-    client_for(Client::Handing, None)
+    client_for(Client::Handing, None, None)
 }
 
 /// `POST /orders` creates the order and answers 303 back to `/orders`, which

@@ -64,7 +64,7 @@ async fn the_deadline_shortens_a_longer_request_timeout_and_reqwest_reports_it()
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_shorter_request_timeout_is_never_raised() {
+async fn a_request_s_own_timeout_bounds_the_whole_call_and_is_never_raised() {
     let (url, connections) = raw_server(vec![Raw::Stall]).await;
     let config = policy()
         .with_max_retries(1)
@@ -74,13 +74,21 @@ async fn a_shorter_request_timeout_is_never_raised() {
         .unwrap();
     let middleware =
         RetryMiddleware::new(config).with_clock(TokioClock).with_jitter_source(FixedJitter::TOP);
+    let slot = ReportSlot::new();
     let start = tokio::time::Instant::now();
-    let call = wrap(middleware).get(&url).timeout(Duration::from_secs(1)).send();
+    let call = wrap(middleware)
+        .get(&url)
+        .timeout(Duration::from_secs(1))
+        .with_extension(slot.clone())
+        .send();
     let error = bounded("the call", call).await.unwrap_err();
-    assert!(error.is_timeout());
-    // Two attempts of 1 s each and one wait of 100 ms.
-    assert_eq!(start.elapsed(), Duration::from_millis(2100));
-    assert_eq!(connections.get(), 2);
+    // As reqwest alone: the call ends at its timeout, with reqwest's error,
+    // and no retry follows.
+    assert!(error.is_timeout(), "{error:?}");
+    assert_eq!(start.elapsed(), Duration::from_secs(1));
+    assert_eq!(connections.get(), 1);
+    let report = slot.get().unwrap();
+    assert_eq!((report.attempts, report.stop), (1, StopReason::DeadlineExceeded));
 }
 
 #[tokio::test(start_paused = true)]
@@ -207,4 +215,53 @@ async fn a_post_cut_by_the_deadline_says_so_with_or_without_a_timeout_of_its_own
         bounded("the call", call.send()).await.unwrap_err();
         assert_eq!(slot.get().unwrap().stop, StopReason::DeadlineExceeded, "{own:?}");
     }
+}
+
+// ---- A request's own timeout is the call's ----
+
+/// The timeout each attempt carried below the middleware.
+#[derive(Clone, Default)]
+struct Timeouts(std::sync::Arc<std::sync::Mutex<Vec<Option<Duration>>>>);
+
+#[async_trait::async_trait]
+impl reqwest_middleware::Middleware for Timeouts {
+    async fn handle(
+        &self,
+        request: reqwest::Request,
+        extensions: &mut http::Extensions,
+        next: reqwest_middleware::Next<'_>,
+    ) -> reqwest_middleware::Result<reqwest::Response> {
+        self.0.lock().unwrap().push(request.timeout().copied());
+        next.run(request, extensions).await
+    }
+}
+
+#[tokio::test]
+async fn a_request_s_own_timeout_leaves_each_attempt_what_remains_and_starts_no_retry_past_it() {
+    let server = MockServer::start().await;
+    script_statuses(&server, "/r", &[503, 503, 503, 503]).await;
+    let clock = ManualClock::new();
+    let seen = Timeouts::default();
+    let client = RetryMiddleware::new(policy().build().unwrap())
+        .with_clock(clock.clone())
+        .with_jitter_source(FixedJitter::TOP)
+        .client(reqwest::Client::builder())
+        .unwrap()
+        .with(seen.clone())
+        .build();
+    let slot = ReportSlot::new();
+    let call = client
+        .get(format!("{}/r", server.uri()))
+        .timeout(Duration::from_millis(250))
+        .with_extension(slot.clone())
+        .send();
+    let response = bounded("the call", call).await.unwrap();
+    // Waits of 100 ms and then 200 ms: the second would end past 250 ms,
+    // so the 503 in hand is the call's answer.
+    assert_eq!(response.status(), 503);
+    assert_eq!(clock.sleeps(), [100 * MS]);
+    let timeouts = seen.0.lock().unwrap().clone();
+    assert_eq!(timeouts, [Some(250 * MS), Some(150 * MS)]);
+    let report = slot.get().unwrap();
+    assert_eq!((report.attempts, report.stop), (2, StopReason::DeadlineExceeded));
 }

@@ -201,9 +201,10 @@ async fn read_timeout_after_sending_retries_get() {
     let server = MockServer::start().await;
     script(&server, "/r", vec![ResponseTemplate::new(200).set_delay(Duration::from_secs(60))])
         .await;
-    let (client, clock) = client(policy().build().unwrap());
+    // Each attempt's bound: a request's own timeout bounds the whole call.
+    let (client, clock) = client(policy().with_attempt_timeout(50 * MS).build().unwrap());
     let url = format!("{}/r", server.uri());
-    let error = client.get(url).timeout(50 * MS).send().await.unwrap_err();
+    let error = client.get(url).send().await.unwrap_err();
     assert!(error.is_timeout());
     assert_eq!(hits(&server).await, 4);
     assert_eq!(clock.sleeps(), [100 * MS, 200 * MS, 400 * MS]);
@@ -214,9 +215,9 @@ async fn read_timeout_after_sending_does_not_retry_post() {
     let server = MockServer::start().await;
     script(&server, "/r", vec![ResponseTemplate::new(200).set_delay(Duration::from_secs(60))])
         .await;
-    let (client, clock) = client(policy().build().unwrap());
+    let (client, clock) = client(policy().with_attempt_timeout(50 * MS).build().unwrap());
     let url = format!("{}/r", server.uri());
-    let error = client.post(url).body("order=1").timeout(50 * MS).send().await.unwrap_err();
+    let error = client.post(url).body("order=1").send().await.unwrap_err();
     assert!(error.is_timeout());
     assert_eq!(hits(&server).await, 1);
     assert!(clock.sleeps().is_empty());

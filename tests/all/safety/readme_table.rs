@@ -31,19 +31,21 @@ fn quick_start(builder: reqwest::ClientBuilder) -> ClientWithMiddleware {
 }
 
 /// What a call of `method` to `url` came to: a status or "error", the
-/// attempts and why it stopped. `timeout` bounds each attempt, if given.
+/// attempts and why it stopped. `timeout` bounds each attempt, if given, as
+/// the client's timeout (a request's own bounds the whole call).
 async fn call(
     builder: reqwest::ClientBuilder,
     method: Method,
     url: &str,
     timeout: Option<Duration>,
 ) -> Got {
+    let builder = match timeout {
+        Some(timeout) => builder.timeout(timeout),
+        None => builder,
+    };
     let client = quick_start(builder);
     let slot = ReportSlot::new();
-    let mut request = client.request(method, url).body("order=1").with_extension(slot.clone());
-    if let Some(timeout) = timeout {
-        request = request.timeout(timeout);
-    }
+    let request = client.request(method, url).body("order=1").with_extension(slot.clone());
     let result = tokio::time::timeout(Duration::from_secs(10), request.send())
         .await
         .expect("an outcome within 10 s");
