@@ -35,6 +35,7 @@ use crate::retry_after::RetryAfter;
 /// | `body_buffering` | [`BodyBuffering::default`]: off | a streamed request body is sent once, never held in memory; a response is returned once its headers arrive |
 /// | `throttling` | on | a host that turns most requests away is sent a share of new calls, settling where it accepts one attempt in 2.7; a quiet caller (under 0.75 calls a second) or a host failing half of its answers independently of load is left alone (see [`rate_limit`](crate::rate_limit)) |
 /// | `predicate` | none | the built-in rules above |
+#[doc(alias = "DefaultRetryConfig")]
 #[derive(Clone, Debug)]
 pub struct RetryConfig {
     pub(crate) max_retries: u32,

@@ -5,8 +5,7 @@ use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
-use bytes::Bytes;
-use http_body::{Body, Frame, SizeHint};
+use hyper::body::{Body, Bytes, Frame, SizeHint};
 
 /// The error a cut body ends with: the one an `io` read of a connection
 /// closed too early gives.

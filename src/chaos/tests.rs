@@ -2,9 +2,8 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::Bytes;
 use http::{Method, StatusCode};
-use http_body::{Body, Frame};
+use hyper::body::{Body, Bytes, Frame};
 
 use super::cut::Cut;
 use super::rule::{Count, Step};

@@ -57,6 +57,33 @@ use super::{Clock, Sleep};
 /// [`with_throttling(false)`](crate::RetryConfigBuilder::with_throttling),
 /// and one that wants each retried as configured turns the budget off with
 /// [`with_budget(None)`](crate::RetryConfigBuilder::with_budget).
+///
+/// ```
+/// use reqwest_safe_retry::clock::ManualClock;
+/// use reqwest_safe_retry::report::{ReportSlot, StopReason};
+/// use reqwest_safe_retry::{RetryConfig, RetryMiddleware};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// # let server = wiremock::MockServer::start().await;
+/// # wiremock::Mock::given(wiremock::matchers::any())
+/// #     .respond_with(wiremock::ResponseTemplate::new(503)).mount(&server).await;
+/// // A server that always answers 503, called 50 times: every call is sent
+/// // and retried three times, as configured.
+/// let config = RetryConfig::builder().with_throttling(false).with_budget(None).build().unwrap();
+/// let client = RetryMiddleware::new(config)
+///     .with_clock(ManualClock::new())
+///     .client(reqwest::Client::builder())
+///     .unwrap()
+///     .build();
+/// for _ in 0..50 {
+///     let slot = ReportSlot::new();
+///     client.get(server.uri()).with_extension(slot.clone()).send().await.unwrap();
+///     let report = slot.get().unwrap();
+///     assert_eq!((report.attempts, report.stop), (4, StopReason::RetriesExhausted));
+/// }
+/// # }
+/// ```
 #[derive(Debug, Clone)]
 pub struct ManualClock {
     state: Arc<Mutex<State>>,
