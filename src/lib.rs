@@ -47,7 +47,8 @@
 //! for the middleware. An attempt that met one is never repeated unless the
 //! request is safe to repeat. A middleware put on a client by hand cannot
 //! know what the client follows and stays on the safe side: a request that
-//! is not safe to repeat is never retried. A hop limit or filter goes to
+//! is not safe to repeat is never retried, and a keyed one answered from
+//! another origin is not retried on the strength of its key. A hop limit or filter goes to
 //! [`RetryMiddleware::with_redirect_policy`]; a builder with a redirect
 //! policy of its own is refused ([`ClientError::RedirectPolicySet`]) rather
 //! than have it replaced.

@@ -52,6 +52,13 @@
 //! POST, turn the next hop into a GET: repeating the call repeats the POST at
 //! the origin that knows the key, and the key reqwest carries on the GET is
 //! harmless.
+//!
+//! A client the middleware did not build records nothing, so there the
+//! middleware goes by the answer's URL: a response from another origin than
+//! the request's came through a redirect, and takes the key's safety away
+//! whatever the redirect was (a 303 cannot be told from a 307 there). An
+//! error is named by the request's own URL, as reqwest names every error,
+//! so one met at another origin is not seen.
 
 use std::cell::Cell;
 use std::future::{Future, poll_fn};
@@ -153,7 +160,7 @@ fn is_redirect(status: StatusCode) -> bool {
 }
 
 /// Scheme, host and port: where reqwest draws its credential boundary.
-fn same_origin(a: &Url, b: &Url) -> bool {
+pub(crate) fn same_origin(a: &Url, b: &Url) -> bool {
     (a.scheme(), a.host_str(), a.port_or_known_default())
         == (b.scheme(), b.host_str(), b.port_or_known_default())
 }

@@ -186,6 +186,7 @@ impl<'a> Policy<'a> {
         seen: Seen,
         extensions: &Extensions,
     ) -> Decision {
+        self.note_origin(request, outcome);
         self.note(seen, outcome);
         match self.retry(request, outcome, body_failed, seen, extensions) {
             Ok((after, reason)) => {
@@ -292,6 +293,29 @@ impl<'a> Policy<'a> {
     fn spent(&self) -> Option<(Duration, Duration)> {
         let Deadline { start, limit } = self.deadline?;
         Some((self.shared.clock.now().saturating_duration_since(start), limit))
+    }
+
+    /// Where the client records no redirects (a client the middleware did
+    /// not build), an outcome named by a URL of another origin than the
+    /// request's came through a redirect the middleware could not see: it
+    /// takes away the safety of a key, which was set for the request's
+    /// origin, for the rest of the call, as the record does for a 307 or
+    /// 308 to another origin. Without the record a 303 cannot be told from
+    /// a 307, so any such redirect counts.
+    fn note_origin(&mut self, request: Option<&Request>, outcome: &Result<Response>) {
+        if self.safety != Safety::ByKey || self.shared.bound {
+            return;
+        }
+        let answered = match outcome {
+            Ok(response) => Some(response.url()),
+            Err(reqwest_middleware::Error::Reqwest(error)) => error.url(),
+            Err(reqwest_middleware::Error::Middleware(_)) => None,
+        };
+        if let (Some(request), Some(answered)) = (request, answered) {
+            if !crate::redirect::same_origin(request.url(), answered) {
+                self.safety = Safety::Unsafe;
+            }
+        }
     }
 
     /// Takes in the redirects an attempt met: they count towards the

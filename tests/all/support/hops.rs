@@ -31,8 +31,8 @@ pub enum Later {
     Status(u16),
     /// The server reads the request, then resets the connection.
     Reset,
-    /// The server reads the request and never answers; the client's
-    /// per-request timeout ends it.
+    /// The server reads the request and never answers; each attempt's
+    /// timeout ends it.
     Stall,
 }
 
