@@ -13,8 +13,8 @@
 //!   (`is_timeout()`, not `is_connect()`). reqwest's timer fires at its
 //!   next tick, about a millisecond of real time (none under
 //!   `tokio::time::pause`).
-//! - **Reset:** a request to a loopback listener that reads the request's
-//!   head, then resets the connection. reqwest returns hyper's error for a
+//! - **Reset:** a request to a loopback listener that reads the request,
+//!   then resets the connection. reqwest returns hyper's error for a
 //!   connection lost while it waited for the answer (`is_request()`), with
 //!   an `io::Error` of kind `ConnectionReset` in its chain.
 
@@ -25,7 +25,8 @@ use std::pin::pin;
 use std::time::Duration;
 
 use reqwest::{Client, Url};
-use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::io::AsyncReadExt;
+use tokio::net::{TcpListener, TcpSocket};
 
 use super::ChaosError;
 
@@ -90,7 +91,7 @@ impl Forge {
 
 /// The error each maker means to meet.
 #[derive(Clone, Copy, Debug)]
-enum Made {
+pub(super) enum Made {
     Refused,
     Timeout,
     Reset,
@@ -98,7 +99,7 @@ enum Made {
 
 impl Made {
     /// Whether `error` is the one meant.
-    fn is(self, error: &reqwest::Error) -> bool {
+    pub(super) fn is(self, error: &reqwest::Error) -> bool {
         let (connect, timeout) = (error.is_connect(), error.is_timeout());
         match self {
             Self::Refused => connect && !timeout,
@@ -110,7 +111,7 @@ impl Made {
 
 /// The error of `sent`, if it is the one `made` means, with `url` for its
 /// own.
-fn failed(
+pub(super) fn failed(
     sent: reqwest::Result<reqwest::Response>,
     url: &Url,
     made: Made,
@@ -128,31 +129,15 @@ fn failed(
     Err(ChaosError::Forge(io::Error::other(unexpected)))
 }
 
-/// Takes one connection, reads the request's head and resets the
-/// connection.
+/// Takes one connection, reads what the client sent (all of the small
+/// request it sends, in one read) and resets the connection.
 async fn reset_after_head(listener: TcpListener) -> io::Result<()> {
-    let (stream, _) = listener.accept().await?;
-    read_head(&stream).await?;
+    let (mut stream, _) = listener.accept().await?;
+    stream.read(&mut [0_u8; 1024]).await?;
     // A linger of zero makes the close a reset, and never blocks.
     #[allow(deprecated)]
     stream.set_linger(Some(Duration::ZERO))?;
     drop(stream);
-    Ok(())
-}
-
-/// Reads until the end of a request's head, or of the stream.
-async fn read_head(stream: &TcpStream) -> io::Result<()> {
-    let mut head = Vec::new();
-    let mut buffer = [0_u8; 1024];
-    while !head.windows(4).any(|window| window == b"\r\n\r\n") {
-        stream.readable().await?;
-        match stream.try_read(&mut buffer) {
-            Ok(0) => return Ok(()),
-            Ok(read) => head.extend_from_slice(&buffer[..read]),
-            Err(error) if error.kind() == io::ErrorKind::WouldBlock => {}
-            Err(error) => return Err(error),
-        }
-    }
     Ok(())
 }
 

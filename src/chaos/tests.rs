@@ -360,3 +360,29 @@ fn the_middleware_shows_its_rules_and_seed() {
     let record = format!("{:?}", chaos.record());
     assert!(record.contains("seen: 0"), "{record}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn each_made_error_is_the_kind_meant_and_no_other() {
+    use forge::{Forge, Made, failed};
+    use std::error::Error as _;
+    let forge = Forge::new().unwrap();
+    let url: reqwest::Url = "http://api.test/orders".parse().unwrap();
+    let made = [
+        (Made::Refused, forge.refused(&url).await.unwrap()),
+        (Made::Timeout, forge.timeout(&url).await.unwrap()),
+        (Made::Reset, forge.reset(&url).await.unwrap()),
+    ];
+    for (meant, error) in &made {
+        assert_eq!(error.url(), Some(&url), "{meant:?}");
+        for (other, _) in &made {
+            let same = format!("{meant:?}") == format!("{other:?}");
+            assert_eq!(other.is(error), same, "{other:?} on the error made as {meant:?}");
+        }
+    }
+    // An error of another kind, or an answer, is refused as the forge's.
+    let (_, refused) = made.into_iter().next().unwrap();
+    assert!(matches!(failed(Err(refused), &url, Made::Reset), Err(ChaosError::Forge(_))));
+    let answer = Response::from(http::Response::new(reqwest::Body::from("")));
+    let error = failed(Ok(answer), &url, Made::Timeout).unwrap_err();
+    assert!(error.source().is_some_and(|e| e.to_string().contains("answered 200")), "{error}");
+}

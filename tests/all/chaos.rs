@@ -165,7 +165,8 @@ async fn a_refused_connection_is_reqwest_s_connect_error_and_is_retried_for_any_
     }
 }
 
-#[tokio::test]
+// reqwest's timer, under tokio's paused clock: no real wait.
+#[tokio::test(start_paused = true)]
 async fn a_timeout_is_reqwest_s_timeout_and_is_retried_only_when_safe_to_repeat() {
     let [get, post] = row(Fault::timeout()).await;
     for (outcome, _, _) in [&get, &post] {
@@ -178,6 +179,8 @@ async fn a_timeout_is_reqwest_s_timeout_and_is_retried_only_when_safe_to_repeat(
     assert_eq!(stop(&post.1), NOT_SAFE);
 }
 
+// The last attempt reaches the server over real I/O, which tokio's paused
+// clock would race with the bound: reqwest's timer ticks for real here.
 #[tokio::test]
 async fn a_timeout_at_once_adds_no_wait_to_the_clock_s_record() {
     let server = server("fine").await;
@@ -243,7 +246,8 @@ async fn thirty_seconds_of_latency_on_the_manual_clock_take_no_wall_time() {
     assert_eq!(received(&server).await, 1);
 }
 
-#[tokio::test]
+// reqwest's timer, under tokio's paused clock: no real wait.
+#[tokio::test(start_paused = true)]
 async fn latency_past_the_request_s_own_timeout_ends_in_reqwest_s_timeout_at_that_timeout() {
     let server = server("late").await;
     let stack = Stack::new([Rule::new("slow", Fault::latency(Duration::from_secs(30))).first(1)]);
@@ -292,7 +296,8 @@ async fn latency_shorter_than_the_request_s_timeout_leaves_the_request_the_rest_
     assert_eq!(seen.0.lock().unwrap()[1], None);
 }
 
-#[tokio::test]
+// reqwest's timer, under tokio's paused clock: no real wait.
+#[tokio::test(start_paused = true)]
 async fn a_timeout_after_a_wait_ends_at_the_request_s_own_timeout_if_that_is_sooner() {
     let server = server("late").await;
     let stack = Stack::new([Rule::new("hang", Fault::timeout_after(Duration::from_secs(60)))]);
@@ -325,7 +330,8 @@ async fn a_response_without_a_body_is_not_cut_and_a_cut_one_keeps_its_length() {
     assert_eq!(stack.record.rule("cut").unwrap().injected, 3);
 }
 
-#[tokio::test]
+// reqwest's timer, under tokio's paused clock: no real wait.
+#[tokio::test(start_paused = true)]
 async fn a_timeout_after_a_wait_waits_on_the_clock_first() {
     let server = server("late").await;
     let stack =
