@@ -386,3 +386,10 @@ async fn each_made_error_is_the_kind_meant_and_no_other() {
     let error = failed(Ok(answer), &url, Made::Timeout).unwrap_err();
     assert!(error.source().is_some_and(|e| e.to_string().contains("answered 200")), "{error}");
 }
+
+#[test]
+fn a_rule_tells_its_name_and_fault() {
+    let rule = Rule::new("gateway down", Fault::status(StatusCode::BAD_GATEWAY));
+    assert_eq!(rule.name(), "gateway down");
+    assert_eq!(rule.fault(), &Fault::status(StatusCode::BAD_GATEWAY));
+}
