@@ -56,11 +56,20 @@ pub(super) fn classify(
             )?;
             Some((reach, RetryReason::Status(StatusCode::FORBIDDEN)))
         }
-        Ok(response) => classify::classify_status(
-            response.status(),
-            &config.retryable_statuses,
-            config.retry_429_any_method,
-        ),
+        Ok(response) => {
+            let status = response.status();
+            let rules = classify::classify_status(
+                status,
+                &config.retryable_statuses,
+                config.retry_429_any_method,
+            );
+            match config.retry_after.should_retry(status, response.headers()) {
+                // The server's word on its own answer.
+                Some(false) => None,
+                Some(true) => rules.or(Some((Reach::WhenSafe, RetryReason::Status(status)))),
+                None => rules,
+            }
+        }
         Err(error) if body_failed => classify::classify_body_error(error),
         Err(error) => classify::classify_error(error, request.map(Request::url)),
     }?;

@@ -370,3 +370,112 @@ async fn a_reset_over_the_cap_is_returned_as_a_retry_after_over_it_is() {
     let stop = RetryReport::from_response(&response).stop;
     assert_eq!(stop, StopReason::RetryAfterTooLong(Duration::from_secs(3600)));
 }
+
+// ---- The hints of OpenAI's and Stripe's APIs ----
+
+/// `method` to `/r` (with `key` as its `Idempotency-Key`, if given) through
+/// the quick start's settings (`RetryConfig::default()`), the server
+/// answering `responses` in turn: the waits, the attempts and the stop.
+async fn hinted(
+    method: reqwest::Method,
+    key: Option<&str>,
+    responses: Vec<ResponseTemplate>,
+) -> (Vec<Duration>, RetryReport) {
+    let server = MockServer::start().await;
+    script(&server, "/r", responses).await;
+    let (client, clock) = client(reqwest_safe_retry::RetryConfig::default());
+    let slot = reqwest_safe_retry::report::ReportSlot::new();
+    let mut request = client.request(method, format!("{}/r", server.uri())).body("{}");
+    if let Some(key) = key {
+        request = request.header("Idempotency-Key", key);
+    }
+    request.with_extension(slot.clone()).send().await.unwrap();
+    (clock.sleeps(), slot.get().unwrap())
+}
+
+fn answer(status: u16, headers: &[(&str, &str)]) -> ResponseTemplate {
+    headers
+        .iter()
+        .fold(ResponseTemplate::new(status), |r, (name, value)| r.insert_header(*name, *value))
+}
+
+#[tokio::test]
+async fn openai_s_retry_after_ms_is_read_like_retry_after_in_milliseconds() {
+    let limited = answer(429, &[("retry-after-ms", "1500")]);
+    let (waits, report) =
+        hinted(reqwest::Method::POST, None, vec![limited, ResponseTemplate::new(200)]).await;
+    // One retry, after the 1.5 s asked, spread by up to the first backoff
+    // ceiling (500 ms, jitter at the top).
+    assert_eq!((report.attempts, report.stop), (2, StopReason::NothingToRetry));
+    assert_eq!(waits, [Duration::from_millis(2000)]);
+}
+
+#[tokio::test]
+async fn retry_after_ms_wins_over_retry_after_and_garbage_in_it_is_ignored() {
+    let exact = || RetryAfter::default().with_spread(false);
+    for (headers, wait) in [
+        (vec![("retry-after-ms", "1500"), ("retry-after", "10")], 1500),
+        // The host's pause keeps whole milliseconds, rounded up.
+        (vec![("retry-after-ms", "250.5"), ("retry-after", "10")], 251),
+        (vec![("retry-after-ms", "soon"), ("retry-after", "3")], 3000),
+        (vec![("retry-after-ms", "-5"), ("retry-after", "3")], 3000),
+        (vec![("retry-after-ms", "NaN"), ("retry-after", "3")], 3000),
+    ] {
+        let server = MockServer::start().await;
+        script(&server, "/r", vec![answer(429, &headers), ResponseTemplate::new(200)]).await;
+        let (client, clock) = client(policy().with_retry_after(exact()).build().unwrap());
+        assert_eq!(get(&client, &server).await.status(), 200);
+        let waited = clock.sleeps()[0];
+        assert_eq!(waited.as_millis(), wait, "{headers:?}");
+    }
+}
+
+#[tokio::test]
+async fn x_should_retry_false_makes_an_answer_final_and_true_retries_what_is_safe_to_repeat() {
+    let no = || answer(503, &[("x-should-retry", "false")]);
+    let yes = || answer(500, &[("x-should-retry", "True")]);
+    let ok = || ResponseTemplate::new(200);
+    let get = reqwest::Method::GET;
+    let post = reqwest::Method::POST;
+    let (_, report) = hinted(get.clone(), None, vec![no(), ok()]).await;
+    assert_eq!((report.attempts, report.stop), (1, StopReason::NothingToRetry));
+    let (_, report) = hinted(get, None, vec![yes(), ok()]).await;
+    assert_eq!((report.attempts, report.stop), (2, StopReason::NothingToRetry));
+    let (_, report) = hinted(post.clone(), None, vec![yes(), ok()]).await;
+    assert_eq!((report.attempts, report.stop), (1, StopReason::NotSafe), "a POST without a key");
+    let (_, report) = hinted(post, Some("chat-1"), vec![yes(), ok()]).await;
+    assert_eq!((report.attempts, report.stop), (2, StopReason::NothingToRetry), "a keyed POST");
+}
+
+#[tokio::test]
+async fn stripe_should_retry_speaks_for_a_keyed_charge() {
+    let post = || reqwest::Method::POST;
+    let conflict = answer(409, &[("stripe-should-retry", "true")]);
+    let (_, report) =
+        hinted(post(), Some("charge-7"), vec![conflict, ResponseTemplate::new(200)]).await;
+    assert_eq!((report.attempts, report.stop), (2, StopReason::NothingToRetry));
+    let unavailable = answer(503, &[("stripe-should-retry", "false")]);
+    let (_, report) =
+        hinted(post(), Some("charge-8"), vec![unavailable, ResponseTemplate::new(200)]).await;
+    assert_eq!((report.attempts, report.stop), (1, StopReason::NothingToRetry));
+}
+
+#[tokio::test]
+async fn hints_on_a_success_or_with_hints_off_change_nothing() {
+    let server = MockServer::start().await;
+    let hinted_500 = answer(500, &[("x-should-retry", "true"), ("retry-after-ms", "1")]);
+    let hinted_503 = answer(503, &[("x-should-retry", "false"), ("retry-after-ms", "1")]);
+    script(&server, "/r", vec![hinted_500.clone(), hinted_503, ResponseTemplate::new(200)]).await;
+    let off = RetryAfter::default().with_server_hints(false).with_spread(false);
+    let (client, clock) = client(policy().with_retry_after(off).build().unwrap());
+    assert_eq!(get(&client, &server).await.status(), 500, "a 500 stays final");
+    assert_eq!(get(&client, &server).await.status(), 200, "a 503 is retried, on the backoff");
+    assert_eq!(clock.sleeps(), [100 * MS]);
+    let (_, report) = hinted(
+        reqwest::Method::GET,
+        None,
+        vec![answer(200, &[("x-should-retry", "true")]), hinted_500],
+    )
+    .await;
+    assert_eq!((report.attempts, report.stop), (1, StopReason::NothingToRetry));
+}
