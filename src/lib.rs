@@ -186,9 +186,11 @@
 //!
 //! The caller gets the last response as it came, or the last error exactly as
 //! reqwest (or an inner middleware) produced it — `is_timeout()`,
-//! `is_connect()` and `status()` answer as without the middleware. The one
-//! error of the crate's own is [`DeadlineExceeded`], for a deadline reqwest
-//! could not report. A [`RetryReport`](crate::report::RetryReport) says how many attempts were made,
+//! `is_connect()` and `status()` answer as without the middleware. The
+//! crate's own errors are for calls it ended itself: [`DeadlineExceeded`],
+//! for a deadline reqwest could not report, and, for a call never sent,
+//! [`rate_limit::HostPaused`] (its host paused, the call not waiting) and
+//! [`rate_limit::Throttled`] (its host turning most requests away). A [`RetryReport`](crate::report::RetryReport) says how many attempts were made,
 //! how long was spent waiting and why the middleware stopped: read it with
 //! [`RetryReport::from_response`](crate::report::RetryReport::from_response), or through a [`ReportSlot`](crate::report::ReportSlot) when the
 //! outcome is an error.
