@@ -251,3 +251,11 @@ fn the_readme_table_has_a_test_for_every_row() {
         assert!(source.contains(&marker), "no test names the README row `{row}`");
     }
 }
+
+/// The README is a front page: the details live in the crate's docs,
+/// MIGRATING.md and BENCHMARKS.md.
+#[test]
+fn the_readme_is_a_front_page_of_at_most_300_lines() {
+    let lines = include_str!("../../../README.md").lines().count();
+    assert!(lines <= 300, "README.md has {lines} lines");
+}
