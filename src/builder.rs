@@ -159,6 +159,34 @@ impl RetryConfigBuilder {
         self
     }
 
+    /// Mints an idempotency key (off by default) for every request that
+    /// has none (under [`with_idempotency_header`](Self::with_idempotency_header)'s
+    /// name) and is not already safe to repeat: a random UUID, one per
+    /// call, sent on every attempt of it (and carried by reqwest on a 307
+    /// or 308), so that such a request is retried as a keyed one is. A
+    /// caller's key is never replaced. The call's
+    /// [`RetryReport`](crate::report::RetryReport) holds the key, also when
+    /// the call ends in an error (through a
+    /// [`ReportSlot`](crate::report::ReportSlot)), for reconciling with the
+    /// server. [`MintKey`](crate::MintKey) asks for one on a single request.
+    ///
+    /// Turn it on only for servers that deduplicate by the key (Stripe,
+    /// OpenAI, Adyen, PayPal do): the middleware cannot tell whether a
+    /// server does, and a server that ignores the key does the work of a
+    /// repeated POST again.
+    ///
+    /// ```
+    /// use reqwest_safe_retry::RetryConfig;
+    ///
+    /// let config = RetryConfig::builder().with_minted_keys(true).build()?;
+    /// assert!(config.minted_keys());
+    /// # Ok::<(), reqwest_safe_retry::ConfigError>(())
+    /// ```
+    pub fn with_minted_keys(mut self, mint: bool) -> Self {
+        self.config.mint_keys = mint;
+        self
+    }
+
     /// Which bodies are read into memory so that the request can be sent
     /// again, or a response whose body breaks retried: see
     /// [`BodyBuffering`]. Off by default.

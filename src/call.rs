@@ -12,6 +12,7 @@ use reqwest_middleware::{Error, Next, Result};
 use crate::body::{self, RequestBuffer};
 use crate::events;
 use crate::future::{first, yield_once};
+use crate::keys;
 use crate::policy::{HeldBack, Policy};
 use crate::reason::{Decision, StopReason};
 use crate::redirect::{self, Seen};
@@ -44,12 +45,16 @@ impl Shared {
         extensions: &'a mut Extensions,
         next: Next<'a>,
     ) -> impl Future<Output = Result<Response>> + Send + 'a {
+        let mut request = request;
+        let header = &self.config.idempotency_header;
+        let minted = keys::mint(self.config.mint_keys, &mut request, extensions, header);
         let method = request.method().clone();
         let server = events::server(self, &request);
         let mut pending = Some(request);
         async move {
             let request = pending.as_ref().expect("the request");
             let mut policy = Policy::new(self, request, extensions);
+            policy.minted(minted);
             self.buffer_request_body(&mut pending, &policy).await;
             let reading = self.reading(&policy, pending.as_ref());
             let what = (&method, server.as_deref());

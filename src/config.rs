@@ -34,6 +34,7 @@ use crate::retry_after::RetryAfter;
 /// | `budget` | [`RetryBudget::default`]: a tenth of a retry earned per final answer, a reserve of one call's retries and two more, per host | the extra load of an outage stays bounded for any number of processes, and a fresh client still gets every retry of an isolated failure |
 /// | `body_buffering` | [`BodyBuffering::default`]: off | a streamed request body is sent once, never held in memory; a response is returned once its headers arrive |
 /// | `throttling` | on | a host that turns most requests away is sent a share of new calls, settling where it accepts one attempt in 2.7; a quiet caller (under 0.75 calls a second) or a host failing half of its answers independently of load is left alone (see [`rate_limit`](crate::rate_limit)) |
+/// | `mint_keys` | off | a key makes a repeat safe only where the server deduplicates by it, which the middleware cannot know: the caller says so, for a client or a request |
 /// | `predicate` | none | the built-in rules above |
 #[doc(alias = "DefaultRetryConfig")]
 #[derive(Clone, Debug)]
@@ -50,6 +51,7 @@ pub struct RetryConfig {
     pub(crate) budget: Option<RetryBudget>,
     pub(crate) body_buffering: BodyBuffering,
     pub(crate) throttling: bool,
+    pub(crate) mint_keys: bool,
     pub(crate) predicate: Option<Predicate>,
 }
 /// The statuses that say "not now" rather than "no": retried by default,
@@ -95,6 +97,7 @@ impl Default for RetryConfig {
             budget: Some(RetryBudget::default()),
             body_buffering: BodyBuffering::default(),
             throttling: true,
+            mint_keys: false,
             predicate: None,
         }
     }
@@ -135,6 +138,12 @@ impl RetryConfig {
     /// throttled: see [`rate_limit`](crate::rate_limit).
     pub fn throttling(&self) -> bool {
         self.throttling
+    }
+
+    /// Whether an idempotency key is minted for every request that has
+    /// none and is not already safe to repeat.
+    pub fn minted_keys(&self) -> bool {
+        self.mint_keys
     }
 
     /// The total time for a call, if bounded.

@@ -56,6 +56,9 @@
 //! A key makes a repeat safe only where the server deduplicates requests by
 //! it: many do (payment APIs, for a start), some ignore it, and then a
 //! retried POST is done twice. Set a key only for a server that honours it.
+//! For such a server the middleware can mint one per call
+//! ([`RetryConfigBuilder::with_minted_keys`], or [`MintKey`] on one
+//! request), sent on every attempt and named in the call's report.
 //! A key is also only trusted at the origin it was sent to: after a 307 or
 //! 308 took the request to another origin, it is no longer retried on the
 //! strength of its key.
@@ -350,6 +353,7 @@ mod future;
 pub mod hedge;
 mod hosts;
 pub mod jitter;
+mod keys;
 mod middleware;
 mod pause;
 mod policy;
@@ -371,6 +375,7 @@ pub use builder::RetryConfigBuilder;
 pub use config::RetryConfig;
 pub use error::{ClientError, ConfigError, DeadlineExceeded};
 pub use extensions::{MaxRetries, RetryDeadline, SafeToRetry};
+pub use keys::{MintKey, MintedKey};
 pub use middleware::RetryMiddleware;
 pub use predicate::{Attempt, Outcome, Verdict};
 pub use reason::Retryability;

@@ -8,6 +8,8 @@ use http::{Extensions, Method};
 use reqwest::Response;
 use reqwest_middleware::Result;
 
+use crate::keys::MintedKey;
+
 pub use crate::reason::{Decision, RetryReason, StopReason};
 
 /// How a request went: attempts made, time spent waiting, why it stopped.
@@ -29,6 +31,11 @@ pub struct RetryReport {
     /// [`RetryMiddleware::client`](crate::RetryMiddleware::client) records
     /// them; through another, this is 0.
     pub redirects: u32,
+    /// The idempotency key the middleware minted for the call and sent on
+    /// every attempt, if it minted one
+    /// ([`with_minted_keys`](crate::RetryConfigBuilder::with_minted_keys),
+    /// [`MintKey`](crate::MintKey)).
+    pub minted_key: Option<MintedKey>,
 }
 
 impl RetryReport {
@@ -56,6 +63,7 @@ impl RetryReport {
         total_wait: Duration::ZERO,
         stop: StopReason::NothingToRetry,
         redirects: 0,
+        minted_key: None,
     };
 
     /// Requests sent before the last one, for any reason: attempts after

@@ -15,6 +15,7 @@ use crate::budget::{HostHandle, Lease, Turn};
 use crate::deadline::{Deadline, attempt_bounds, tightest, visible_timeout};
 use crate::error::DeadlineExceeded;
 use crate::extensions::{MaxRetries, RetryDeadline};
+use crate::keys::MintedKey;
 use crate::rate_limit::ReturnIfPaused;
 use crate::reason::{Decision, RetryReason, StopReason};
 use crate::redirect::Seen;
@@ -49,6 +50,8 @@ pub(crate) struct Policy<'a> {
     /// The deadline is the request's own timeout: its passing is reported
     /// as reqwest reports a timeout.
     timeout_bound: bool,
+    /// The idempotency key minted for the call, if one was.
+    minted: Option<MintedKey>,
     /// The call's dealings with the retry budget.
     lease: Lease<'a>,
     /// The turn to probe a paused host, while the attempt that took it is
@@ -87,6 +90,7 @@ impl<'a> Policy<'a> {
             max_retries: extensions.get::<MaxRetries>().map_or(config.max_retries, MaxRetries::get),
             deadline: limit.map(|limit| Deadline { start: shared.clock.now(), limit }),
             timeout_bound: own.is_some() && limit == own,
+            minted: None,
             lease: Lease::new(shared.ledger.as_deref(), &*shared.clock),
             turn: None,
             host: None,
@@ -160,6 +164,11 @@ impl<'a> Policy<'a> {
             *attempt.timeout_mut() = timeout;
         }
         Ok((send(attempt), cut_at))
+    }
+
+    /// Takes note of the key minted for the call, for its report.
+    pub(crate) fn minted(&mut self, key: Option<MintedKey>) {
+        self.minted = key;
     }
 
     /// Whether the deadline is the request's own timeout.
@@ -383,6 +392,7 @@ impl<'a> Policy<'a> {
             total_wait: self.total_wait,
             stop,
             redirects: self.redirects,
+            minted_key: self.minted,
         }
     }
 }

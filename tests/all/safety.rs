@@ -3,6 +3,7 @@
 //! of the retry count.
 
 mod classified;
+mod minted_keys;
 mod predicate;
 mod readme_table;
 mod tls_and_http2;
