@@ -113,7 +113,11 @@ impl fmt::Display for StopReason {
             StopReason::NotSafe => f.write_str("request not safe to repeat"),
             StopReason::RetriesExhausted => f.write_str("retries exhausted"),
             StopReason::NotReplayable => f.write_str("body cannot be replayed"),
-            StopReason::RetryAfterTooLong(d) => write!(f, "retry-after of {d:?} is over the cap"),
+            // Not "retry-after": the wait may come from `retry-after-ms`, a
+            // rate-limit header or a predicate.
+            StopReason::RetryAfterTooLong(d) => {
+                write!(f, "the server asked for a wait of {d:?}, over the cap")
+            }
             StopReason::DeadlineExceeded => f.write_str("deadline reached"),
             StopReason::BudgetExhausted => f.write_str("retry budget exhausted"),
             StopReason::HostPaused => f.write_str("host paused at its server's request"),
@@ -292,5 +296,11 @@ mod tests {
         unique.sort();
         unique.dedup();
         assert_eq!(unique.len(), labels.len(), "{labels:?}");
+    }
+
+    #[test]
+    fn a_wait_over_the_cap_is_named_by_its_length_not_by_one_header() {
+        let stop = StopReason::RetryAfterTooLong(std::time::Duration::from_secs(3600));
+        assert_eq!(stop.to_string(), "the server asked for a wait of 3600s, over the cap");
     }
 }
