@@ -299,6 +299,16 @@ mod tests {
     use crate::backoff::Jitter;
 
     #[test]
+    fn a_maximum_below_the_default_initial_wait_names_both() {
+        let backoff = Backoff::default().with_max(Duration::from_millis(100));
+        let error = RetryConfig::builder().with_backoff(backoff).build().unwrap_err();
+        let message = error.to_string();
+        for part in ["`backoff.initial` 500ms (500ms unless set)", "`backoff.max` (100ms)"] {
+            assert!(message.contains(part), "{part} in {message}");
+        }
+    }
+
+    #[test]
     fn invalid_settings_name_their_field() {
         let s = Duration::from_secs;
         let cases: Vec<(RetryConfigBuilder, &str)> = vec![

@@ -100,7 +100,13 @@ impl Backoff {
         if self.initial > self.max {
             return Err(ConfigError::new(
                 "backoff.initial",
-                format!("{:?} is greater than the maximum ({:?})", self.initial, self.max),
+                format!(
+                    "{:?} ({:?} unless set) is greater than `backoff.max` ({:?}): lower \
+                     the initial wait with `with_initial`, or raise the maximum",
+                    self.initial,
+                    Self::default().initial,
+                    self.max
+                ),
             ));
         }
         Ok(())
