@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use http::Extensions;
 use reqwest::{Request, Response};
-use reqwest_middleware::{ClientBuilder, Middleware, Next};
+use reqwest_middleware::{Middleware, Next};
 use reqwest_safe_retry::Backoff;
 use reqwest_safe_retry::{
     RetryConfig, RetryMiddleware, report::AttemptNumber, report::RetryReport,
@@ -18,6 +18,23 @@ use reqwest_safe_retry::{
 use tracing::Instrument;
 use wiremock::matchers::any;
 use wiremock::{Mock, MockServer, ResponseTemplate};
+
+/// Placed before the retry middleware, so it runs once per call: one span
+/// per call, holding the retries' events and the attempts' spans.
+struct CallSpans;
+
+#[async_trait::async_trait]
+impl Middleware for CallSpans {
+    async fn handle(
+        &self,
+        req: Request,
+        extensions: &mut Extensions,
+        next: Next<'_>,
+    ) -> reqwest_middleware::Result<Response> {
+        let span = tracing::info_span!("call", http.request.method = %req.method());
+        next.run(req, extensions).instrument(span).await
+    }
+}
 
 /// Placed after the retry middleware, so it runs once per attempt: one span
 /// per attempt, as OpenTelemetry's HTTP client conventions describe.
@@ -69,8 +86,11 @@ async fn main() {
         .with_backoff(Backoff::default().with_initial(Duration::from_millis(20)))
         .build()
         .expect("a valid configuration");
-    let client = ClientBuilder::new(reqwest::Client::new())
-        .with(RetryMiddleware::new(config))
+    // A span per call outside the retries, a span per attempt inside them:
+    // the retries' events land in the call's span.
+    let client = RetryMiddleware::new(config)
+        .client_behind(reqwest::Client::builder(), |outside| outside.with(CallSpans))
+        .expect("the client builds")
         .with(AttemptSpans)
         .build();
 

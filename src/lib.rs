@@ -289,9 +289,11 @@
 //! ```
 //!
 //! Where a tracing middleware such as reqwest-tracing's goes decides what its
-//! span covers: outside this one, one span per call; inside it, one per
-//! attempt, which can read the attempt under way from the request's
-//! [`AttemptNumber`](crate::report::AttemptNumber) extension (absent on the first attempt).
+//! span covers: outside this one, one span per call, holding the retries'
+//! events; inside it, one per attempt, which can read the attempt under way
+//! from the request's [`AttemptNumber`](crate::report::AttemptNumber)
+//! extension (absent on the first attempt). [`RetryMiddleware::client_behind`]
+//! builds the client with middlewares on both sides, every rule kept.
 //!
 //! # Examples
 //!
@@ -302,7 +304,7 @@
 //! | `cargo run --example demo` | two scenario tables, a retrying transport's and an API client's, with the defaults |
 //! | `cargo run --example orders_client` | a typed API client on the middleware: its own options, error codes with the request id, pagination as a `Stream` |
 //! | `cargo run --example custom_policy` | another status set, a predicate, per-request overrides |
-//! | `cargo run --example tracing` | the retry events through `tracing-subscriber`, and a span per attempt |
+//! | `cargo run --example tracing` | the retry events through `tracing-subscriber`, inside a span per call, and a span per attempt |
 //! | `cargo run --example metrics` | the decision hook feeding the `metrics` facade |
 //! | `cargo run --release --example hedging` | hedged requests against a server that is slow 5% of the time |
 //!

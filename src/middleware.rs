@@ -164,8 +164,50 @@ impl RetryMiddleware {
     /// policy of its own; [`ClientError::Build`] with the error of
     /// [`reqwest::ClientBuilder::build`] when the client cannot be built.
     pub fn client(
+        self,
+        builder: reqwest::ClientBuilder,
+    ) -> std::result::Result<reqwest_middleware::ClientBuilder, ClientError> {
+        self.client_behind(builder, |outside| outside)
+    }
+
+    /// As [`client`](Self::client), with middlewares outside the retries:
+    /// `outside` adds to the client's builder the middlewares a call meets
+    /// once, before any retry (a span per call, a call's metrics), and the
+    /// builder returned has the retries next: every `.with(..)` on it goes
+    /// inside them, and runs once per attempt. The order reads as it runs,
+    /// and the retries keep every rule of [`client`](Self::client).
+    ///
+    /// ```
+    /// use reqwest_safe_retry::{RetryConfig, RetryMiddleware};
+    /// # #[derive(Debug)] struct PerCall; #[derive(Debug)] struct PerAttempt;
+    /// # #[async_trait::async_trait]
+    /// # impl reqwest_middleware::Middleware for PerCall {
+    /// #     async fn handle(&self, r: reqwest::Request, e: &mut http::Extensions, n: reqwest_middleware::Next<'_>)
+    /// #         -> reqwest_middleware::Result<reqwest::Response> { n.run(r, e).await }
+    /// # }
+    /// # #[async_trait::async_trait]
+    /// # impl reqwest_middleware::Middleware for PerAttempt {
+    /// #     async fn handle(&self, r: reqwest::Request, e: &mut http::Extensions, n: reqwest_middleware::Next<'_>)
+    /// #         -> reqwest_middleware::Result<reqwest::Response> { n.run(r, e).await }
+    /// # }
+    ///
+    /// // reqwest-tracing's `TracingMiddleware` in place of `PerCall` opens
+    /// // one span per call, with the retries' events inside it.
+    /// let client = RetryMiddleware::new(RetryConfig::default())
+    ///     .client_behind(reqwest::Client::builder(), |outside| outside.with(PerCall))?
+    ///     .with(PerAttempt)
+    ///     .build();
+    /// # let _ = client;
+    /// # Ok::<(), reqwest_safe_retry::ClientError>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`client`](Self::client).
+    pub fn client_behind(
         mut self,
         builder: reqwest::ClientBuilder,
+        outside: impl FnOnce(reqwest_middleware::ClientBuilder) -> reqwest_middleware::ClientBuilder,
     ) -> std::result::Result<reqwest_middleware::ClientBuilder, ClientError> {
         if redirect::has_own_policy(&builder) {
             return Err(ClientError::RedirectPolicySet);
@@ -178,7 +220,7 @@ impl RetryMiddleware {
         let builder = builder.retry(reqwest::retry::never());
         let client = builder.redirect(policy).build().map_err(ClientError::Build)?;
         Arc::make_mut(&mut self.shared).bound = true;
-        Ok(reqwest_middleware::ClientBuilder::new(client).with(self))
+        Ok(outside(reqwest_middleware::ClientBuilder::new(client)).with(self))
     }
 
     /// The redirect policy the client built by [`client`](Self::client)

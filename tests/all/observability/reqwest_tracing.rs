@@ -182,3 +182,41 @@ async fn each_attempt_span_inside_can_carry_its_resend_count() {
         ]
     );
 }
+
+/// The quick start's client with reqwest-tracing on both sides of the
+/// retries: a span per call outside, a span per attempt inside.
+fn both_sides() -> ClientWithMiddleware {
+    retry()
+        .client_behind(reqwest::Client::builder(), |outside| {
+            outside.with(TracingMiddleware::default())
+        })
+        .expect("the client builds")
+        .with(TracingMiddleware::<AttemptSpan>::new())
+        .build()
+}
+
+#[tokio::test]
+async fn on_both_sides_of_the_retries_a_span_per_call_holds_one_per_attempt_and_the_events() {
+    let (status, log) = one_call(both_sides()).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        log.spans,
+        [
+            // The call's, opened first, ending with what the caller got.
+            Seen { status: Some(200), resend_count: None },
+            Seen { status: Some(503), resend_count: Some(0) },
+            Seen { status: Some(503), resend_count: Some(1) },
+            Seen { status: Some(200), resend_count: Some(2) },
+        ]
+    );
+    assert_eq!((log.events_in_span, log.events_outside), (3, 0));
+}
+
+#[tokio::test]
+async fn on_both_sides_of_the_retries_a_post_answered_429_is_still_retried() {
+    let server = MockServer::start().await;
+    script_statuses(&server, "/r", &[429, 201]).await;
+    let response = both_sides().post(format!("{}/r", server.uri())).body("order=1").send().await;
+    assert_eq!(response.unwrap().status(), 201);
+    assert_eq!(hits(&server).await, 2);
+}
