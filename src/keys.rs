@@ -23,7 +23,7 @@ pub struct MintKey;
 
 /// An idempotency key the middleware minted for a call: a random UUID
 /// (version 4: 122 random bits), written in its usual text form. The call's
-/// [`RetryReport`](crate::report::RetryReport) holds it, so a caller can
+/// `RetryReport` (`minted_key`) holds it, so a caller can
 /// reconcile a call that ended in an error with what the server did.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct MintedKey([u8; 16]);

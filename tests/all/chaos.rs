@@ -259,41 +259,24 @@ async fn latency_past_the_request_s_own_timeout_ends_in_reqwest_s_timeout_at_tha
     assert_eq!(received(&server).await, 0, "the answer never came");
 }
 
-/// What a middleware below the rules saw of each request's timeout.
-#[derive(Clone, Default)]
-struct Timeouts(Arc<Mutex<Vec<Option<Duration>>>>);
-
-#[async_trait::async_trait]
-impl reqwest_middleware::Middleware for Timeouts {
-    async fn handle(
-        &self,
-        request: reqwest::Request,
-        extensions: &mut http::Extensions,
-        next: reqwest_middleware::Next<'_>,
-    ) -> reqwest_middleware::Result<reqwest::Response> {
-        self.0.lock().unwrap().push(request.timeout().copied());
-        next.run(request, extensions).await
-    }
-}
-
 #[tokio::test]
 async fn latency_shorter_than_the_request_s_timeout_leaves_the_request_the_rest_of_it() {
     let server = server("late").await;
     let clock = ManualClock::new();
     let slow = Rule::new("slow", Fault::latency(Duration::from_millis(1500)));
     let chaos = Chaos::new([slow]).unwrap().with_clock(clock.clone());
-    let seen = Timeouts::default();
+    let seen = crate::support::SeenTimeouts::default();
     let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
         .with(chaos)
         .with(seen.clone())
         .build();
     let request = client.get(server.uri()).timeout(Duration::from_secs(2));
     assert_eq!(request.send().await.unwrap().text().await.unwrap(), "late");
-    assert_eq!(*seen.0.lock().unwrap(), [Some(Duration::from_millis(500))]);
+    assert_eq!(seen.get(), [Some(Duration::from_millis(500))]);
     assert_eq!(clock.sleeps(), [Duration::from_millis(1500)]);
     // Without a timeout of its own, the request gets none.
     client.get(server.uri()).send().await.unwrap();
-    assert_eq!(seen.0.lock().unwrap()[1], None);
+    assert_eq!(seen.get()[1], None);
 }
 
 // reqwest's timer, under tokio's paused clock: no real wait.

@@ -219,29 +219,12 @@ async fn a_post_cut_by_the_deadline_says_so_with_or_without_a_timeout_of_its_own
 
 // ---- A request's own timeout is the call's ----
 
-/// The timeout each attempt carried below the middleware.
-#[derive(Clone, Default)]
-struct Timeouts(std::sync::Arc<std::sync::Mutex<Vec<Option<Duration>>>>);
-
-#[async_trait::async_trait]
-impl reqwest_middleware::Middleware for Timeouts {
-    async fn handle(
-        &self,
-        request: reqwest::Request,
-        extensions: &mut http::Extensions,
-        next: reqwest_middleware::Next<'_>,
-    ) -> reqwest_middleware::Result<reqwest::Response> {
-        self.0.lock().unwrap().push(request.timeout().copied());
-        next.run(request, extensions).await
-    }
-}
-
 #[tokio::test]
 async fn a_request_s_own_timeout_leaves_each_attempt_what_remains_and_starts_no_retry_past_it() {
     let server = MockServer::start().await;
     script_statuses(&server, "/r", &[503, 503, 503, 503]).await;
     let clock = ManualClock::new();
-    let seen = Timeouts::default();
+    let seen = SeenTimeouts::default();
     let client = RetryMiddleware::new(policy().build().unwrap())
         .with_clock(clock.clone())
         .with_jitter_source(FixedJitter::TOP)
@@ -260,8 +243,7 @@ async fn a_request_s_own_timeout_leaves_each_attempt_what_remains_and_starts_no_
     // so the 503 in hand is the call's answer.
     assert_eq!(response.status(), 503);
     assert_eq!(clock.sleeps(), [100 * MS]);
-    let timeouts = seen.0.lock().unwrap().clone();
-    assert_eq!(timeouts, [Some(250 * MS), Some(150 * MS)]);
+    assert_eq!(seen.get(), [Some(250 * MS), Some(150 * MS)]);
     let report = slot.get().unwrap();
     assert_eq!((report.attempts, report.stop), (2, StopReason::DeadlineExceeded));
 }

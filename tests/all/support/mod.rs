@@ -100,6 +100,31 @@ pub fn guarded(inner: reqwest::Client, middleware: RetryMiddleware) -> ClientWit
     reqwest_middleware::ClientBuilder::new(inner).with(middleware).with(Runaway::default()).build()
 }
 
+/// Keeps the timeout each request carried past it: placed below a retry
+/// layer, each attempt's.
+#[derive(Clone, Default)]
+pub struct SeenTimeouts(pub Arc<std::sync::Mutex<Vec<Option<Duration>>>>);
+
+impl SeenTimeouts {
+    /// The timeouts seen so far, in order.
+    pub fn get(&self) -> Vec<Option<Duration>> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+#[async_trait::async_trait]
+impl reqwest_middleware::Middleware for SeenTimeouts {
+    async fn handle(
+        &self,
+        request: reqwest::Request,
+        extensions: &mut http::Extensions,
+        next: reqwest_middleware::Next<'_>,
+    ) -> reqwest_middleware::Result<reqwest::Response> {
+        self.0.lock().unwrap().push(request.timeout().copied());
+        next.run(request, extensions).await
+    }
+}
+
 /// More attempts than any test sends through one client.
 const RUNAWAY: usize = 5000;
 
