@@ -173,7 +173,10 @@ impl RetryConfigBuilder {
     /// Turn it on only for servers that deduplicate by the key (Stripe,
     /// OpenAI, Adyen, PayPal do): the middleware cannot tell whether a
     /// server does, and a server that ignores the key does the work of a
-    /// repeated POST again.
+    /// repeated POST again. A keyed request is also one a
+    /// [`HedgeMiddleware`](crate::hedge::HedgeMiddleware) may hedge: two
+    /// copies with one key in flight at once, which some servers answer
+    /// with a conflict (Stripe's 409) rather than the first's result.
     ///
     /// ```
     /// use reqwest_safe_retry::RetryConfig;

@@ -84,7 +84,8 @@ impl Shared {
                     }
                     (seen, None) => {
                         policy.cut(seen);
-                        return self.expired(&policy, what, extensions, &caller, None);
+                        let url = pending.as_ref().map(Request::url);
+                        return self.expired(&policy, what, extensions, &caller, url);
                     }
                 };
                 let decision =

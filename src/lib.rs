@@ -378,7 +378,7 @@ pub use config::RetryConfig;
 pub use error::{ClientError, ConfigError, DeadlineExceeded};
 pub use extensions::{MaxRetries, RetryDeadline, SafeToRetry};
 pub use keys::{MintKey, MintedKey};
-pub use middleware::RetryMiddleware;
+pub use middleware::{OutsideRetries, RetryMiddleware};
 pub use predicate::{Attempt, Outcome, Verdict};
 pub use reason::Retryability;
 pub use retry_after::{RetryAfter, RetryAfterOverCap};

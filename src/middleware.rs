@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use http::Extensions;
 use reqwest::{Request, Response};
-use reqwest_middleware::{Middleware, Next, Result};
+use reqwest_middleware::{ClientBuilder, Middleware, Next, RequestInitialiser, Result};
 
 use crate::clock::Clock;
 use crate::config::RetryConfig;
@@ -207,7 +207,7 @@ impl RetryMiddleware {
     pub fn client_behind(
         mut self,
         builder: reqwest::ClientBuilder,
-        outside: impl FnOnce(reqwest_middleware::ClientBuilder) -> reqwest_middleware::ClientBuilder,
+        outside: impl FnOnce(OutsideRetries) -> OutsideRetries,
     ) -> std::result::Result<reqwest_middleware::ClientBuilder, ClientError> {
         if redirect::has_own_policy(&builder) {
             return Err(ClientError::RedirectPolicySet);
@@ -220,7 +220,8 @@ impl RetryMiddleware {
         let builder = builder.retry(reqwest::retry::never());
         let client = builder.redirect(policy).build().map_err(ClientError::Build)?;
         Arc::make_mut(&mut self.shared).bound = true;
-        Ok(outside(reqwest_middleware::ClientBuilder::new(client)).with(self))
+        let OutsideRetries(outside) = outside(OutsideRetries(ClientBuilder::new(client)));
+        Ok(outside.with(self))
     }
 
     /// The redirect policy the client built by [`client`](Self::client)
@@ -265,6 +266,34 @@ impl fmt::Debug for RetryMiddleware {
             .field("redirect_policy", &self.shared.redirect)
             .field("built_its_client", &self.shared.bound)
             .finish_non_exhaustive()
+    }
+}
+
+/// The middlewares a call meets before the retries, in
+/// [`RetryMiddleware::client_behind`]: added in the order they run, on the
+/// client the retries' own builder made, which it cannot replace.
+pub struct OutsideRetries(ClientBuilder);
+
+impl fmt::Debug for OutsideRetries {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OutsideRetries").finish_non_exhaustive()
+    }
+}
+
+impl OutsideRetries {
+    /// Adds `middleware`, which each call meets once.
+    pub fn with<M: Middleware>(self, middleware: M) -> Self {
+        Self(self.0.with(middleware))
+    }
+
+    /// As [`with`](Self::with), for a middleware already shared.
+    pub fn with_arc(self, middleware: Arc<dyn Middleware>) -> Self {
+        Self(self.0.with_arc(middleware))
+    }
+
+    /// Adds a request initialiser, run as each request is built.
+    pub fn with_init<I: RequestInitialiser>(self, initialiser: I) -> Self {
+        Self(self.0.with_init(initialiser))
     }
 }
 

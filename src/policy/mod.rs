@@ -12,7 +12,7 @@ use reqwest::{Request, Response};
 use reqwest_middleware::Result;
 
 use crate::budget::{HostHandle, Lease, Turn};
-use crate::deadline::{Deadline, attempt_bounds, tightest, visible_timeout};
+use crate::deadline::{Deadline, MIN_ATTEMPT, attempt_bounds, tightest, visible_timeout};
 use crate::error::DeadlineExceeded;
 use crate::extensions::{MaxRetries, RetryDeadline};
 use crate::keys::MintedKey;
@@ -32,6 +32,10 @@ mod tests;
 use pause::Held;
 pub(crate) use pause::HeldBack;
 use steps::{Admission, Pacing};
+
+/// The host of the URL reqwest gives a response built from an
+/// `http::Response` with none (`http://no.url.provided.local`).
+const NO_URL_HOST: &str = "no.url.provided.local";
 
 /// One request's policy and progress.
 pub(crate) struct Policy<'a> {
@@ -163,6 +167,17 @@ impl<'a> Policy<'a> {
         if timeout != own {
             *attempt.timeout_mut() = timeout;
         }
+        // reqwest starts a request's timer when it runs the request: a
+        // middleware inside the retries that waits first (a hedge's delay, a
+        // token refresh) would carry the call past its own timeout. The
+        // clock cuts it there, a little after reqwest's timer, which
+        // reports it in the ordinary case.
+        let cut_at = match (cut_at, left) {
+            (None, Some((now, left))) if self.timeout_bound => {
+                now.checked_add(left.saturating_add(MIN_ATTEMPT))
+            }
+            (cut_at, _) => cut_at,
+        };
         Ok((send(attempt), cut_at))
     }
 
@@ -316,6 +331,9 @@ impl<'a> Policy<'a> {
             return;
         }
         let answered = match outcome {
+            // A response built by a middleware without a URL carries
+            // reqwest's stand-in, which names no origin.
+            Ok(response) if response.url().host_str() == Some(NO_URL_HOST) => None,
             Ok(response) => Some(response.url()),
             Err(reqwest_middleware::Error::Reqwest(error)) => error.url(),
             Err(reqwest_middleware::Error::Middleware(_)) => None,

@@ -47,6 +47,13 @@ pub(super) fn classify(
         }
     }
     let (reach, reason) = match outcome {
+        // The server's word on its own answer, first.
+        Ok(response)
+            if config.retry_after.should_retry(response.status(), response.headers())
+                == Some(false) =>
+        {
+            None
+        }
         // A 403 the settings take as a rate limit is weighed as a 429.
         Ok(response) if config.retry_after.takes_as_429(response.status(), response.headers()) => {
             let (reach, _) = classify::classify_status(
@@ -64,10 +71,8 @@ pub(super) fn classify(
                 config.retry_429_any_method,
             );
             match config.retry_after.should_retry(status, response.headers()) {
-                // The server's word on its own answer.
-                Some(false) => None,
                 Some(true) => rules.or(Some((Reach::WhenSafe, RetryReason::Status(status)))),
-                None => rules,
+                _ => rules,
             }
         }
         Err(error) if body_failed => classify::classify_body_error(error),

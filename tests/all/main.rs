@@ -16,6 +16,7 @@ mod hedge;
 mod interop;
 mod migration;
 mod observability;
+mod outside;
 mod pause;
 mod properties;
 mod redirects;

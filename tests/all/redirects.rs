@@ -604,3 +604,43 @@ async fn by_hand_a_keyed_post_answered_at_its_own_origin_is_retried() {
     assert_eq!((first, second), (8, 0), "four attempts of two requests");
     assert_eq!((report.attempts, report.stop), (4, StopReason::RetriesExhausted));
 }
+
+/// Below the retries, answers 503 itself, with a response built without a
+/// URL, as a mock or a cache would.
+struct Unavailable;
+
+#[async_trait::async_trait]
+impl reqwest_middleware::Middleware for Unavailable {
+    async fn handle(
+        &self,
+        _: reqwest::Request,
+        _: &mut http::Extensions,
+        _: reqwest_middleware::Next<'_>,
+    ) -> reqwest_middleware::Result<reqwest::Response> {
+        let response = http::Response::builder().status(503).body("").unwrap();
+        Ok(reqwest::Response::from(response))
+    }
+}
+
+#[tokio::test]
+async fn by_hand_a_response_built_without_a_url_names_no_other_origin() {
+    let config = RetryConfig::builder().with_budget(None).build().unwrap();
+    let middleware = RetryMiddleware::new(config)
+        .with_clock(ManualClock::new())
+        .with_jitter_source(FixedJitter::TOP);
+    let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
+        .with(middleware)
+        .with(Unavailable)
+        .build();
+    let slot = ReportSlot::new();
+    let response = client
+        .post("http://127.0.0.1:9/pay")
+        .header("Idempotency-Key", "pay-2")
+        .with_extension(slot.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 503);
+    let report = slot.get().unwrap();
+    assert_eq!((report.attempts, report.stop), (4, StopReason::RetriesExhausted));
+}

@@ -479,3 +479,14 @@ async fn hints_on_a_success_or_with_hints_off_change_nothing() {
     .await;
     assert_eq!((report.attempts, report.stop), (1, StopReason::NothingToRetry));
 }
+
+#[tokio::test]
+async fn a_should_retry_false_holds_for_a_403_taken_as_a_429_too() {
+    let server = MockServer::start().await;
+    let limited = answer(403, &[("retry-after", "1"), ("x-should-retry", "false")]);
+    script(&server, "/r", vec![limited, ResponseTemplate::new(200)]).await;
+    let rules = RetryAfter::default().with_rate_limit_headers(true);
+    let (client, clock) = client(policy().with_retry_after(rules).build().unwrap());
+    assert_eq!(get(&client, &server).await.status(), 403);
+    assert!(clock.sleeps().is_empty());
+}

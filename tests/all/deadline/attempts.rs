@@ -247,3 +247,41 @@ async fn a_request_s_own_timeout_leaves_each_attempt_what_remains_and_starts_no_
     let report = slot.get().unwrap();
     assert_eq!((report.attempts, report.stop), (2, StopReason::DeadlineExceeded));
 }
+
+/// Below the retries, waits `0` before passing an attempt on, as a token
+/// refresh or a hedge's delay would.
+struct SlowToSend(Duration);
+
+#[async_trait::async_trait]
+impl reqwest_middleware::Middleware for SlowToSend {
+    async fn handle(
+        &self,
+        request: reqwest::Request,
+        extensions: &mut http::Extensions,
+        next: reqwest_middleware::Next<'_>,
+    ) -> reqwest_middleware::Result<reqwest::Response> {
+        tokio::time::sleep(self.0).await;
+        next.run(request, extensions).await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_s_own_timeout_holds_when_a_middleware_inside_waits_before_sending() {
+    let (url, _) = raw_server(vec![Raw::Stall]).await;
+    let client = RetryMiddleware::new(policy().build().unwrap())
+        .with_clock(TokioClock)
+        .client(reqwest::Client::builder())
+        .unwrap()
+        .with(SlowToSend(Duration::from_millis(800)))
+        .build();
+    let slot = ReportSlot::new();
+    let start = tokio::time::Instant::now();
+    let call = client.get(&url).timeout(Duration::from_secs(1)).with_extension(slot.clone());
+    let error = bounded("the call", call.send()).await.unwrap_err();
+    // reqwest's timer started 800 ms late; the clock cut the call at its
+    // timeout (and the 10 ms every deadline keeps), not at 1.8 s.
+    assert!(error.is_timeout(), "{error:?}");
+    assert_eq!(start.elapsed(), Duration::from_millis(1010));
+    let report = slot.get().unwrap();
+    assert_eq!((report.attempts, report.stop), (1, StopReason::DeadlineExceeded));
+}
