@@ -152,7 +152,9 @@
 //! (`RequestBuilder::timeout`) is such a deadline, as it bounds the whole
 //! request in reqwest alone: each attempt gets what remains of it, a retry
 //! that cannot fit is not started, and the caller gets reqwest's own kind
-//! of timeout error (`is_timeout()`). A wait that would leave no time to send
+//! of timeout error (`is_timeout()`). reqwest starts an attempt's timer when
+//! it runs the request: a middleware inside the retries that holds the
+//! request first (a hedge's delay) delays the end by as much. A wait that would leave no time to send
 //! is not started. An attempt in flight is cut through its own timeout where
 //! the middleware can see one, so reqwest reports it (`is_timeout()`), and
 //! otherwise on the clock, with the crate's [`DeadlineExceeded`] error. An

@@ -12,7 +12,7 @@ use reqwest::{Request, Response};
 use reqwest_middleware::Result;
 
 use crate::budget::{HostHandle, Lease, Turn};
-use crate::deadline::{Deadline, MIN_ATTEMPT, attempt_bounds, tightest, visible_timeout};
+use crate::deadline::{Deadline, attempt_bounds, tightest, visible_timeout};
 use crate::error::DeadlineExceeded;
 use crate::extensions::{MaxRetries, RetryDeadline};
 use crate::keys::MintedKey;
@@ -167,17 +167,6 @@ impl<'a> Policy<'a> {
         if timeout != own {
             *attempt.timeout_mut() = timeout;
         }
-        // reqwest starts a request's timer when it runs the request: a
-        // middleware inside the retries that waits first (a hedge's delay, a
-        // token refresh) would carry the call past its own timeout. The
-        // clock cuts it there, a little after reqwest's timer, which
-        // reports it in the ordinary case.
-        let cut_at = match (cut_at, left) {
-            (None, Some((now, left))) if self.timeout_bound => {
-                now.checked_add(left.saturating_add(MIN_ATTEMPT))
-            }
-            (cut_at, _) => cut_at,
-        };
         Ok((send(attempt), cut_at))
     }
 

@@ -35,6 +35,7 @@ async fn outside_the_retries_a_middleware_meets_each_call_once_and_an_initialise
     let client = RetryMiddleware::new(policy().build().unwrap())
         .with_clock(ManualClock::new())
         .client_behind(reqwest::Client::builder(), |outside| {
+            assert_eq!(format!("{outside:?}"), "OutsideRetries { .. }");
             // Every request of the client is declared safe to repeat.
             outside.with_init(Extension(SafeToRetry)).with_arc(shared)
         })
