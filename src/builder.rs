@@ -176,7 +176,10 @@ impl RetryConfigBuilder {
     /// repeated POST again. A keyed request is also one a
     /// [`HedgeMiddleware`](crate::hedge::HedgeMiddleware) may hedge: two
     /// copies with one key in flight at once, which some servers answer
-    /// with a conflict (Stripe's 409) rather than the first's result.
+    /// with a conflict (Stripe's 409) rather than the first's result. A key
+    /// among the client's `default_headers` is added by reqwest below the
+    /// middleware, which cannot see it: the minted one replaces it. reqwest
+    /// carries the key on a 307 or 308, to another origin too.
     ///
     /// ```
     /// use reqwest_safe_retry::RetryConfig;

@@ -13,7 +13,7 @@ use http::{Extensions, HeaderName, HeaderValue};
 use rand::RngExt;
 use reqwest::Request;
 
-use crate::extensions::SafeToRetry;
+use crate::safety::{Safety, safety};
 
 /// Asks the middleware to mint an idempotency key for this request, as
 /// [`RetryConfigBuilder::with_minted_keys`](crate::RetryConfigBuilder::with_minted_keys)
@@ -66,7 +66,8 @@ impl fmt::Debug for MintedKey {
 /// Mints a key for `request` and sets it as its `header`, if minting is on
 /// (`always`, or the request's [`MintKey`]), the request has no such header
 /// (a caller's key, even a blank one, is never replaced) and it is not
-/// already safe to repeat (an idempotent method or [`SafeToRetry`]).
+/// already safe to repeat (an idempotent method or `SafeToRetry`), as the
+/// retry rules ([`safety`]) say.
 pub(crate) fn mint(
     always: bool,
     request: &mut Request,
@@ -76,8 +77,10 @@ pub(crate) fn mint(
     if !always && extensions.get::<MintKey>().is_none() {
         return None;
     }
-    let safe = request.method().is_idempotent() || extensions.get::<SafeToRetry>().is_some();
-    if safe || request.headers().contains_key(header) {
+    // A blank key makes no request safe, and is still never replaced.
+    if safety(request, extensions, header) != Safety::Unsafe
+        || request.headers().contains_key(header)
+    {
         return None;
     }
     let key = MintedKey::new();
@@ -93,6 +96,7 @@ mod tests {
     use http::Method;
 
     use super::*;
+    use crate::extensions::SafeToRetry;
 
     fn request(method: Method) -> Request {
         Request::new(method, "http://api.test/charges".parse().unwrap())

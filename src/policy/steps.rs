@@ -47,38 +47,33 @@ pub(super) fn classify(
         }
     }
     let (reach, reason) = match outcome {
-        // The server's word on its own answer, first.
-        Ok(response)
-            if config.retry_after.should_retry(response.status(), response.headers())
-                == Some(false) =>
-        {
-            None
-        }
-        // A 403 the settings take as a rate limit is weighed as a 429.
-        Ok(response) if config.retry_after.takes_as_429(response.status(), response.headers()) => {
-            let (reach, _) = classify::classify_status(
-                StatusCode::TOO_MANY_REQUESTS,
-                &config.retryable_statuses,
-                config.retry_429_any_method,
-            )?;
-            Some((reach, RetryReason::Status(StatusCode::FORBIDDEN)))
-        }
-        Ok(response) => {
-            let status = response.status();
-            let rules = classify::classify_status(
-                status,
-                &config.retryable_statuses,
-                config.retry_429_any_method,
-            );
-            match config.retry_after.should_retry(status, response.headers()) {
-                Some(true) => rules.or(Some((Reach::WhenSafe, RetryReason::Status(status)))),
-                _ => rules,
-            }
-        }
+        Ok(response) => classify_response(config, response),
         Err(error) if body_failed => classify::classify_body_error(error),
         Err(error) => classify::classify_error(error, request.map(Request::url)),
     }?;
     Some(Retryable { reach, reason, wait: Wait::Policy })
+}
+
+/// Step one for a response: the server's word on its own answer first
+/// (its hint), then a 403 the settings take as a rate limit, weighed as a
+/// 429, then the status.
+fn classify_response(config: &RetryConfig, response: &Response) -> classify::Class {
+    let (status, headers) = (response.status(), response.headers());
+    let hint = config.retry_after.should_retry(status, headers);
+    if hint == Some(false) {
+        return None;
+    }
+    let statuses = (&config.retryable_statuses, config.retry_429_any_method);
+    if config.retry_after.takes_as_429(status, headers) {
+        let (reach, _) =
+            classify::classify_status(StatusCode::TOO_MANY_REQUESTS, statuses.0, statuses.1)?;
+        return Some((reach, RetryReason::Status(StatusCode::FORBIDDEN)));
+    }
+    let rules = classify::classify_status(status, statuses.0, statuses.1);
+    match hint {
+        Some(true) => rules.or(Some((Reach::WhenSafe, RetryReason::Status(status)))),
+        _ => rules,
+    }
 }
 
 /// What step two weighs: whether this request may be sent again now.

@@ -10,9 +10,8 @@ use crate::support;
 use std::future::Future;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use http::Extensions;
-use reqwest::{Method, Request, Response, StatusCode};
-use reqwest_middleware::{ClientBuilder, ClientWithMiddleware, Extension, Middleware, Next};
+use reqwest::{Method, Response, StatusCode};
+use reqwest_middleware::{ClientBuilder, ClientWithMiddleware, Extension};
 use reqwest_retry::RetryTransientMiddleware;
 use reqwest_retry::policies::ExponentialBackoff;
 use reqwest_safe_retry::{Backoff, BodyBuffering, RetryAfter};
@@ -237,23 +236,6 @@ fn only_for_host(host: &'static str) -> RetryConfigBuilder {
 // ---------------------------------------------------------------------------
 // Helpers.
 // ---------------------------------------------------------------------------
-
-/// Counts the attempts that pass through it, placed below a retry layer.
-#[derive(Clone, Default)]
-struct Calls(Counter);
-
-#[async_trait::async_trait]
-impl Middleware for Calls {
-    async fn handle(
-        &self,
-        req: Request,
-        extensions: &mut Extensions,
-        next: Next<'_>,
-    ) -> reqwest_middleware::Result<Response> {
-        self.0.bump();
-        next.run(req, extensions).await
-    }
-}
 
 /// reqwest-retry with its default strategy, `max_retries` and waits of zero
 /// (its sleeps are real ones).

@@ -9,28 +9,11 @@ use wiremock::MockServer;
 
 use crate::support::*;
 
-/// Counts the requests that pass through it.
-#[derive(Clone, Default)]
-struct Count(Counter);
-
-#[async_trait::async_trait]
-impl reqwest_middleware::Middleware for Count {
-    async fn handle(
-        &self,
-        request: reqwest::Request,
-        extensions: &mut http::Extensions,
-        next: reqwest_middleware::Next<'_>,
-    ) -> reqwest_middleware::Result<reqwest::Response> {
-        self.0.bump();
-        next.run(request, extensions).await
-    }
-}
-
 #[tokio::test]
 async fn outside_the_retries_a_middleware_meets_each_call_once_and_an_initialiser_holds() {
     let server = MockServer::start().await;
     script_statuses(&server, "/r", &[503, 503, 201]).await;
-    let (per_call, per_attempt) = (Count::default(), Count::default());
+    let (per_call, per_attempt) = (Calls::default(), Calls::default());
     let shared: Arc<dyn reqwest_middleware::Middleware> = Arc::new(per_call.clone());
     let client = RetryMiddleware::new(policy().build().unwrap())
         .with_clock(ManualClock::new())

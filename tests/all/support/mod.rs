@@ -125,6 +125,24 @@ impl reqwest_middleware::Middleware for SeenTimeouts {
     }
 }
 
+/// Counts the attempts that pass through it, placed below a retry layer
+/// (each attempt) or above it (each call).
+#[derive(Clone, Default)]
+pub struct Calls(pub Counter);
+
+#[async_trait::async_trait]
+impl reqwest_middleware::Middleware for Calls {
+    async fn handle(
+        &self,
+        req: reqwest::Request,
+        extensions: &mut http::Extensions,
+        next: reqwest_middleware::Next<'_>,
+    ) -> reqwest_middleware::Result<reqwest::Response> {
+        self.0.bump();
+        next.run(req, extensions).await
+    }
+}
+
 /// More attempts than any test sends through one client.
 const RUNAWAY: usize = 5000;
 
