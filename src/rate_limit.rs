@@ -254,8 +254,9 @@ pub fn parse_retry_after(value: &HeaderValue, now: SystemTime) -> Option<Duratio
 ///
 /// - GitHub's `x-ratelimit-reset` (a Unix time in seconds), when
 ///   `x-ratelimit-remaining` is `0`;
-/// - the IETF draft's `RateLimit` field (`"default";r=0;t=30`): the
-///   longest `t` (seconds) of the limits whose `r` (remaining) is `0`;
+/// - the IETF draft's `RateLimit` field (`"default";r=0;t=30`, read as
+///   [`spent_field`] says): the longest `t` (seconds) of the limits whose
+///   `r` (remaining) is `0`;
 /// - its earlier `RateLimit-Reset` (seconds), when `RateLimit-Remaining`
 ///   is `0`.
 ///
@@ -268,7 +269,7 @@ pub(crate) fn reset_asked(headers: &HeaderMap, now: SystemTime) -> Option<Durati
         .flatten()
         .and_then(|at| SystemTime::UNIX_EPOCH.checked_add(Duration::from_secs(at)))
         .map(|at| at.duration_since(now).unwrap_or(Duration::ZERO));
-    let field = headers.get_all("ratelimit").iter().filter_map(spent_field).max();
+    let field = spent_field(headers);
     let older = spent(headers, "ratelimit-remaining")
         .then(|| header_seconds(headers.get("ratelimit-reset")?))
         .flatten()
@@ -300,27 +301,57 @@ fn header_seconds(value: &HeaderValue) -> Option<u64> {
     seconds(value.to_str().ok()?.trim())
 }
 
-/// The longest reset among the limits of one `RateLimit` field value whose
-/// remaining count is `0`: each limit is a name and its parameters,
-/// `"name";r=0;t=30`, the limits separated by commas.
-fn spent_field(value: &HeaderValue) -> Option<Duration> {
-    let text = value.to_str().ok()?;
-    text.split(',')
-        .filter_map(|limit| {
-            let (mut remaining, mut reset) = (None, None);
-            for parameter in limit.split(';').skip(1) {
-                // A parameter with no value is a flag: not one of these.
-                let Some((key, value)) = parameter.split_once('=') else { continue };
-                let number = seconds(value.trim());
-                match key.trim() {
-                    "r" => remaining = number,
-                    "t" => reset = number,
-                    _ => {}
-                }
-            }
-            (remaining? == 0).then_some(Duration::from_secs(reset?))
-        })
-        .max()
+/// The longest reset among the limits of the `RateLimit` field (draft 10
+/// of the IETF's "RateLimit header fields for HTTP") whose remaining count
+/// is `0`.
+///
+/// The field is read as an RFC 9651 structured field: a List, its lines
+/// joined with commas as the RFC says. Each limit is an Item whose value
+/// is a String, the name of the quota policy, with the parameters `r`
+/// (requests remaining) and `t` (seconds until the quota resets), both
+/// non-negative Integers, and an optional `pk` (the partition key), a
+/// Byte Sequence: `"day";r=0;t=600;pk=:dXNlci03:`.
+///
+/// - A field that is not a valid List (a stray quote, a bad byte
+///   sequence, any syntax error) is ignored whole, as RFC 9651 requires.
+/// - A limit that does not have that shape (a Token or a number for its
+///   name, an inner list, `r` or `t` missing, negative or not an Integer,
+///   a `pk` that is not a Byte Sequence) is ignored alone; the others
+///   count. Unknown parameters are ignored; of repeated ones the last
+///   counts.
+/// - The partition key is checked and not otherwise used: the pause it
+///   leads to holds the host, since nothing in a request says which of
+///   the server's partitions it falls in. Clients whose calls span
+///   several partitions of one host (one API key each) may want
+///   [`RetryAfter::with_pause(false)`](crate::RetryAfter::with_pause).
+/// - `RateLimit-Policy` (the quotas, `q`, `qu`, `w`) is not needed for the
+///   wait and not read.
+fn spent_field(headers: &HeaderMap) -> Option<Duration> {
+    let mut lines = headers.get_all("ratelimit").iter();
+    let first = lines.next()?;
+    let mut field = first.as_bytes().to_vec();
+    for line in lines {
+        field.extend_from_slice(b", ");
+        field.extend_from_slice(line.as_bytes());
+    }
+    let limits: sfv::List = sfv::Parser::new(&field).parse().ok()?;
+    limits.iter().filter_map(spent_limit).max()
+}
+
+/// The reset of one limit of a `RateLimit` field, if none of it remains;
+/// `None` for a limit with some left, or one not of the draft's shape.
+fn spent_limit(limit: &sfv::ListEntry) -> Option<Duration> {
+    let sfv::ListEntry::Item(limit) = limit else { return None };
+    limit.bare_item.as_string()?;
+    let count = |name| match limit.params.get(sfv::key_ref(name)) {
+        Some(value) => value.as_integer().map(i64::from).and_then(|n| u64::try_from(n).ok()),
+        None => None,
+    };
+    let (remaining, reset) = (count("r")?, count("t")?);
+    if let Some(partition) = limit.params.get(sfv::key_ref("pk")) {
+        partition.as_byte_sequence()?;
+    }
+    (remaining == 0).then_some(Duration::from_secs(reset))
 }
 
 #[cfg(test)]
@@ -417,5 +448,71 @@ mod tests {
             HeaderValue::from_bytes(b"\xff;r=0;t=1").unwrap(),
         )]);
         assert_eq!(reset_asked(&opaque, now), None);
+    }
+
+    /// The wait the `RateLimit` lines `lines` ask for, at time zero.
+    fn field(lines: &[&str]) -> Option<Duration> {
+        let pairs: Vec<_> = lines.iter().map(|line| ("ratelimit", *line)).collect();
+        reset_asked(&headers(&pairs), at(0))
+    }
+
+    #[test]
+    fn the_field_is_read_as_a_structured_list_not_split_on_punctuation() {
+        // A quoted name is a name, whatever it spells.
+        assert_eq!(field(&["\"n;r=0;t=9;\""]), None);
+        assert_eq!(field(&["\"a,b;t=1\";r=0;t=4"]), Some(Duration::from_secs(4)));
+        // Whitespace after a `;` is allowed, a parameter repeated counts last.
+        assert_eq!(field(&["\"d\"; r=0; t=5;t=8"]), Some(Duration::from_secs(8)));
+        // The lines of a field are one List.
+        let lines = ["\"burst\";r=0;t=2", "\"day\";r=0;t=600"];
+        assert_eq!(field(&lines), Some(Duration::from_secs(600)));
+    }
+
+    #[test]
+    fn a_field_that_is_not_a_valid_list_is_ignored_whole() {
+        for bad in [
+            "\"a\";r=0;t=7, \"b\";r=0;t=",
+            "\"a\";r=0;t=7,",
+            "\"a\";r=0;t=7 \"b\"",
+            "\"unterminated;r=0;t=7",
+            // Sixteen digits: more than an RFC 9651 Integer holds.
+            "\"a\";r=0;t=1000000000000000",
+            "\"a\";r=0;t=7;pk=:not base64!:",
+        ] {
+            assert_eq!(field(&[bad]), None, "{bad}");
+        }
+        // One bad line spoils the field.
+        assert_eq!(field(&["\"a\";r=0;t=7", "\"b\";r=0;t=="]), None);
+    }
+
+    #[test]
+    fn a_limit_not_of_the_drafts_shape_is_ignored_alone() {
+        let good = "\"ok\";r=0;t=3";
+        for odd in [
+            "default;r=0;t=70",
+            "70;r=0;t=70",
+            "(\"a\" \"b\");r=0;t=70",
+            "\"r\";r=0.0;t=70",
+            "\"r\";r=-1;t=70",
+            "\"r\";r;t=70",
+            "\"t\";r=0;t=-70",
+            "\"t\";r=0;t=70.0",
+            "\"t\";r=0;t=\"70\"",
+            "\"pk\";r=0;t=70;pk=\"user-7\"",
+            "\"pk\";r=0;t=70;pk=user",
+        ] {
+            assert_eq!(field(&[&format!("{odd}, {good}")]), Some(Duration::from_secs(3)), "{odd}");
+        }
+    }
+
+    #[test]
+    fn a_partition_key_is_checked_and_its_limit_counts() {
+        let keyed = "\"user\";r=0;t=30;pk=:dXNlci03:";
+        assert_eq!(field(&[keyed]), Some(Duration::from_secs(30)));
+        let unspent = "\"user\";r=2;t=30;pk=:dXNlci03:";
+        assert_eq!(field(&[unspent]), None);
+        // Unknown parameters, and a policy field beside it, change nothing.
+        let extra = "\"user\";r=0;t=30;pk=:dXNlci03:;qu=\"requests\";future=?1";
+        assert_eq!(field(&[extra]), Some(Duration::from_secs(30)));
     }
 }

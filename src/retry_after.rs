@@ -126,16 +126,22 @@ impl RetryAfter {
     }
 
     /// Whether the rate-limit headers some APIs write are read where an
-    /// answer has no `Retry-After` (off by default), and a `403` that is a
-    /// rate limit is taken as a `429`.
+    /// answer has no `Retry-After` that can be read (off by default), and a
+    /// `403` that is a rate limit is taken as a `429`.
     ///
     /// On, the wait an answer asks for is also read from:
     ///
     /// - GitHub's `x-ratelimit-reset` (a Unix time), when
     ///   `x-ratelimit-remaining` is `0`;
-    /// - the IETF draft's `RateLimit` field (`"default";r=0;t=30`): the
-    ///   longest reset `t` (seconds) of its limits with none remaining
-    ///   (`r=0`), or its earlier `RateLimit-Reset` (seconds) when
+    /// - the IETF draft's `RateLimit` field (draft 10,
+    ///   `"default";r=0;t=30;pk=:dXNlci03:`), read as an RFC 9651
+    ///   structured field: the longest reset `t` (seconds) of its limits
+    ///   with none remaining (`r=0`). A field that is not a valid
+    ///   structured List is ignored whole; a limit not of the draft's shape
+    ///   (its name a String, `r` and `t` non-negative Integers, `pk` a Byte
+    ///   Sequence) is ignored alone. A partition key does not narrow the
+    ///   pause: it holds the host.
+    /// - the draft's earlier `RateLimit-Reset` (seconds), when
     ///   `RateLimit-Remaining` is `0`.
     ///
     /// Such a wait is honoured as a `Retry-After` is: measured against the
@@ -287,8 +293,9 @@ pub enum RetryAfterOverCap {
     WaitTheCap,
 }
 
-/// The wait a response's `Retry-After` asks for, or, with the rate-limit
-/// headers read, those headers when it has none. A time is measured from
+/// The wait a response's `retry-after-ms` (with the server's hints read)
+/// or `Retry-After` asks for, or, with the rate-limit headers read, those
+/// headers when it has neither that can be read. A time is measured from
 /// [`server_now`].
 pub(crate) fn asked(
     rules: &RetryAfter,
@@ -300,13 +307,15 @@ pub(crate) fn asked(
             return Some(asked);
         }
     }
-    match headers.get(RETRY_AFTER) {
-        Some(value) => parse_retry_after(value, server_now(headers, wall_time)),
-        None if rules.rate_limit_headers => {
-            crate::rate_limit::reset_asked(headers, server_now(headers, wall_time))
-        }
-        None => None,
+    let retry_after = headers.get(RETRY_AFTER);
+    if retry_after.is_none() && !rules.rate_limit_headers {
+        return None;
     }
+    let now = server_now(headers, wall_time);
+    // A `Retry-After` that cannot be read is ignored, as if absent.
+    retry_after.and_then(|value| parse_retry_after(value, now)).or_else(|| {
+        rules.rate_limit_headers.then(|| crate::rate_limit::reset_asked(headers, now)).flatten()
+    })
 }
 
 /// OpenAI's wait in milliseconds.
@@ -502,5 +511,23 @@ mod tests {
         assert_eq!(asked(&RetryAfter::default(), &headers, wall), Some(Duration::from_millis(700)));
         let off = RetryAfter::default().with_server_hints(false);
         assert_eq!(asked(&off, &headers, wall), Some(Duration::from_secs(2)));
+    }
+
+    #[test]
+    fn retry_after_comes_before_the_rate_limit_fields_and_garbage_in_it_gives_way() {
+        let reading = RetryAfter::default().with_rate_limit_headers(true);
+        let wall = SystemTime::now;
+        let mut headers = HeaderMap::new();
+        headers.insert("ratelimit", HeaderValue::from_static("\"default\";r=0;t=30"));
+        assert_eq!(asked(&reading, &headers, wall), Some(Duration::from_secs(30)));
+        headers.insert(RETRY_AFTER, HeaderValue::from_static("4"));
+        assert_eq!(
+            asked(&reading, &headers, wall),
+            Some(Duration::from_secs(4)),
+            "Retry-After first"
+        );
+        headers.insert(RETRY_AFTER, HeaderValue::from_static("in a while"));
+        assert_eq!(asked(&reading, &headers, wall), Some(Duration::from_secs(30)), "as if absent");
+        assert_eq!(asked(&RetryAfter::default(), &headers, wall), None, "the fields unread");
     }
 }

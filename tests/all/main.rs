@@ -6,6 +6,7 @@
 
 mod support;
 
+mod apis;
 mod bodies;
 mod budget;
 #[cfg(feature = "chaos")]
