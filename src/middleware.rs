@@ -132,8 +132,12 @@ impl RetryMiddleware {
     /// is not safe to repeat is then never retried.
     ///
     /// With the `http2` feature, the client also has reqwest's own retry
-    /// turned off (`reqwest::retry::never()`, replacing any retry policy
-    /// the builder has: reqwest has no way to read one back). That retry
+    /// turned off (`reqwest::retry::never()`), unless
+    /// [`with_reqwest_retry`](Self::with_reqwest_retry) gives a policy.
+    /// Either replaces a retry policy set on the builder with
+    /// `ClientBuilder::retry`: reqwest has no way to read one back, so it
+    /// cannot be refused as a redirect policy is, and the setter is the
+    /// one place for it, as for a redirect policy. That retry
     /// resends a stream the server refused at once, up to twice, below the
     /// middleware, so each attempt the middleware counts could be three
     /// streams, and the stated bound of `max_retries + 1` requests a call
@@ -216,8 +220,13 @@ impl RetryMiddleware {
         // reqwest's own retry would resend a refused stream below the
         // middleware, unseen by its backoff, budget and count; with the
         // `http2` feature the middleware retries those itself.
-        #[cfg(feature = "http2")]
-        let builder = builder.retry(reqwest::retry::never());
+        let builder = match &self.shared.reqwest_retry {
+            Some(make) => builder.retry(make()),
+            #[cfg(feature = "http2")]
+            None => builder.retry(reqwest::retry::never()),
+            #[cfg(not(feature = "http2"))]
+            None => builder,
+        };
         let client = builder.redirect(policy).build().map_err(ClientError::Build)?;
         Arc::make_mut(&mut self.shared).bound = true;
         let OutsideRetries(outside) = outside(OutsideRetries(ClientBuilder::new(client)));
@@ -250,6 +259,38 @@ impl RetryMiddleware {
         self
     }
 
+    /// The retry policy of reqwest's own that the client built by
+    /// [`client`](Self::client) gets, in place of `reqwest::retry::never()`
+    /// (with the `http2` feature) or the builder's (without): `make` is
+    /// called once per client built, since reqwest's policy cannot be
+    /// cloned.
+    ///
+    /// reqwest's retry resends a request below the middleware, within one
+    /// of its attempts, unseen by its backoff, budget and count: with a
+    /// policy that resends up to `n` times, a call may send up to
+    /// `(n + 1) × (max_retries + 1)` requests, and an attempt the report
+    /// counts as one may be several. Use it for what the middleware does
+    /// not retry, or to keep a policy a service's clients all share.
+    ///
+    /// ```
+    /// use reqwest_safe_retry::RetryMiddleware;
+    ///
+    /// // reqwest's default: refused streams resent, within its budget.
+    /// let client = RetryMiddleware::default()
+    ///     .with_reqwest_retry(|| reqwest::retry::for_host("api.example.test"))
+    ///     .client(reqwest::Client::builder())?
+    ///     .build();
+    /// # let _ = client;
+    /// # Ok::<(), reqwest_safe_retry::ClientError>(())
+    /// ```
+    pub fn with_reqwest_retry(
+        mut self,
+        make: impl Fn() -> reqwest::retry::Builder + Send + Sync + 'static,
+    ) -> Self {
+        Arc::make_mut(&mut self.shared).reqwest_retry = Some(Arc::new(make));
+        self
+    }
+
     /// The policy in force.
     pub fn config(&self) -> &RetryConfig {
         &self.shared.config
@@ -264,6 +305,7 @@ impl fmt::Debug for RetryMiddleware {
             .field("hook", &self.shared.hook.as_ref().map(|_| "<fn>"))
             .field("ledger", &self.shared.ledger)
             .field("redirect_policy", &self.shared.redirect)
+            .field("reqwest_retry", &self.shared.reqwest_retry.as_ref().map(|_| "<fn>"))
             .field("built_its_client", &self.shared.bound)
             .finish_non_exhaustive()
     }

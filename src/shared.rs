@@ -17,6 +17,10 @@ use crate::report::RetryEvent;
 /// The hook the middleware calls after every attempt.
 pub(crate) type Hook = Arc<dyn Fn(&RetryEvent<'_>) + Send + Sync>;
 
+/// Makes the retry policy of reqwest's own that the client the middleware
+/// builds gets (see [`RetryMiddleware::with_reqwest_retry`](crate::RetryMiddleware::with_reqwest_retry)).
+pub(crate) type ReqwestRetry = Arc<dyn Fn() -> reqwest::retry::Builder + Send + Sync>;
+
 /// What every request of one middleware shares.
 #[derive(Clone)]
 pub(crate) struct Shared {
@@ -30,6 +34,9 @@ pub(crate) struct Shared {
     /// The user's redirect policy, which the client the middleware builds
     /// follows, each redirect recorded (see [`crate::redirect`]).
     pub(crate) redirect: Arc<reqwest::redirect::Policy>,
+    /// The user's retry policy for reqwest itself, which the client the
+    /// middleware builds gets in place of its own choice.
+    pub(crate) reqwest_retry: Option<ReqwestRetry>,
     /// The middleware built the client it sends through, with the redirect
     /// policy that records every redirect: set by
     /// [`RetryMiddleware::client`](crate::RetryMiddleware::client) on the
@@ -54,6 +61,7 @@ impl Shared {
             ledger,
             hook: None,
             redirect: Arc::new(reqwest::redirect::Policy::default()),
+            reqwest_retry: None,
             bound: false,
             #[cfg(feature = "tracing")]
             log_level: tracing::Level::DEBUG,
