@@ -12,6 +12,7 @@ mod budget;
 #[cfg(feature = "chaos")]
 mod chaos;
 mod deadline;
+mod docs_agree;
 mod errors;
 mod hedge;
 mod interop;

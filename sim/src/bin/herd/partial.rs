@@ -235,10 +235,10 @@ pub(crate) fn run_tables() -> Vec<String> {
     );
     let burst = group(Traffic::Burst, Refusal::TooMany);
     println!(
-        "  Ours does not charge its budget for a call's first retry after a 429 whose \
-         Retry-After is within the cap (spread over the backoff): the server asked for it. \
-         A call refused again pays, so a server shedding load is not sent {}× its calls.",
-        MAX_RETRIES + 1
+        "  Each 429 with Retry-After: 1 pauses the host for ours, and a retry that waits out the \
+         pause is not charged to the budget: nothing goes before the time the server named, the \
+         first request after it goes alone, and the rest only if it is accepted. So ours sends \
+         what no budget sends here, at the times the server asked for.\n"
     );
 
     let mut failures = Vec::new();
