@@ -323,6 +323,11 @@
 //!   rules for tests of the code around the retries: statuses, refused
 //!   connections, timeouts, resets, bodies cut short, latency on the
 //!   crate's clock.
+//! - `fleet`: `fleet::Fleet`, a host's pause shared by every process of
+//!   a fleet through a store, read and written by a background task, never
+//!   on a call's path. `redis` adds the store on Redis,
+//!   `fleet::RedisStore` (redis-rs 1.x: 1.2 builds on the crate's MSRV,
+//!   its latest releases need Rust 1.88).
 //! - `http2` (default): turn on reqwest's HTTP/2, and recognise REFUSED_STREAM and a
 //!   graceful GOAWAY (through the `h2` crate) as failures where the server
 //!   did not process the request (RFC 9113 §8.7: it may have read part of it).
@@ -353,6 +358,8 @@ mod deadline;
 mod error;
 mod events;
 mod extensions;
+#[cfg(all(feature = "fleet", not(target_arch = "wasm32")))]
+pub mod fleet;
 mod future;
 pub mod hedge;
 mod hosts;

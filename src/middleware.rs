@@ -51,7 +51,34 @@ impl RetryMiddleware {
 
     /// Uses `clock` for every reading of the time and every wait.
     pub fn with_clock(mut self, clock: impl Clock + 'static) -> Self {
-        Arc::make_mut(&mut self.shared).clock = Arc::new(clock);
+        let shared = Arc::make_mut(&mut self.shared);
+        shared.clock = Arc::new(clock);
+        #[cfg(feature = "fleet")]
+        if let Some((fleet, member)) = &shared.fleet {
+            fleet.set_clock(*member, shared.clock.clone());
+        }
+        self
+    }
+
+    /// Puts the middleware's books in `fleet`: the pauses its servers ask
+    /// for are shared with every process of the fleet, and theirs reach it
+    /// (see [`fleet`](crate::fleet)). Clones of the middleware are in it
+    /// too; a middleware is in one fleet, the first it is given.
+    ///
+    /// A middleware that keeps no books (no budget, no pause, no throttle)
+    /// or does not pause hosts ([`RetryAfter::with_pause`](crate::RetryAfter::with_pause))
+    /// has nothing to share, and stays out.
+    #[cfg(feature = "fleet")]
+    pub fn with_fleet(mut self, fleet: &crate::fleet::Fleet) -> Self {
+        let shared = Arc::make_mut(&mut self.shared);
+        if shared.fleet.is_some() || !shared.config.retry_after().pause() {
+            return self;
+        }
+        let Some(ledger) = &shared.ledger else { return self };
+        let cap = shared.config.retry_after().cap();
+        if let Some(member) = fleet.join(ledger, shared.clock.clone(), cap) {
+            shared.fleet = Some((fleet.clone(), member));
+        }
         self
     }
 

@@ -84,13 +84,17 @@ impl Pause {
 
     /// Pauses the host until `until`, or keeps a later pause already set:
     /// an answer sent before another may arrive after it. A probe in
-    /// flight stays claimed.
-    pub(crate) fn pause(&self, until: u64) {
-        let _ = self.word.fetch_update(Ordering::AcqRel, Ordering::Acquire, |word| {
+    /// flight stays claimed. Returns whether the pause now ends later than
+    /// it did.
+    pub(crate) fn pause(&self, until: u64) -> bool {
+        let before = self.word.fetch_update(Ordering::AcqRel, Ordering::Acquire, |word| {
             let later = if word == 0 { until } else { decode(word).max(until) };
             // `encode` leaves the flag's bit clear: the old flag goes on as it was.
             Some(encode(later) | (word & PROBING))
         });
+        // The closure never refuses: `before` is the word it replaced.
+        let before = before.unwrap_or_else(|word| word);
+        before == 0 || decode(before) < until
     }
 
     /// The probe's outcome: the server asked for a new pause, until
@@ -179,10 +183,11 @@ mod tests {
     #[test]
     fn the_later_of_two_pauses_holds_and_a_probe_stays_claimed() {
         let pause = Pause::default();
-        pause.pause(5000);
-        pause.pause(3000);
+        assert!(pause.pause(5000), "a new pause");
+        assert!(!pause.pause(3000), "an earlier end changes nothing");
+        assert!(!pause.pause(5000), "nor the same one");
         assert_eq!(pause.check(4000), Gate::Until(5000), "an earlier end does not shorten it");
-        pause.pause(6000);
+        assert!(pause.pause(6000), "a later end");
         assert_eq!(pause.check(5500), Gate::Until(6000));
         assert_eq!(pause.check(6000), Gate::Probe);
         // An answer to a request sent before the pause arrives during the

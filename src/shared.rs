@@ -42,6 +42,9 @@ pub(crate) struct Shared {
     /// [`RetryMiddleware::client`](crate::RetryMiddleware::client) on the
     /// middleware it puts in that client alone.
     pub(crate) bound: bool,
+    /// The fleet the middleware's books are in, and their number there.
+    #[cfg(feature = "fleet")]
+    pub(crate) fleet: Option<(crate::fleet::Fleet, usize)>,
     #[cfg(feature = "tracing")]
     pub(crate) log_level: tracing::Level,
 }
@@ -63,6 +66,8 @@ impl Shared {
             redirect: Arc::new(reqwest::redirect::Policy::default()),
             reqwest_retry: None,
             bound: false,
+            #[cfg(feature = "fleet")]
+            fleet: None,
             #[cfg(feature = "tracing")]
             log_level: tracing::Level::DEBUG,
         }

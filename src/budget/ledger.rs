@@ -25,6 +25,23 @@ const SHARDS: usize = 16;
 /// pause that ended is kept for a probe, and a host's table slot for it.
 const NO_BUDGET_WINDOW_MS: u64 = 10_000;
 
+/// What the books tell a fleet of processes (see `crate::fleet`): the
+/// pauses this process takes on. Told only when a host is paused, never on
+/// a call's way out.
+#[cfg(feature = "fleet")]
+pub(crate) trait Fleetward: Send + Sync {
+    /// The process paused the host of `scheme`, `host` and `port` for
+    /// `asked` from `at` (the middleware's clock), as its server asked.
+    fn paused(
+        &self,
+        scheme: &str,
+        host: &str,
+        port: Option<u16>,
+        asked: std::time::Duration,
+        at: Instant,
+    );
+}
+
 /// The live books shared by every clone of one middleware.
 pub(crate) struct Ledger {
     /// Whether there is a budget.
@@ -60,6 +77,10 @@ pub(crate) struct Ledger {
     /// Probes in flight: while there are any, calls keep looking their
     /// hosts up, however long a probe takes.
     probes: AtomicUsize,
+    /// The fleet the pauses this process takes on are told to, once the
+    /// middleware joins one.
+    #[cfg(feature = "fleet")]
+    fleet: OnceLock<Arc<dyn Fleetward>>,
 }
 
 /// What the books keep for one host.
@@ -157,6 +178,8 @@ impl Ledger {
             throttling,
             watch_until: AtomicU64::new(0),
             probes: AtomicUsize::new(0),
+            #[cfg(feature = "fleet")]
+            fleet: OnceLock::new(),
         })
     }
 

@@ -125,6 +125,13 @@ impl<V> Host<V> {
         Self { scheme: key.scheme.into(), host: key.host.into(), port: key.port, value }
     }
 
+    /// The host's scheme, name (as `Url` writes it) and the port its URL
+    /// names (none for the scheme's default).
+    #[cfg(feature = "fleet")]
+    pub(crate) fn parts(&self) -> (&str, &str, Option<u16>) {
+        (&self.scheme, &self.host, self.port)
+    }
+
     /// The owned key, borrowed: hashed and compared as a URL's is.
     fn key(&self) -> HostRef<'_> {
         HostRef { scheme: &self.scheme, host: &self.host, port: self.port }
@@ -194,6 +201,15 @@ impl<V: HostState> Hosts<V> {
         // seven.
         let at = usize::try_from(hashed >> 32).unwrap_or_default();
         &self.shards[at.checked_rem(self.shards.len()).unwrap_or_default()]
+    }
+
+    /// Runs `f` on every host the table knows (not the overflow entry),
+    /// one shard at a time, each shared while `f` runs on its hosts.
+    #[cfg(feature = "fleet")]
+    pub(crate) fn for_each(&self, mut f: impl FnMut(&Host<V>)) {
+        for shard in &self.shards {
+            read(shard).hosts.iter().for_each(|host| f(host));
+        }
     }
 
     /// Runs `f` on the state of `url`'s host, if the table knows it, with

@@ -14,6 +14,8 @@ mod chaos;
 mod deadline;
 mod docs_agree;
 mod errors;
+#[cfg(feature = "redis")]
+mod fleet;
 mod hedge;
 mod interop;
 mod migration;

@@ -183,17 +183,67 @@ impl Ledger {
     /// Returns whether it did: no pause is kept for a host that finds no
     /// room in the table.
     pub(crate) fn pause(&self, url: &Url, asked: Duration, now: Instant) -> bool {
+        let Some((host, _)) = self.hold(url, asked, now) else { return false };
+        #[cfg(feature = "fleet")]
+        self.tell_fleet(&host, asked, now);
+        #[cfg(not(feature = "fleet"))]
+        let _ = host;
+        true
+    }
+
+    /// Pauses `url`'s host for `asked` from `now`, unless pauses are off
+    /// or the host finds no room in the table; returns its entry if it did.
+    /// With it, whether the pause ends later than it did.
+    fn hold(&self, url: &Url, asked: Duration, now: Instant) -> Option<(Arc<Host<Record>>, bool)> {
         if !self.pauses {
-            return false;
+            return None;
         }
         let host = self.record(url, self.slot_number(now));
         if self.hosts.is_overflow(&host) {
-            return false;
+            return None;
         }
         let until = self.until(asked, now);
-        host.value.pause.pause(until);
+        let later = host.value.pause.pause(until);
         self.look_until(until);
-        true
+        Some((host, later))
+    }
+
+    /// Joins a fleet, which is told every pause this process takes on from
+    /// now. A ledger joins one fleet: `false` if it is in one already.
+    #[cfg(feature = "fleet")]
+    pub(crate) fn join_fleet(&self, fleet: Arc<dyn super::Fleetward>) -> bool {
+        self.fleet.set(fleet).is_ok()
+    }
+
+    /// Tells the fleet, if any, that `host` was paused for `asked`.
+    #[cfg(feature = "fleet")]
+    fn tell_fleet(&self, host: &Host<Record>, asked: Duration, now: Instant) {
+        if let Some(fleet) = self.fleet.get() {
+            let (scheme, name, port) = host.parts();
+            fleet.paused(scheme, name, port, asked, now);
+        }
+    }
+
+    /// Pauses `url`'s host for what is `left` of a pause another process
+    /// of the fleet took on, as if this one had (a later pause of its own
+    /// holds); the fleet is not told again. Returns whether the host's
+    /// pause now ends later than this process knew: the pause came from
+    /// another.
+    #[cfg(feature = "fleet")]
+    pub(crate) fn pause_from_fleet(&self, url: &Url, left: Duration, now: Instant) -> bool {
+        self.hold(url, left, now).is_some_and(|(_, later)| later)
+    }
+
+    /// The scheme, name and port of every host the books know: the hosts
+    /// this process called lately.
+    #[cfg(feature = "fleet")]
+    pub(crate) fn hosts_in_use(&self) -> Vec<(String, String, Option<u16>)> {
+        let mut hosts = Vec::new();
+        self.hosts.for_each(|host| {
+            let (scheme, name, port) = host.parts();
+            hosts.push((scheme.to_owned(), name.to_owned(), port));
+        });
+        hosts
     }
 
     /// The end of a pause of `asked` from `now`, on the books' timeline:
@@ -222,6 +272,10 @@ impl Ledger {
         turn.host.value.pause.settle(until);
         if let Some(until) = until {
             self.look_until(until);
+        }
+        #[cfg(feature = "fleet")]
+        if let Some(asked) = asked {
+            self.tell_fleet(&turn.host, asked, now);
         }
     }
 }

@@ -28,6 +28,8 @@ pub mod calls;
 pub mod h2_server;
 pub mod hops;
 pub mod raw;
+#[cfg(feature = "redis")]
+pub mod redis_server;
 pub mod tls_server;
 
 pub const MS: Duration = Duration::from_millis(1);

@@ -1,0 +1,68 @@
+//! A fleet's store in memory, for the unit tests: pauses kept as ends on a
+//! clock of their own, as a store that measures time-to-live would.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use super::{FleetHost, FleetStore, PauseLeft, StoreError, StoreFuture};
+use crate::clock::{Clock, ManualClock};
+
+/// Pauses in memory, measured on `clock`; `down` fails every call, and
+/// `garbage` names hosts whose value is not a pause.
+pub(super) struct MemoryStore {
+    pub(super) clock: ManualClock,
+    pub(super) ends: Mutex<HashMap<FleetHost, Instant>>,
+    pub(super) down: Mutex<bool>,
+    pub(super) garbage: Mutex<Vec<FleetHost>>,
+}
+
+impl MemoryStore {
+    pub(super) fn new(clock: &ManualClock) -> Self {
+        Self {
+            clock: clock.clone(),
+            ends: Mutex::default(),
+            down: Mutex::new(false),
+            garbage: Mutex::default(),
+        }
+    }
+
+    fn up(&self) -> Result<(), StoreError> {
+        if *self.down.lock().unwrap() { Err(StoreError::new("down", None)) } else { Ok(()) }
+    }
+}
+
+impl FleetStore for std::sync::Arc<MemoryStore> {
+    fn extend_pauses<'a>(&'a self, pauses: &'a [(FleetHost, Duration)]) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            self.up()?;
+            let now = self.clock.now();
+            let mut ends = self.ends.lock().unwrap();
+            for (host, left) in pauses {
+                let end = now + *left;
+                let kept = ends.entry(host.clone()).or_insert(end);
+                *kept = (*kept).max(end);
+            }
+            Ok(())
+        })
+    }
+
+    fn pauses_left<'a>(&'a self, hosts: &'a [FleetHost]) -> StoreFuture<'a, Vec<PauseLeft>> {
+        Box::pin(async move {
+            self.up()?;
+            let now = self.clock.now();
+            let ends = self.ends.lock().unwrap();
+            let garbage = self.garbage.lock().unwrap();
+            let left = |host: &FleetHost| {
+                if garbage.contains(host) {
+                    return PauseLeft::Garbage;
+                }
+                match ends.get(host).map(|end| end.saturating_duration_since(now)) {
+                    Some(left) if !left.is_zero() => PauseLeft::Left(left),
+                    _ => PauseLeft::None,
+                }
+            };
+            Ok(hosts.iter().map(left).collect())
+        })
+    }
+}

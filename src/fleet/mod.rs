@@ -1,0 +1,454 @@
+//! A fleet of processes that share what each learns of a host: the pause
+//! its server asked for. (The `fleet` feature; the `redis` feature adds the
+//! store most fleets already run, [`RedisStore`].)
+//!
+//! # What is shared, and how
+//!
+//! When a process pauses a host at its server's request (a `429` or `503`
+//! with a `Retry-After` within the cap, a predicate's
+//! [`server_asked`](crate::Verdict::server_asked), the rate-limit headers),
+//! the pause is queued for the fleet. A background task, started by
+//! [`Fleet::spawn`], runs a round every interval (500 ms by default):
+//!
+//! 1. it writes the queued pauses to the store, each extending the host's
+//!    shared pause, never shortening it;
+//! 2. it reads, for every host this process called lately, the time left
+//!    of the host's shared pause, and pauses the host here for that long,
+//!    as if this process had been told (a longer pause of its own holds).
+//!
+//! So every process holds new calls to a host within an interval and a
+//! round trip of the first `429`, and waits as long as the server asked,
+//! measured by the store: no two processes' clocks need to agree.
+//!
+//! What reaches the store is a host's scheme, name and port and a length
+//! of time: no request, no header, no body, no path.
+//!
+//! # Never on a call's path
+//!
+//! A call never waits for the store, and never meets its errors. A pause
+//! this process takes is queued (at most 1,024 of them; the oldest are
+//! dropped first, and counted) and the call goes on. What the fleet knows
+//! reaches a call as any pause does, from the books in memory. When the
+//! store is slow, down or answers garbage, the rounds fail or ignore what
+//! they read, and every call behaves as it does without a fleet: the
+//! process's own pauses hold as always. Sharing resumes with the next
+//! round that succeeds.
+//!
+//! A time left that is zero, or longer than the middleware's
+//! [`RetryAfter`](crate::RetryAfter) cap, is ignored and counted
+//! ([`FleetStatus::ignored`]): a store is bounded as a header is. With
+//! pauses off ([`RetryAfter::with_pause`](crate::RetryAfter::with_pause)),
+//! the middleware neither tells nor heeds the fleet.
+//!
+//! ```
+//! # #[cfg(feature = "fleet")]
+//! # async fn run(store: impl reqwest_safe_retry::fleet::FleetStore) -> Result<(), reqwest_safe_retry::ClientError> {
+//! use reqwest_safe_retry::fleet::Fleet;
+//! use reqwest_safe_retry::{RetryConfig, RetryMiddleware};
+//!
+//! let fleet = Fleet::new(store);
+//! let _task = fleet.spawn(Fleet::DEFAULT_INTERVAL);
+//! let client = RetryMiddleware::new(RetryConfig::default())
+//!     .with_fleet(&fleet)
+//!     .client(reqwest::Client::builder())?
+//!     .build();
+//! # let _ = client;
+//! # Ok(())
+//! # }
+//! ```
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use reqwest::Url;
+
+use crate::budget::{Fleetward, Ledger};
+use crate::clock::Clock;
+
+#[cfg(all(test, feature = "test-util"))]
+mod memory;
+#[cfg(feature = "redis")]
+mod redis;
+#[cfg(all(test, feature = "test-util"))]
+mod tests;
+
+#[cfg(feature = "redis")]
+pub use self::redis::RedisStore;
+
+/// A host as a fleet names it: `scheme://name:port`, the port written
+/// even when it is the scheme's default, so that every process names a
+/// host alike.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct FleetHost(String);
+
+impl FleetHost {
+    /// The host of `scheme`, `name` (as `Url` writes it) and `port` (none
+    /// for the scheme's default).
+    pub(crate) fn new(scheme: &str, name: &str, port: Option<u16>) -> Self {
+        let port = port.or_else(|| default_port(scheme));
+        match port {
+            Some(port) => Self(format!("{scheme}://{name}:{port}")),
+            None => Self(format!("{scheme}://{name}")),
+        }
+    }
+
+    /// The name, `scheme://name:port`.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// A URL of the host, to find its entry in the books by.
+    fn url(&self) -> Option<Url> {
+        Url::parse(&self.0).ok()
+    }
+}
+
+impl fmt::Display for FleetHost {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+fn default_port(scheme: &str) -> Option<u16> {
+    match scheme {
+        "http" => Some(80),
+        "https" => Some(443),
+        _ => None,
+    }
+}
+
+/// A future a store returns.
+pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
+
+/// Where a fleet keeps what its processes share. [`RedisStore`] (the
+/// `redis` feature) is one; another store is one more implementation.
+///
+/// The fleet calls a store from its background task alone, one round at
+/// a time: never from a call.
+pub trait FleetStore: Send + Sync + 'static {
+    /// Extends the pause of each host to at least its length from now,
+    /// measured by the store; a longer pause already there is kept.
+    fn extend_pauses<'a>(&'a self, pauses: &'a [(FleetHost, Duration)]) -> StoreFuture<'a, ()>;
+
+    /// What is left of each host's pause, in the order asked.
+    fn pauses_left<'a>(&'a self, hosts: &'a [FleetHost]) -> StoreFuture<'a, Vec<PauseLeft>>;
+}
+
+/// What a store holds of one host's pause.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PauseLeft {
+    /// No pause.
+    None,
+    /// This much of a pause is left.
+    Left(Duration),
+    /// Something that is not a pause: a value with no end, or one the
+    /// store could not read as a time. Ignored, and counted.
+    Garbage,
+}
+
+/// A store's failure: the round is lost, and the process goes on alone
+/// until the next one succeeds.
+#[derive(Debug, thiserror::Error)]
+#[error("the fleet's store failed: {message}")]
+pub struct StoreError {
+    message: String,
+    #[source]
+    source: Option<Box<dyn std::error::Error + Send + Sync>>,
+}
+
+impl StoreError {
+    /// An error with `message`, and the error behind it if any.
+    pub fn new(
+        message: impl Into<String>,
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        Self { message: message.into(), source }
+    }
+}
+
+/// Pauses queued for the store at most; past it the oldest are dropped.
+const OUTBOX: usize = 1024;
+
+/// A fleet of processes sharing their hosts' pauses through a
+/// [`FleetStore`]. Cheap to clone: clones are one fleet.
+///
+/// Give it to [`RetryMiddleware::with_fleet`](crate::RetryMiddleware::with_fleet),
+/// and run its rounds with [`spawn`](Self::spawn) (or [`sync`](Self::sync)).
+#[derive(Clone)]
+pub struct Fleet {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Box<dyn FleetStore>,
+    outbox: Mutex<VecDeque<Queued>>,
+    members: Mutex<Vec<Member>>,
+    connected: AtomicBool,
+    counts: Counts,
+}
+
+/// A pause waiting to be written: the host, the length asked, and when
+/// (on its member's clock).
+struct Queued {
+    host: FleetHost,
+    asked: Duration,
+    at: Instant,
+    member: usize,
+}
+
+/// A middleware in the fleet: its books, its clock and its cap.
+struct Member {
+    ledger: Weak<Ledger>,
+    clock: Arc<dyn Clock>,
+    cap: Duration,
+}
+
+#[derive(Default)]
+struct Counts {
+    published: AtomicU64,
+    received: AtomicU64,
+    ignored: AtomicU64,
+    dropped: AtomicU64,
+    failed_rounds: AtomicU64,
+}
+
+/// What a fleet has done so far, for metrics and health checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct FleetStatus {
+    /// The last round reached the store.
+    pub connected: bool,
+    /// Pauses this process wrote to the store.
+    pub published: u64,
+    /// Pauses another process took on that this one took up (each host a
+    /// round, while it is paused for longer than this process knew).
+    pub received: u64,
+    /// Values read from the store and ignored: a pause of no length, one
+    /// longer than the cap, or garbage.
+    pub ignored: u64,
+    /// Pauses dropped from a full queue before they reached the store.
+    pub dropped: u64,
+    /// Rounds the store failed.
+    pub failed_rounds: u64,
+}
+
+impl fmt::Debug for Fleet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Fleet").field("status", &self.status()).finish_non_exhaustive()
+    }
+}
+
+impl Fleet {
+    /// The interval [`spawn`](Self::spawn) is usually given: every process
+    /// holds a host's calls within it and a round trip of the first pause.
+    pub const DEFAULT_INTERVAL: Duration = Duration::from_millis(500);
+
+    /// A fleet sharing through `store`.
+    pub fn new(store: impl FleetStore) -> Self {
+        let inner = Inner {
+            store: Box::new(store),
+            outbox: Mutex::new(VecDeque::new()),
+            members: Mutex::new(Vec::new()),
+            connected: AtomicBool::new(false),
+            counts: Counts::default(),
+        };
+        Self { inner: Arc::new(inner) }
+    }
+
+    /// What the fleet has done so far.
+    pub fn status(&self) -> FleetStatus {
+        let counts = &self.inner.counts;
+        let read = |count: &AtomicU64| count.load(Ordering::Relaxed);
+        FleetStatus {
+            connected: self.inner.connected.load(Ordering::Relaxed),
+            published: read(&counts.published),
+            received: read(&counts.received),
+            ignored: read(&counts.ignored),
+            dropped: read(&counts.dropped),
+            failed_rounds: read(&counts.failed_rounds),
+        }
+    }
+
+    /// Runs a round every `interval` on the current Tokio runtime, until
+    /// the returned task is dropped or every middleware in the fleet is.
+    ///
+    /// # Panics
+    ///
+    /// Outside a Tokio runtime, as `tokio::spawn` does.
+    pub fn spawn(&self, interval: Duration) -> FleetTask {
+        let fleet = Arc::downgrade(&self.inner);
+        let interval = interval.max(Duration::from_millis(10));
+        let task = tokio::spawn(async move {
+            loop {
+                let Some(inner) = fleet.upgrade() else { return };
+                // A failed round is counted and told; the next one tries again.
+                let _ = Fleet { inner }.sync().await;
+                tokio::time::sleep(interval).await;
+            }
+        });
+        FleetTask(task)
+    }
+
+    /// One round: writes the pauses queued since the last one, then takes
+    /// up what the fleet knows of the hosts this process called lately.
+    ///
+    /// # Errors
+    ///
+    /// The store's, when it fails: the queued pauses are lost (another
+    /// `429` from the host queues its pause again), and nothing read is
+    /// taken up.
+    pub async fn sync(&self) -> Result<(), StoreError> {
+        let round = self.round().await;
+        self.inner.connected.store(round.is_ok(), Ordering::Relaxed);
+        if round.is_err() {
+            self.inner.counts.failed_rounds.fetch_add(1, Ordering::Relaxed);
+        }
+        #[cfg(feature = "tracing")]
+        if let Err(error) = &round {
+            tracing::warn!(target: "reqwest_safe_retry::fleet", %error, "the fleet's round failed: each process keeps its own pauses until one succeeds");
+        }
+        round
+    }
+
+    async fn round(&self) -> Result<(), StoreError> {
+        let queued: Vec<Queued> = lock(&self.inner.outbox).drain(..).collect();
+        let pauses = self.left_of(queued);
+        if !pauses.is_empty() {
+            self.inner.store.extend_pauses(&pauses).await?;
+            let published = u64::try_from(pauses.len()).unwrap_or(u64::MAX);
+            self.inner.counts.published.fetch_add(published, Ordering::Relaxed);
+        }
+        let members = self.members();
+        for (ledger, clock, cap) in members {
+            let hosts: Vec<FleetHost> = ledger
+                .hosts_in_use()
+                .into_iter()
+                .map(|(scheme, name, port)| FleetHost::new(&scheme, &name, port))
+                .collect();
+            if hosts.is_empty() {
+                continue;
+            }
+            let left = self.inner.store.pauses_left(&hosts).await?;
+            for (host, left) in hosts.iter().zip(left) {
+                self.take_up(&ledger, clock.now(), cap, host, left);
+            }
+        }
+        Ok(())
+    }
+
+    /// What is left of each queued pause now, on its member's clock: the
+    /// time the store is told.
+    fn left_of(&self, queued: Vec<Queued>) -> Vec<(FleetHost, Duration)> {
+        let members = lock(&self.inner.members);
+        queued
+            .into_iter()
+            .filter_map(|queued| {
+                let now = members.get(queued.member)?.clock.now();
+                let left = queued.asked.checked_sub(now.saturating_duration_since(queued.at))?;
+                (!left.is_zero()).then_some((queued.host, left))
+            })
+            .collect()
+    }
+
+    /// The members whose middleware is still there.
+    fn members(&self) -> Vec<(Arc<Ledger>, Arc<dyn Clock>, Duration)> {
+        let members = lock(&self.inner.members);
+        members
+            .iter()
+            .filter_map(|member| Some((member.ledger.upgrade()?, member.clock.clone(), member.cap)))
+            .collect()
+    }
+
+    /// Takes up what the store holds of `host`'s pause at `now`.
+    fn take_up(
+        &self,
+        ledger: &Ledger,
+        now: Instant,
+        cap: Duration,
+        host: &FleetHost,
+        left: PauseLeft,
+    ) {
+        let counts = &self.inner.counts;
+        let left = match left {
+            PauseLeft::None => return,
+            PauseLeft::Left(left) if !left.is_zero() && left <= cap => left,
+            PauseLeft::Left(_) | PauseLeft::Garbage => {
+                counts.ignored.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+        };
+        let Some(url) = host.url() else { return };
+        if ledger.pause_from_fleet(&url, left, now) {
+            counts.received.fetch_add(1, Ordering::Relaxed);
+            #[cfg(feature = "tracing")]
+            tracing::debug!(target: "reqwest_safe_retry::fleet", host = %host, left_ms = left.as_millis() as u64, "a pause from the fleet");
+        }
+    }
+
+    /// Adds a middleware's books to the fleet: the pauses it takes on are
+    /// told to the fleet, and the fleet's reach it. `false` if its books
+    /// are in a fleet already.
+    /// Returns its number among the members.
+    pub(crate) fn join(
+        &self,
+        ledger: &Arc<Ledger>,
+        clock: Arc<dyn Clock>,
+        cap: Duration,
+    ) -> Option<usize> {
+        let mut members = lock(&self.inner.members);
+        let member = members.len();
+        let link = Link { fleet: Arc::downgrade(&self.inner), member };
+        if !ledger.join_fleet(Arc::new(link)) {
+            return None;
+        }
+        members.push(Member { ledger: Arc::downgrade(ledger), clock, cap });
+        Some(member)
+    }
+
+    /// A member's middleware reads the time from `clock` from now.
+    pub(crate) fn set_clock(&self, member: usize, clock: Arc<dyn Clock>) {
+        if let Some(member) = lock(&self.inner.members).get_mut(member) {
+            member.clock = clock;
+        }
+    }
+}
+
+/// The way from one member's books to the fleet's queue.
+struct Link {
+    fleet: Weak<Inner>,
+    member: usize,
+}
+
+impl Fleetward for Link {
+    fn paused(&self, scheme: &str, host: &str, port: Option<u16>, asked: Duration, at: Instant) {
+        let Some(fleet) = self.fleet.upgrade() else { return };
+        let host = FleetHost::new(scheme, host, port);
+        let mut outbox = lock(&fleet.outbox);
+        if outbox.len() >= OUTBOX {
+            outbox.pop_front();
+            fleet.counts.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+        outbox.push_back(Queued { host, asked, at, member: self.member });
+    }
+}
+
+/// The fleet's background task: dropping it stops the rounds.
+#[derive(Debug)]
+pub struct FleetTask(tokio::task::JoinHandle<()>);
+
+impl Drop for FleetTask {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// A lock that a panic elsewhere does not poison for good: each holder
+/// leaves the data whole.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}

@@ -1,0 +1,176 @@
+//! The fleet's store on Redis: one key per host, whose time-to-live is
+//! what is left of the host's pause.
+//!
+//! - **Keys.** `{prefix}:pause:{scheme://name:port}`: the prefix names the
+//!   fleet (two fleets on one Redis share nothing), and the braces make the
+//!   host a hash tag, so each host's key lives in one slot of a cluster.
+//! - **Writing a pause** is `SET key 1 NX PX ms` then `PEXPIRE key ms GT`:
+//!   a new key takes the pause, and an existing one is extended, never
+//!   shortened. No script, so a restarted Redis needs nothing loaded again.
+//! - **Reading** is `PTTL key`: the time left, measured by Redis, so the
+//!   processes' clocks never need to agree. A key with no time-to-live (one
+//!   something else wrote) is garbage, and ignored.
+//!
+//! Each round is one pipeline of writes and one of reads, with a timeout
+//! of a second on each reply: a Redis that is slow or gone fails the round,
+//! never a call.
+
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+
+use super::{FleetHost, FleetStore, PauseLeft, StoreError, StoreFuture};
+
+/// The longest a round waits for Redis to connect or to answer.
+const PATIENCE: Duration = Duration::from_secs(1);
+
+/// A fleet's store on Redis (the `redis` feature).
+///
+/// ```no_run
+/// # async fn run() -> Result<(), reqwest_safe_retry::fleet::StoreError> {
+/// use reqwest_safe_retry::fleet::{Fleet, RedisStore};
+///
+/// let store = RedisStore::new("redis://:password@127.0.0.1:6379/0", "billing-workers")?;
+/// let fleet = Fleet::new(store);
+/// # Ok(())
+/// # }
+/// ```
+pub struct RedisStore {
+    connection: ConnectionManager,
+    prefix: String,
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore").field("prefix", &self.prefix).finish_non_exhaustive()
+    }
+}
+
+impl RedisStore {
+    /// A store on the Redis at `url` (`redis://[:password@]host:port/db`,
+    /// or a Unix socket's `redis+unix://`), its keys under `prefix`, the
+    /// fleet's name. It connects when a round first needs it, and again
+    /// whenever the connection is lost: a Redis that is down when the
+    /// process starts is taken up when it comes.
+    ///
+    /// # Errors
+    ///
+    /// When `url` is not a Redis URL.
+    ///
+    /// # Panics
+    ///
+    /// Outside a Tokio runtime.
+    pub fn new(url: &str, prefix: &str) -> Result<Self, StoreError> {
+        let failed =
+            |error: redis::RedisError| StoreError::new("bad Redis URL", Some(error.into()));
+        let client = redis::Client::open(url).map_err(failed)?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(PATIENCE))
+            .set_response_timeout(Some(PATIENCE))
+            .set_number_of_retries(1)
+            .set_max_delay(PATIENCE);
+        let connection = ConnectionManager::new_lazy_with_config(client, config).map_err(failed)?;
+        Ok(Self { connection, prefix: prefix.to_owned() })
+    }
+
+    /// The key of `host`'s pause.
+    fn key(&self, host: &FleetHost) -> String {
+        format!("{}:pause:{{{}}}", self.prefix, host.as_str())
+    }
+}
+
+impl RedisStore {
+    /// Sends `pipe`; once more if the connection was lost, which the first
+    /// try after Redis comes back meets (the manager reconnects then).
+    async fn query<T: redis::FromRedisValue>(
+        &self,
+        pipe: &redis::Pipeline,
+    ) -> Result<T, StoreError> {
+        let mut connection = self.connection.clone();
+        match pipe.query_async(&mut connection).await {
+            Err(error) if error.is_connection_dropped() || error.is_io_error() => {
+                pipe.query_async(&mut connection).await.map_err(failed)
+            }
+            reply => reply.map_err(failed),
+        }
+    }
+}
+
+/// A failed command, as the fleet reports it.
+fn failed(error: redis::RedisError) -> StoreError {
+    StoreError::new("Redis", Some(error.into()))
+}
+
+/// Milliseconds of `left`, at least one (a pause is never written as
+/// none) and at most what Redis takes.
+fn millis(left: Duration) -> i64 {
+    i64::try_from(left.as_millis()).unwrap_or(i64::MAX).clamp(1, i64::MAX / 2)
+}
+
+/// A `PTTL` reply as a pause: `-2` no key, `-1` a key with no
+/// time-to-live, else milliseconds.
+fn pause_left(reply: i64) -> PauseLeft {
+    match reply {
+        -2 | 0 => PauseLeft::None,
+        ms if ms > 0 => PauseLeft::Left(Duration::from_millis(ms.unsigned_abs())),
+        _ => PauseLeft::Garbage,
+    }
+}
+
+impl FleetStore for RedisStore {
+    fn extend_pauses<'a>(&'a self, pauses: &'a [(FleetHost, Duration)]) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            let mut pipe = redis::pipe();
+            for (host, left) in pauses {
+                let (key, ms) = (self.key(host), millis(*left));
+                pipe.cmd("SET").arg(&key).arg(1).arg("NX").arg("PX").arg(ms).ignore();
+                pipe.cmd("PEXPIRE").arg(&key).arg(ms).arg("GT").ignore();
+            }
+            self.query::<()>(&pipe).await
+        })
+    }
+
+    fn pauses_left<'a>(&'a self, hosts: &'a [FleetHost]) -> StoreFuture<'a, Vec<PauseLeft>> {
+        Box::pin(async move {
+            let mut pipe = redis::pipe();
+            for host in hosts {
+                pipe.pttl(self.key(host));
+            }
+            let replies: Vec<i64> = self.query(&pipe).await?;
+            if replies.len() != hosts.len() {
+                return Err(StoreError::new("Redis answered a pipeline short", None));
+            }
+            Ok(replies.into_iter().map(pause_left).collect())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ttl_reply_reads_as_a_pause_and_anything_else_as_none_or_garbage() {
+        assert_eq!(pause_left(-2), PauseLeft::None);
+        assert_eq!(pause_left(0), PauseLeft::None);
+        assert_eq!(pause_left(1500), PauseLeft::Left(Duration::from_millis(1500)));
+        assert_eq!(pause_left(-1), PauseLeft::Garbage, "a key with no end");
+        assert_eq!(pause_left(-7), PauseLeft::Garbage);
+    }
+
+    #[test]
+    fn a_pause_is_written_in_whole_milliseconds_of_at_least_one() {
+        assert_eq!(millis(Duration::from_micros(10)), 1);
+        assert_eq!(millis(Duration::from_millis(2000)), 2000);
+        assert_eq!(millis(Duration::MAX), i64::MAX / 2);
+    }
+
+    #[tokio::test]
+    async fn a_host_s_key_is_its_own_hash_tag_under_the_fleet_s_prefix() {
+        let store = RedisStore::new("redis://127.0.0.1:1/", "workers").unwrap();
+        let host = FleetHost::new("https", "api.test", None);
+        assert_eq!(store.key(&host), "workers:pause:{https://api.test:443}");
+        assert!(RedisStore::new("not a url", "workers").is_err());
+        assert!(format!("{store:?}").contains("workers"));
+    }
+}

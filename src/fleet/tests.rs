@@ -1,0 +1,245 @@
+//! Two processes (two middlewares, each with a fleet of its own) sharing
+//! one store in memory, on one manual clock; calls answered in process by
+//! a middleware at the end of the chain, no network.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use http::Extensions;
+use reqwest::{Request, Response, ResponseBuilderExt};
+use reqwest_middleware::{ClientBuilder, ClientWithMiddleware, Middleware, Next};
+
+use super::memory::MemoryStore;
+use super::*;
+use crate::clock::ManualClock;
+use crate::rate_limit::{HostPaused, ReturnIfPaused};
+use crate::{RetryAfter, RetryConfig, RetryMiddleware};
+
+const URL: &str = "http://api.fleet.test/v1";
+
+/// Answers each request with the next status of its script (the last one
+/// once the script runs out), a 429 asking for 2 s; counts the requests.
+#[derive(Clone)]
+struct Server {
+    statuses: Arc<Mutex<Vec<u16>>>,
+    seen: Arc<AtomicUsize>,
+}
+
+impl Server {
+    fn new(statuses: &[u16]) -> Self {
+        let statuses = statuses.iter().rev().copied().collect();
+        Self { statuses: Arc::new(Mutex::new(statuses)), seen: Arc::default() }
+    }
+
+    fn then(&self, statuses: &[u16]) {
+        *self.statuses.lock().unwrap() = statuses.iter().rev().copied().collect();
+    }
+
+    fn seen(&self) -> usize {
+        self.seen.load(Ordering::Relaxed)
+    }
+}
+
+#[async_trait::async_trait]
+impl Middleware for Server {
+    async fn handle(
+        &self,
+        request: Request,
+        _: &mut Extensions,
+        _: Next<'_>,
+    ) -> reqwest_middleware::Result<Response> {
+        self.seen.fetch_add(1, Ordering::Relaxed);
+        let status = {
+            let mut statuses = self.statuses.lock().unwrap();
+            if statuses.len() > 1 { statuses.pop().unwrap() } else { statuses[0] }
+        };
+        let response = http::Response::builder().status(status).url(request.url().clone());
+        let response = if status == 429 { response.header("retry-after", "2") } else { response };
+        Ok(Response::from(response.body("").unwrap()))
+    }
+}
+
+/// One process: its client, its fleet and its server's count.
+struct Process {
+    client: ClientWithMiddleware,
+    fleet: Fleet,
+    server: Server,
+}
+
+/// A process with `config`, in a fleet of its own on `store`, calling a
+/// server that answers `statuses`. The fleet is joined before the clock
+/// is set: the order does not matter.
+fn process(
+    store: &Arc<MemoryStore>,
+    clock: &ManualClock,
+    config: RetryConfig,
+    statuses: &[u16],
+) -> Process {
+    let fleet = Fleet::new(store.clone());
+    let server = Server::new(statuses);
+    // No spread: the waits a paused host names are exact.
+    let middleware = RetryMiddleware::new(config)
+        .with_fleet(&fleet)
+        .with_clock(clock.clone())
+        .with_jitter_source(crate::jitter::FixedJitter::BOTTOM);
+    let client = ClientBuilder::new(reqwest::Client::new()).with(middleware).with(server.clone());
+    Process { client: client.build(), fleet, server }
+}
+
+/// A call that returns a pause rather than wait for it: the status, or
+/// the pause it met before sending.
+async fn call(process: &Process) -> Result<u16, Duration> {
+    match process.client.get(URL).with_extension(ReturnIfPaused).send().await {
+        Ok(response) => Ok(response.status().as_u16()),
+        Err(reqwest_middleware::Error::Middleware(error)) => {
+            Err(error.downcast_ref::<HostPaused>().expect("a paused host").wait())
+        }
+        Err(error) => panic!("{error}"),
+    }
+}
+
+fn setup() -> (Arc<MemoryStore>, ManualClock) {
+    let clock = ManualClock::new();
+    (Arc::new(MemoryStore::new(&clock)), clock)
+}
+
+#[tokio::test]
+async fn a_pause_one_process_takes_holds_the_others_calls_after_a_round_each() {
+    let (store, clock) = setup();
+    let a = process(&store, &clock, RetryConfig::default(), &[200, 429]);
+    let b = process(&store, &clock, RetryConfig::default(), &[200]);
+    // Both called the host before: it is in use in each.
+    assert_eq!((call(&a).await, call(&b).await), (Ok(200), Ok(200)));
+    assert_eq!(call(&a).await, Ok(429), "A is asked to keep away for 2 s");
+    assert_eq!(call(&b).await, Ok(200), "B does not know yet");
+    clock.advance(Duration::from_millis(300));
+    a.fleet.sync().await.unwrap();
+    b.fleet.sync().await.unwrap();
+    assert_eq!(call(&b).await, Err(Duration::from_millis(1700)), "B holds the call, unsent");
+    assert_eq!(b.server.seen(), 2);
+    let (sa, sb) = (a.fleet.status(), b.fleet.status());
+    assert_eq!((sa.published, sa.received, sb.published, sb.received), (1, 0, 0, 1));
+    assert!(sa.connected && sb.connected);
+    // When the pause ends, B's next call is its probe, and goes.
+    clock.advance(Duration::from_millis(1700));
+    assert_eq!(call(&b).await, Ok(200));
+    assert_eq!(b.server.seen(), 3);
+}
+
+#[tokio::test]
+async fn the_store_is_told_what_is_left_of_a_pause_when_the_round_runs() {
+    let (store, clock) = setup();
+    let a = process(&store, &clock, RetryConfig::default(), &[429]);
+    assert_eq!(call(&a).await, Ok(429));
+    clock.advance(Duration::from_millis(500));
+    a.fleet.sync().await.unwrap();
+    let host = FleetHost::new("http", "api.fleet.test", None);
+    let left = store.pauses_left(std::slice::from_ref(&host)).await.unwrap();
+    assert_eq!(left, [PauseLeft::Left(Duration::from_millis(1500))]);
+    assert_eq!(host.as_str(), "http://api.fleet.test:80");
+    // A pause queued and over before the round is not written.
+    let b = process(&store, &clock, RetryConfig::default(), &[429]);
+    let other = "http://other.fleet.test/";
+    let _ = b.client.get(other).with_extension(ReturnIfPaused).send().await.unwrap();
+    clock.advance(Duration::from_secs(3));
+    b.fleet.sync().await.unwrap();
+    assert_eq!(b.fleet.status().published, 0);
+}
+
+#[tokio::test]
+async fn a_store_that_fails_costs_a_call_nothing_and_sharing_resumes_after() {
+    let (store, clock) = setup();
+    let a = process(&store, &clock, RetryConfig::default(), &[200, 429]);
+    let b = process(&store, &clock, RetryConfig::default(), &[200]);
+    assert_eq!((call(&a).await, call(&b).await), (Ok(200), Ok(200)));
+    *store.down.lock().unwrap() = true;
+    assert_eq!(call(&a).await, Ok(429));
+    assert!(a.fleet.sync().await.is_err());
+    assert!(b.fleet.sync().await.is_err());
+    // Each process as alone: A holds its own pause, B knows nothing.
+    assert_eq!(call(&a).await, Err(Duration::from_secs(2)));
+    assert_eq!(call(&b).await, Ok(200));
+    let status = a.fleet.status();
+    assert_eq!((status.connected, status.failed_rounds, status.published), (false, 1, 0));
+    // Back up: the next pause is shared again.
+    *store.down.lock().unwrap() = false;
+    clock.advance(Duration::from_secs(2));
+    a.server.then(&[429]);
+    assert_eq!(call(&a).await, Ok(429), "the probe, told to wait again");
+    a.fleet.sync().await.unwrap();
+    b.fleet.sync().await.unwrap();
+    assert_eq!(call(&b).await, Err(Duration::from_secs(2)));
+    assert!(b.fleet.status().connected);
+}
+
+#[tokio::test]
+async fn what_the_store_holds_past_the_cap_or_not_a_pause_is_ignored_and_counted() {
+    let (store, clock) = setup();
+    let cap = Duration::from_secs(10);
+    let config = RetryConfig::builder()
+        .with_retry_after(RetryAfter::default().with_cap(cap))
+        .build()
+        .unwrap();
+    let b = process(&store, &clock, config, &[200]);
+    assert_eq!(call(&b).await, Ok(200));
+    let host = FleetHost::new("http", "api.fleet.test", None);
+    store.extend_pauses(&[(host.clone(), Duration::from_secs(3600))]).await.unwrap();
+    b.fleet.sync().await.unwrap();
+    assert_eq!(call(&b).await, Ok(200), "an hour is over the cap: ignored");
+    store.garbage.lock().unwrap().push(host);
+    b.fleet.sync().await.unwrap();
+    assert_eq!(call(&b).await, Ok(200));
+    assert_eq!((b.fleet.status().ignored, b.fleet.status().received), (2, 0));
+}
+
+#[tokio::test]
+async fn a_middleware_that_does_not_pause_stays_out_and_one_joins_one_fleet() {
+    let (store, clock) = setup();
+    let off = RetryConfig::builder()
+        .with_retry_after(RetryAfter::default().with_pause(false))
+        .build()
+        .unwrap();
+    let a = process(&store, &clock, off, &[429]);
+    assert_eq!(call(&a).await, Ok(429));
+    a.fleet.sync().await.unwrap();
+    assert_eq!(a.fleet.status().published, 0);
+    assert!(store.ends.lock().unwrap().is_empty());
+
+    let first = Fleet::new(store.clone());
+    let second = Fleet::new(store.clone());
+    let middleware = RetryMiddleware::default().with_fleet(&first).with_fleet(&second);
+    assert_eq!(lock(&first.inner.members).len(), 1);
+    assert!(lock(&second.inner.members).is_empty());
+    drop(middleware);
+    first.sync().await.unwrap();
+}
+
+#[test]
+fn the_queue_keeps_the_newest_pauses_and_counts_what_it_drops() {
+    let (store, clock) = setup();
+    let fleet = Fleet::new(store);
+    let ledger =
+        Arc::new(crate::budget::Ledger::new(None, 3, true, false).expect("books for the pauses"));
+    let member = fleet.join(&ledger, Arc::new(clock.clone()), Duration::from_secs(60)).unwrap();
+    let link = Link { fleet: Arc::downgrade(&fleet.inner), member };
+    let now = clock.now();
+    for n in 0..OUTBOX + 6 {
+        link.paused("http", &format!("h{n}.test"), None, Duration::from_secs(1), now);
+    }
+    assert_eq!(fleet.status().dropped, 6);
+    let outbox = lock(&fleet.inner.outbox);
+    assert_eq!(outbox.len(), OUTBOX);
+    assert_eq!(outbox.front().unwrap().host.as_str(), "http://h6.test:80");
+}
+
+#[test]
+fn a_host_is_named_alike_by_every_process() {
+    assert_eq!(FleetHost::new("https", "a.test", None).as_str(), "https://a.test:443");
+    assert_eq!(FleetHost::new("https", "a.test", Some(443)).as_str(), "https://a.test:443");
+    assert_eq!(FleetHost::new("http", "[::1]", Some(8080)).as_str(), "http://[::1]:8080");
+    assert_eq!(FleetHost::new("ws", "a.test", None).as_str(), "ws://a.test");
+    let url = FleetHost::new("http", "[::1]", Some(8080)).url().unwrap();
+    assert_eq!((url.host_str(), url.port()), (Some("[::1]"), Some(8080)));
+    assert_eq!(FleetHost::new("https", "a.test", None).to_string(), "https://a.test:443");
+}

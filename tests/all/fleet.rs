@@ -1,0 +1,153 @@
+//! The fleet on a real `redis-server`: processes (middlewares, each with a
+//! fleet and a store of its own) that share a host's pause through it, and
+//! go on alone when it is gone.
+
+use std::time::Duration;
+
+use reqwest_middleware::ClientWithMiddleware;
+use reqwest_safe_retry::clock::ManualClock;
+use reqwest_safe_retry::fleet::{Fleet, RedisStore};
+use reqwest_safe_retry::jitter::FixedJitter;
+use reqwest_safe_retry::rate_limit::{HostPaused, ReturnIfPaused};
+use reqwest_safe_retry::{RetryConfig, RetryMiddleware};
+use wiremock::{MockServer, ResponseTemplate};
+
+use crate::support::redis_server::RedisServer;
+use crate::support::*;
+
+/// One process of a fleet named `prefix` on `redis`, calling through the
+/// quick start's client on a manual clock, its waits unspread.
+struct Process {
+    client: ClientWithMiddleware,
+    fleet: Fleet,
+    clock: ManualClock,
+}
+
+fn process(redis: &RedisServer, prefix: &str) -> Process {
+    let fleet = Fleet::new(RedisStore::new(&redis.url(), prefix).unwrap());
+    let clock = ManualClock::new();
+    let client = RetryMiddleware::new(RetryConfig::default())
+        .with_clock(clock.clone())
+        .with_jitter_source(FixedJitter::BOTTOM)
+        .with_fleet(&fleet)
+        .client(reqwest::Client::builder())
+        .unwrap()
+        .build();
+    Process { client, fleet, clock }
+}
+
+/// A call to `server` that returns a pause rather than wait for it.
+async fn call(process: &Process, server: &MockServer) -> Result<u16, Duration> {
+    let request = process.client.get(format!("{}/r", server.uri())).with_extension(ReturnIfPaused);
+    match request.send().await {
+        Ok(response) => Ok(response.status().as_u16()),
+        Err(reqwest_middleware::Error::Middleware(error)) => {
+            Err(error.downcast_ref::<HostPaused>().expect("a paused host").wait())
+        }
+        Err(error) => panic!("{error}"),
+    }
+}
+
+/// A server answering 200, 200, then a 429 asking for 2 s, then 200.
+async fn limiter() -> MockServer {
+    let server = MockServer::start().await;
+    let limited = ResponseTemplate::new(429).insert_header("retry-after", "2");
+    let ok = ResponseTemplate::new(200);
+    script(&server, "/r", vec![ok.clone(), ok.clone(), limited, ok]).await;
+    server
+}
+
+/// `held` is a pause of at most 2 s and more than 1.5 s: Redis measures
+/// the pause in real time, the processes on their manual clocks.
+fn is_the_pause(held: Result<u16, Duration>) -> bool {
+    held.is_err_and(|wait| wait > Duration::from_millis(1500) && wait <= Duration::from_secs(2))
+}
+
+#[tokio::test]
+async fn a_pause_one_process_takes_holds_the_others_calls_through_redis() {
+    let redis = RedisServer::start();
+    let server = limiter().await;
+    let (a, b) = (process(&redis, "fleet-1"), process(&redis, "fleet-1"));
+    assert_eq!((call(&a, &server).await, call(&b, &server).await), (Ok(200), Ok(200)));
+    assert_eq!(call(&a, &server).await, Ok(429));
+    a.fleet.sync().await.unwrap();
+    b.fleet.sync().await.unwrap();
+    let held = call(&b, &server).await;
+    assert!(is_the_pause(held), "{held:?}");
+    assert_eq!(hits(&server).await, 3, "B's call was not sent");
+    assert_eq!((a.fleet.status().published, b.fleet.status().received), (1, 1));
+    // The end: B's next call is its probe.
+    b.clock.advance(Duration::from_secs(2));
+    assert_eq!(call(&b, &server).await, Ok(200));
+}
+
+#[tokio::test]
+async fn two_fleets_on_one_redis_share_nothing() {
+    let redis = RedisServer::start();
+    let server = limiter().await;
+    let (a, b) = (process(&redis, "fleet-1"), process(&redis, "fleet-2"));
+    assert_eq!((call(&a, &server).await, call(&b, &server).await), (Ok(200), Ok(200)));
+    assert_eq!(call(&a, &server).await, Ok(429));
+    a.fleet.sync().await.unwrap();
+    b.fleet.sync().await.unwrap();
+    assert_eq!(call(&b, &server).await, Ok(200));
+    assert_eq!(b.fleet.status().received, 0);
+}
+
+#[tokio::test]
+async fn with_redis_gone_each_process_goes_on_alone_and_sharing_resumes_when_it_is_back() {
+    let mut redis = RedisServer::start();
+    let server = limiter().await;
+    let (a, b) = (process(&redis, "fleet-1"), process(&redis, "fleet-1"));
+    assert_eq!((call(&a, &server).await, call(&b, &server).await), (Ok(200), Ok(200)));
+    redis.stop();
+    assert_eq!(call(&a, &server).await, Ok(429));
+    assert!(a.fleet.sync().await.is_err());
+    assert!(b.fleet.sync().await.is_err());
+    assert_eq!(call(&a, &server).await, Err(Duration::from_secs(2)), "A's own pause holds");
+    assert_eq!(call(&b, &server).await, Ok(200), "B is as it would be alone");
+    let status = a.fleet.status();
+    assert!(!status.connected && status.failed_rounds == 1, "{status:?}");
+
+    redis.restart();
+    let limited = ResponseTemplate::new(429).insert_header("retry-after", "2");
+    server.reset().await;
+    script(&server, "/r", vec![limited, ResponseTemplate::new(200)]).await;
+    a.clock.advance(Duration::from_secs(2));
+    assert_eq!(call(&a, &server).await, Ok(429), "A's probe, asked to wait again");
+    a.fleet.sync().await.unwrap();
+    b.fleet.sync().await.unwrap();
+    let held = call(&b, &server).await;
+    assert!(is_the_pause(held), "{held:?}");
+    assert!(a.fleet.status().connected);
+}
+
+#[tokio::test]
+async fn a_key_that_is_not_a_pause_is_ignored_and_counted() {
+    let redis = RedisServer::start();
+    let server = MockServer::start().await;
+    script_statuses(&server, "/r", &[200]).await;
+    let b = process(&redis, "fleet-1");
+    assert_eq!(call(&b, &server).await, Ok(200));
+    let host = format!("http://127.0.0.1:{}", server.address().port());
+    let mut raw =
+        redis::Client::open(redis.url()).unwrap().get_multiplexed_async_connection().await.unwrap();
+    // No time-to-live: not a pause.
+    let key = format!("fleet-1:pause:{{{host}}}");
+    redis::cmd("SET").arg(&key).arg("forever").query_async::<()>(&mut raw).await.unwrap();
+    b.fleet.sync().await.unwrap();
+    assert_eq!(call(&b, &server).await, Ok(200));
+    // An hour: over the cap of 30 s.
+    redis::cmd("SET")
+        .arg(&key)
+        .arg(1)
+        .arg("PX")
+        .arg(3_600_000)
+        .query_async::<()>(&mut raw)
+        .await
+        .unwrap();
+    b.fleet.sync().await.unwrap();
+    assert_eq!(call(&b, &server).await, Ok(200));
+    let status = b.fleet.status();
+    assert_eq!((status.ignored, status.received), (2, 0));
+}

@@ -1,0 +1,76 @@
+//! A real `redis-server` on loopback for the fleet's tests: a free port, a
+//! directory of its own, no persistence, stopped when dropped. Debian's
+//! `redis-server` package provides it (`.ci/run` installs it); a test that
+//! cannot start it fails.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// A running `redis-server`.
+pub struct RedisServer {
+    child: Option<Child>,
+    port: u16,
+    dir: PathBuf,
+}
+
+impl RedisServer {
+    /// Starts one on a free loopback port, once it accepts connections.
+    pub fn start() -> Self {
+        static STARTED: AtomicUsize = AtomicUsize::new(0);
+        let n = STARTED.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("rsr-redis-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a directory for redis-server");
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let mut server = Self { child: None, port, dir };
+        server.run();
+        server
+    }
+
+    /// Starts the server process on the port, and waits for its log to
+    /// say it is ready (reading it, not sleeping).
+    fn run(&mut self) {
+        let mut child = Command::new("redis-server")
+            .args(["--bind", "127.0.0.1", "--port", &self.port.to_string()])
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server runs (Debian's redis-server package; .ci/run installs it)");
+        let mut log = BufReader::new(child.stdout.take().unwrap()).lines();
+        let ready = log.by_ref().map_while(Result::ok).any(|line| line.contains("Ready to accept"));
+        assert!(ready, "redis-server on port {} did not start", self.port);
+        // Keep reading the log, so that the server never blocks on it.
+        std::thread::spawn(move || log.for_each(drop));
+        self.child = Some(child);
+    }
+
+    /// The server's URL.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// Stops the server: its data goes with it.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts it again on the same port, empty.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.run();
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
