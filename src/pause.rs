@@ -113,6 +113,18 @@ impl Pause {
         self.word.fetch_and(!PROBING, Ordering::AcqRel);
     }
 
+    /// When the pause in force at `now` ends: none if there is none, it
+    /// has ended, or its probe is in flight.
+    #[cfg(feature = "fleet")]
+    pub(crate) fn ends(&self, now: u64) -> Option<u64> {
+        let word = self.word.load(Ordering::Acquire);
+        if word == 0 || word & PROBING != 0 {
+            return None;
+        }
+        let until = decode(word);
+        (now < until).then_some(until)
+    }
+
     /// No pause, and none in flight: the host may be forgotten as far as
     /// its pause goes. A pause over at `now` whose probe no call has sent
     /// may go too, once `grace` has passed since it ended: the host has not
@@ -205,6 +217,19 @@ mod tests {
         late.pause(u64::MAX);
         // Saturated at half the range: still a pause, for aeons.
         assert_eq!(late.check(1 << 40), Gate::Until(u64::MAX / 2 - 1));
+    }
+
+    #[cfg(feature = "fleet")]
+    #[test]
+    fn a_pause_tells_its_end_while_it_holds() {
+        let pause = Pause::default();
+        assert_eq!(pause.ends(0), None);
+        pause.pause(2000);
+        assert_eq!(pause.ends(1999), Some(2000));
+        assert_eq!(pause.ends(2000), None, "over");
+        assert_eq!(pause.check(2000), Gate::Probe);
+        pause.pause(3000);
+        assert_eq!(pause.ends(2500), None, "its probe in flight");
     }
 
     #[test]

@@ -442,6 +442,8 @@ impl fmt::Debug for Ledger {
 
 mod watch;
 
+#[cfg(feature = "fleet")]
+pub(crate) use watch::HostInUse;
 pub(crate) use watch::{HostHandle, Passage, Turn};
 
 #[cfg(test)]

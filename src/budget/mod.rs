@@ -12,7 +12,7 @@ mod ledger;
 
 pub(crate) use lease::Lease;
 #[cfg(feature = "fleet")]
-pub(crate) use ledger::Fleetward;
+pub(crate) use ledger::{Fleetward, HostInUse};
 pub(crate) use ledger::{HostHandle, Ledger, Passage, Turn};
 
 /// Whether one budget is shared by every host or each host has its own.

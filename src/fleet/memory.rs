@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use super::{FleetHost, FleetStore, PauseLeft, StoreError, StoreFuture};
+use super::{FleetHost, FleetStore, PauseLeft, ProbeClaim, StoreError, StoreFuture};
 use crate::clock::{Clock, ManualClock};
 
 /// Pauses in memory, measured on `clock`; `down` fails every call, and
@@ -13,6 +13,7 @@ use crate::clock::{Clock, ManualClock};
 pub(super) struct MemoryStore {
     pub(super) clock: ManualClock,
     pub(super) ends: Mutex<HashMap<FleetHost, Instant>>,
+    pub(super) claims: Mutex<HashMap<FleetHost, Instant>>,
     pub(super) down: Mutex<bool>,
     pub(super) garbage: Mutex<Vec<FleetHost>>,
 }
@@ -22,6 +23,7 @@ impl MemoryStore {
         Self {
             clock: clock.clone(),
             ends: Mutex::default(),
+            claims: Mutex::default(),
             down: Mutex::new(false),
             garbage: Mutex::default(),
         }
@@ -63,6 +65,25 @@ impl FleetStore for std::sync::Arc<MemoryStore> {
                 }
             };
             Ok(hosts.iter().map(left).collect())
+        })
+    }
+
+    fn claim_probes<'a>(
+        &'a self,
+        claims: &'a [(FleetHost, Duration)],
+    ) -> StoreFuture<'a, Vec<ProbeClaim>> {
+        Box::pin(async move {
+            self.up()?;
+            let now = self.clock.now();
+            let mut held = self.claims.lock().unwrap();
+            let claim = |(host, lasting): &(FleetHost, Duration)| match held.get(host) {
+                Some(end) if *end > now => ProbeClaim::Lost(end.saturating_duration_since(now)),
+                _ => {
+                    held.insert(host.clone(), now + *lasting);
+                    ProbeClaim::Won
+                }
+            };
+            Ok(claims.iter().map(claim).collect())
         })
     }
 }

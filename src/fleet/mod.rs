@@ -16,9 +16,20 @@
 //!    of the host's shared pause, and pauses the host here for that long,
 //!    as if this process had been told (a longer pause of its own holds).
 //!
+//! 3. for every host whose pause ends before the round after next, it
+//!    claims the pause's probe for this process: the first process to
+//!    claim it sends the probe when the pause ends, and the others hold
+//!    their calls to the host until the claim ends, three intervals (at
+//!    least two seconds) past the pause, by when the probe's answer, if it
+//!    asked for another pause, has reached them.
+//!
 //! So every process holds new calls to a host within an interval and a
 //! round trip of the first `429`, and waits as long as the server asked,
-//! measured by the store: no two processes' clocks need to agree.
+//! measured by the store: no two processes' clocks need to agree. When the
+//! pause ends, one request goes from the whole fleet, not one from each
+//! process; the price is the claim's time, which the other processes wait
+//! even when the probe is answered at once. (A process that won a claim
+//! and has no call to send leaves the others to probe when it ends.)
 //!
 //! What reaches the store is a host's scheme, name and port and a length
 //! of time: no request, no header, no body, no path.
@@ -67,7 +78,7 @@ use std::time::{Duration, Instant};
 
 use reqwest::Url;
 
-use crate::budget::{Fleetward, Ledger};
+use crate::budget::{Fleetward, HostInUse, Ledger};
 use crate::clock::Clock;
 
 #[cfg(all(test, feature = "test-util"))]
@@ -102,6 +113,11 @@ impl FleetHost {
         &self.0
     }
 
+    /// The name of a host the books know.
+    fn of(host: &HostInUse) -> Self {
+        Self::new(&host.scheme, &host.name, host.port)
+    }
+
     /// A URL of the host, to find its entry in the books by.
     fn url(&self) -> Option<Url> {
         Url::parse(&self.0).ok()
@@ -112,6 +128,11 @@ impl fmt::Display for FleetHost {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
     }
+}
+
+/// Milliseconds of `duration`, saturating.
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
 fn default_port(scheme: &str) -> Option<u16> {
@@ -137,6 +158,28 @@ pub trait FleetStore: Send + Sync + 'static {
 
     /// What is left of each host's pause, in the order asked.
     fn pauses_left<'a>(&'a self, hosts: &'a [FleetHost]) -> StoreFuture<'a, Vec<PauseLeft>>;
+
+    /// Claims, for this process, the probe of each host's pause, for the
+    /// length given (the claim's own time-to-live): the first process to
+    /// claim a host's probe wins it until the claim ends. Returns, in the
+    /// order asked, whether this process won, or what is left of the
+    /// claim another holds.
+    fn claim_probes<'a>(
+        &'a self,
+        claims: &'a [(FleetHost, Duration)],
+    ) -> StoreFuture<'a, Vec<ProbeClaim>>;
+}
+
+/// Who sends the probe when a host's pause ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProbeClaim {
+    /// This process: its next call to the host is the probe.
+    Won,
+    /// Another process, whose claim lasts this much longer: this one holds
+    /// its calls until then, by when the probe's answer has reached it.
+    Lost(Duration),
+    /// The store could not tell: this process goes as it would alone.
+    Unknown,
 }
 
 /// What a store holds of one host's pause.
@@ -186,6 +229,8 @@ pub struct Fleet {
 
 struct Inner {
     store: Box<dyn FleetStore>,
+    /// The interval between rounds, in milliseconds.
+    interval_ms: AtomicU64,
     outbox: Mutex<VecDeque<Queued>>,
     members: Mutex<Vec<Member>>,
     connected: AtomicBool,
@@ -215,6 +260,7 @@ struct Counts {
     ignored: AtomicU64,
     dropped: AtomicU64,
     failed_rounds: AtomicU64,
+    held_for_probe: AtomicU64,
 }
 
 /// What a fleet has done so far, for metrics and health checks.
@@ -235,6 +281,9 @@ pub struct FleetStatus {
     pub dropped: u64,
     /// Rounds the store failed.
     pub failed_rounds: u64,
+    /// Pauses this process held past their end because another process
+    /// claimed their probe.
+    pub held_for_probe: u64,
 }
 
 impl fmt::Debug for Fleet {
@@ -252,6 +301,7 @@ impl Fleet {
     pub fn new(store: impl FleetStore) -> Self {
         let inner = Inner {
             store: Box::new(store),
+            interval_ms: AtomicU64::new(millis(Self::DEFAULT_INTERVAL)),
             outbox: Mutex::new(VecDeque::new()),
             members: Mutex::new(Vec::new()),
             connected: AtomicBool::new(false),
@@ -271,6 +321,7 @@ impl Fleet {
             ignored: read(&counts.ignored),
             dropped: read(&counts.dropped),
             failed_rounds: read(&counts.failed_rounds),
+            held_for_probe: read(&counts.held_for_probe),
         }
     }
 
@@ -283,6 +334,7 @@ impl Fleet {
     pub fn spawn(&self, interval: Duration) -> FleetTask {
         let fleet = Arc::downgrade(&self.inner);
         let interval = interval.max(Duration::from_millis(10));
+        self.inner.interval_ms.store(millis(interval), Ordering::Relaxed);
         let task = tokio::spawn(async move {
             loop {
                 let Some(inner) = fleet.upgrade() else { return };
@@ -323,19 +375,64 @@ impl Fleet {
             let published = u64::try_from(pauses.len()).unwrap_or(u64::MAX);
             self.inner.counts.published.fetch_add(published, Ordering::Relaxed);
         }
-        let members = self.members();
-        for (ledger, clock, cap) in members {
-            let hosts: Vec<FleetHost> = ledger
-                .hosts_in_use()
-                .into_iter()
-                .map(|(scheme, name, port)| FleetHost::new(&scheme, &name, port))
-                .collect();
+        for (ledger, clock, cap) in self.members() {
+            let hosts: Vec<FleetHost> =
+                ledger.hosts_in_use(clock.now()).iter().map(FleetHost::of).collect();
             if hosts.is_empty() {
                 continue;
             }
             let left = self.inner.store.pauses_left(&hosts).await?;
             for (host, left) in hosts.iter().zip(left) {
                 self.take_up(&ledger, clock.now(), cap, host, left);
+            }
+            self.claim_probes(&ledger, &*clock, cap).await?;
+        }
+        Ok(())
+    }
+
+    /// The interval between rounds.
+    fn interval(&self) -> Duration {
+        Duration::from_millis(self.inner.interval_ms.load(Ordering::Relaxed))
+    }
+
+    /// How long a probe's claim lasts past the end of its pause: long
+    /// enough for the probe's answer to be written and read by every
+    /// process (two rounds), and for the probe itself.
+    fn probe_window(&self) -> Duration {
+        self.interval().saturating_mul(3).max(Duration::from_secs(2))
+    }
+
+    /// Claims the probes of the pauses that end before the round after
+    /// next, so that one process of the fleet sends each: the others hold
+    /// their calls until the claim ends.
+    async fn claim_probes(
+        &self,
+        ledger: &Ledger,
+        clock: &dyn Clock,
+        cap: Duration,
+    ) -> Result<(), StoreError> {
+        let soon = self.interval().saturating_mul(2);
+        let window = self.probe_window();
+        let ending: Vec<(FleetHost, Duration)> = ledger
+            .hosts_in_use(clock.now())
+            .iter()
+            .filter_map(|host| {
+                let left = host.paused.filter(|left| *left <= soon)?;
+                Some((FleetHost::of(host), left.saturating_add(window)))
+            })
+            .collect();
+        if ending.is_empty() {
+            return Ok(());
+        }
+        let claims = self.inner.store.claim_probes(&ending).await?;
+        for ((host, _), claim) in ending.iter().zip(claims) {
+            let ProbeClaim::Lost(left) = claim else { continue };
+            let Some(url) = host.url().filter(|_| left <= cap.saturating_add(window)) else {
+                self.inner.counts.ignored.fetch_add(1, Ordering::Relaxed);
+                continue;
+            };
+            if ledger.pause_from_fleet(&url, left, clock.now()) {
+                self.inner.counts.held_for_probe.fetch_add(1, Ordering::Relaxed);
             }
         }
         Ok(())

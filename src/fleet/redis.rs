@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
-use super::{FleetHost, FleetStore, PauseLeft, StoreError, StoreFuture};
+use super::{FleetHost, FleetStore, PauseLeft, ProbeClaim, StoreError, StoreFuture};
 
 /// The longest a round waits for Redis to connect or to answer.
 const PATIENCE: Duration = Duration::from_secs(1);
@@ -76,6 +76,11 @@ impl RedisStore {
     /// The key of `host`'s pause.
     fn key(&self, host: &FleetHost) -> String {
         format!("{}:pause:{{{}}}", self.prefix, host.as_str())
+    }
+
+    /// The key of the claim on `host`'s probe: in the pause's slot.
+    fn probe_key(&self, host: &FleetHost) -> String {
+        format!("{}:probe:{{{}}}", self.prefix, host.as_str())
     }
 }
 
@@ -143,6 +148,39 @@ impl FleetStore for RedisStore {
             Ok(replies.into_iter().map(pause_left).collect())
         })
     }
+
+    fn claim_probes<'a>(
+        &'a self,
+        claims: &'a [(FleetHost, Duration)],
+    ) -> StoreFuture<'a, Vec<ProbeClaim>> {
+        Box::pin(async move {
+            let mut pipe = redis::pipe();
+            let me = std::process::id();
+            for (host, lasting) in claims {
+                let key = self.probe_key(host);
+                pipe.cmd("SET").arg(&key).arg(me).arg("NX").arg("PX").arg(millis(*lasting));
+                pipe.cmd("PTTL").arg(&key);
+            }
+            let replies: Vec<redis::Value> = self.query(&pipe).await?;
+            if replies.len() != claims.len().saturating_mul(2) {
+                return Err(StoreError::new("Redis answered a pipeline short", None));
+            }
+            Ok(replies.chunks_exact(2).map(|pair| claim(&pair[0], &pair[1])).collect())
+        })
+    }
+}
+
+/// A claim's two replies, `SET … NX` then `PTTL`, as a claim.
+fn claim(set: &redis::Value, ttl: &redis::Value) -> ProbeClaim {
+    match (set, ttl) {
+        (redis::Value::Okay, _) => ProbeClaim::Won,
+        (redis::Value::SimpleString(ok), _) if ok == "OK" => ProbeClaim::Won,
+        (redis::Value::Nil, redis::Value::Int(ms)) => match pause_left(*ms) {
+            PauseLeft::Left(left) => ProbeClaim::Lost(left),
+            PauseLeft::None | PauseLeft::Garbage => ProbeClaim::Unknown,
+        },
+        _ => ProbeClaim::Unknown,
+    }
 }
 
 #[cfg(test)]
@@ -159,6 +197,20 @@ mod tests {
     }
 
     #[test]
+    fn a_claim_is_won_by_a_set_lost_to_a_live_key_and_unknown_otherwise() {
+        use redis::Value;
+        assert_eq!(claim(&Value::Okay, &Value::Int(900)), ProbeClaim::Won);
+        let ok = Value::SimpleString("OK".into());
+        assert_eq!(claim(&ok, &Value::Int(900)), ProbeClaim::Won);
+        let lost = claim(&Value::Nil, &Value::Int(900));
+        assert_eq!(lost, ProbeClaim::Lost(Duration::from_millis(900)));
+        assert_eq!(claim(&Value::Nil, &Value::Int(-1)), ProbeClaim::Unknown, "no end");
+        assert_eq!(claim(&Value::Nil, &Value::Int(-2)), ProbeClaim::Unknown, "gone");
+        assert_eq!(claim(&Value::Nil, &Value::Nil), ProbeClaim::Unknown);
+        assert_eq!(claim(&Value::Int(3), &Value::Int(900)), ProbeClaim::Unknown);
+    }
+
+    #[test]
     fn a_pause_is_written_in_whole_milliseconds_of_at_least_one() {
         assert_eq!(millis(Duration::from_micros(10)), 1);
         assert_eq!(millis(Duration::from_millis(2000)), 2000);
@@ -170,6 +222,7 @@ mod tests {
         let store = RedisStore::new("redis://127.0.0.1:1/", "workers").unwrap();
         let host = FleetHost::new("https", "api.test", None);
         assert_eq!(store.key(&host), "workers:pause:{https://api.test:443}");
+        assert_eq!(store.probe_key(&host), "workers:probe:{https://api.test:443}");
         assert!(RedisStore::new("not a url", "workers").is_err());
         assert!(format!("{store:?}").contains("workers"));
     }

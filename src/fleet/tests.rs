@@ -243,3 +243,46 @@ fn a_host_is_named_alike_by_every_process() {
     assert_eq!((url.host_str(), url.port()), (Some("[::1]"), Some(8080)));
     assert_eq!(FleetHost::new("https", "a.test", None).to_string(), "https://a.test:443");
 }
+
+#[tokio::test]
+async fn when_a_shared_pause_ends_one_process_of_the_fleet_probes_and_the_others_wait_for_it() {
+    let (store, clock) = setup();
+    let a = process(&store, &clock, RetryConfig::default(), &[200, 429, 200]);
+    let b = process(&store, &clock, RetryConfig::default(), &[200]);
+    assert_eq!((call(&a).await, call(&b).await), (Ok(200), Ok(200)));
+    assert_eq!(call(&a).await, Ok(429));
+    a.fleet.sync().await.unwrap();
+    b.fleet.sync().await.unwrap();
+    // Half a second before the end, within two rounds of it: A claims the
+    // probe first, and B holds until A's claim ends, 2 s past the pause.
+    clock.advance(Duration::from_millis(1500));
+    a.fleet.sync().await.unwrap();
+    b.fleet.sync().await.unwrap();
+    assert_eq!((a.fleet.status().held_for_probe, b.fleet.status().held_for_probe), (0, 1));
+    clock.advance(Duration::from_millis(500));
+    assert_eq!(call(&a).await, Ok(200), "A's probe");
+    assert_eq!(call(&b).await, Err(Duration::from_secs(2)), "B waits for it");
+    assert_eq!(b.server.seen(), 1);
+    // Another round changes nothing: the claim is the same.
+    b.fleet.sync().await.unwrap();
+    assert_eq!(b.fleet.status().held_for_probe, 1);
+    clock.advance(Duration::from_secs(2));
+    assert_eq!(call(&b).await, Ok(200));
+}
+
+#[tokio::test]
+async fn a_store_that_cannot_tell_who_probes_leaves_each_process_as_alone() {
+    let (store, clock) = setup();
+    let a = process(&store, &clock, RetryConfig::default(), &[200, 429, 200]);
+    assert_eq!(call(&a).await, Ok(200));
+    assert_eq!(call(&a).await, Ok(429));
+    clock.advance(Duration::from_millis(1500));
+    // Another process holds the claim for an hour: past the cap, ignored.
+    let host = FleetHost::new("http", "api.fleet.test", None);
+    let far = clock.now() + Duration::from_secs(3600);
+    store.claims.lock().unwrap().insert(host, far);
+    a.fleet.sync().await.unwrap();
+    assert_eq!((a.fleet.status().held_for_probe, a.fleet.status().ignored), (0, 1));
+    clock.advance(Duration::from_millis(500));
+    assert_eq!(call(&a).await, Ok(200), "A probes, as alone");
+}

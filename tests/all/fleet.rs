@@ -151,3 +151,26 @@ async fn a_key_that_is_not_a_pause_is_ignored_and_counted() {
     let status = b.fleet.status();
     assert_eq!((status.ignored, status.received), (2, 0));
 }
+
+#[tokio::test]
+async fn through_redis_one_process_claims_the_probe_and_the_others_hold_until_its_claim_ends() {
+    let redis = RedisServer::start();
+    let server = MockServer::start().await;
+    let ok = ResponseTemplate::new(200);
+    let limited = ResponseTemplate::new(429).insert_header("retry-after-ms", "300");
+    script(&server, "/r", vec![ok.clone(), ok.clone(), limited, ok]).await;
+    let (a, b) = (process(&redis, "fleet-1"), process(&redis, "fleet-1"));
+    assert_eq!((call(&a, &server).await, call(&b, &server).await), (Ok(200), Ok(200)));
+    assert_eq!(call(&a, &server).await, Ok(429));
+    // A pause of 300 ms ends before the round after next: A, first to
+    // look, claims its probe for the pause and two seconds more.
+    a.fleet.sync().await.unwrap();
+    b.fleet.sync().await.unwrap();
+    assert_eq!((a.fleet.status().held_for_probe, b.fleet.status().held_for_probe), (0, 1));
+    let held = call(&b, &server).await;
+    let claim = Duration::from_millis(2300);
+    assert!(held.is_err_and(|wait| wait > Duration::from_secs(2) && wait <= claim), "{held:?}");
+    a.clock.advance(Duration::from_millis(300));
+    assert_eq!(call(&a, &server).await, Ok(200), "A's probe");
+    assert_eq!(hits(&server).await, 4);
+}

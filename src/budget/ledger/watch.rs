@@ -234,14 +234,22 @@ impl Ledger {
         self.hold(url, left, now).is_some_and(|(_, later)| later)
     }
 
-    /// The scheme, name and port of every host the books know: the hosts
-    /// this process called lately.
+    /// Every host the books know (the hosts this process called lately):
+    /// its scheme, name and port, and what is left at `now` of a pause in
+    /// force, if one is.
     #[cfg(feature = "fleet")]
-    pub(crate) fn hosts_in_use(&self) -> Vec<(String, String, Option<u16>)> {
+    pub(crate) fn hosts_in_use(&self, now: Instant) -> Vec<HostInUse> {
+        let now = self.ms(now);
         let mut hosts = Vec::new();
         self.hosts.for_each(|host| {
             let (scheme, name, port) = host.parts();
-            hosts.push((scheme.to_owned(), name.to_owned(), port));
+            let paused = host.value.pause.ends(now).map(|end| end.saturating_sub(now));
+            hosts.push(HostInUse {
+                scheme: scheme.to_owned(),
+                name: name.to_owned(),
+                port,
+                paused: paused.map(Duration::from_millis),
+            });
         });
         hosts
     }
@@ -278,6 +286,17 @@ impl Ledger {
             self.tell_fleet(&turn.host, asked, now);
         }
     }
+}
+
+/// A host the books know, as a fleet sees it.
+#[cfg(feature = "fleet")]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct HostInUse {
+    pub(crate) scheme: String,
+    pub(crate) name: String,
+    pub(crate) port: Option<u16>,
+    /// What is left of a pause in force.
+    pub(crate) paused: Option<Duration>,
 }
 
 /// Where a host stands for a request about to go to it.
