@@ -72,7 +72,7 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -214,6 +214,16 @@ impl StoreError {
     }
 }
 
+/// The target of the fleet's events.
+#[cfg(feature = "tracing")]
+const TARGET: &str = "reqwest_safe_retry::fleet";
+
+/// The fleet's states: no round yet, the last reached the store, the last
+/// failed.
+const UNKNOWN: u8 = 0;
+const CONNECTED: u8 = 1;
+const DEGRADED: u8 = 2;
+
 /// Pauses queued for the store at most; past it the oldest are dropped.
 const OUTBOX: usize = 1024;
 
@@ -233,8 +243,13 @@ struct Inner {
     interval_ms: AtomicU64,
     outbox: Mutex<VecDeque<Queued>>,
     members: Mutex<Vec<Member>>,
-    connected: AtomicBool,
+    /// Whether the last round reached the store; [`UNKNOWN`] before the
+    /// first.
+    state: AtomicU8,
     counts: Counts,
+    /// The drops an event has told of.
+    #[cfg(feature = "tracing")]
+    dropped_told: AtomicU64,
 }
 
 /// A pause waiting to be written: the host, the length asked, and when
@@ -304,8 +319,10 @@ impl Fleet {
             interval_ms: AtomicU64::new(millis(Self::DEFAULT_INTERVAL)),
             outbox: Mutex::new(VecDeque::new()),
             members: Mutex::new(Vec::new()),
-            connected: AtomicBool::new(false),
+            state: AtomicU8::new(UNKNOWN),
             counts: Counts::default(),
+            #[cfg(feature = "tracing")]
+            dropped_told: AtomicU64::new(0),
         };
         Self { inner: Arc::new(inner) }
     }
@@ -315,7 +332,7 @@ impl Fleet {
         let counts = &self.inner.counts;
         let read = |count: &AtomicU64| count.load(Ordering::Relaxed);
         FleetStatus {
-            connected: self.inner.connected.load(Ordering::Relaxed),
+            connected: self.inner.state.load(Ordering::Relaxed) == CONNECTED,
             published: read(&counts.published),
             received: read(&counts.received),
             ignored: read(&counts.ignored),
@@ -354,21 +371,45 @@ impl Fleet {
     /// The store's, when it fails: the queued pauses are lost (another
     /// `429` from the host queues its pause again), and nothing read is
     /// taken up.
+    ///
+    /// Events (target `reqwest_safe_retry::fleet`, with the `tracing`
+    /// feature) tell when the fleet connects (info) or degrades (warn, once
+    /// until it connects again), when pauses were dropped from a full
+    /// queue (warn), and each pause taken up from the fleet or held for
+    /// another process's probe (debug).
     pub async fn sync(&self) -> Result<(), StoreError> {
         let round = self.round().await;
-        self.inner.connected.store(round.is_ok(), Ordering::Relaxed);
+        let state = if round.is_ok() { CONNECTED } else { DEGRADED };
+        let was = self.inner.state.swap(state, Ordering::Relaxed);
         if round.is_err() {
             self.inner.counts.failed_rounds.fetch_add(1, Ordering::Relaxed);
         }
         #[cfg(feature = "tracing")]
-        if let Err(error) = &round {
-            tracing::warn!(target: "reqwest_safe_retry::fleet", %error, "the fleet's round failed: each process keeps its own pauses until one succeeds");
+        match &round {
+            Ok(()) if was != CONNECTED => {
+                tracing::info!(target: TARGET, "the fleet's store is reached: pauses are shared")
+            }
+            Err(error) if was != DEGRADED => {
+                tracing::warn!(target: TARGET, %error, "the fleet's store failed: each process keeps its own pauses until a round succeeds")
+            }
+            _ => {}
         }
+        #[cfg(not(feature = "tracing"))]
+        let _ = was;
         round
     }
 
     async fn round(&self) -> Result<(), StoreError> {
         let queued: Vec<Queued> = lock(&self.inner.outbox).drain(..).collect();
+        #[cfg(feature = "tracing")]
+        {
+            let dropped = self.inner.counts.dropped.load(Ordering::Relaxed);
+            let told = self.inner.dropped_told.swap(dropped, Ordering::Relaxed);
+            if dropped > told {
+                let lost = dropped.saturating_sub(told);
+                tracing::warn!(target: TARGET, lost, "pauses dropped from the fleet's full queue before they reached the store");
+            }
+        }
         let pauses = self.left_of(queued);
         if !pauses.is_empty() {
             self.inner.store.extend_pauses(&pauses).await?;
@@ -433,6 +474,8 @@ impl Fleet {
             };
             if ledger.pause_from_fleet(&url, left, clock.now()) {
                 self.inner.counts.held_for_probe.fetch_add(1, Ordering::Relaxed);
+                #[cfg(feature = "tracing")]
+                tracing::debug!(target: TARGET, host = %host, held_ms = millis(left), "held for another process's probe");
             }
         }
         Ok(())
@@ -483,7 +526,7 @@ impl Fleet {
         if ledger.pause_from_fleet(&url, left, now) {
             counts.received.fetch_add(1, Ordering::Relaxed);
             #[cfg(feature = "tracing")]
-            tracing::debug!(target: "reqwest_safe_retry::fleet", host = %host, left_ms = left.as_millis() as u64, "a pause from the fleet");
+            tracing::debug!(target: TARGET, host = %host, left_ms = millis(left), "a pause from the fleet");
         }
     }
 

@@ -96,6 +96,7 @@ async fn two_fleets_on_one_redis_share_nothing() {
 
 #[tokio::test]
 async fn with_redis_gone_each_process_goes_on_alone_and_sharing_resumes_when_it_is_back() {
+    let logs = capture_logs(tracing::Level::DEBUG);
     let mut redis = RedisServer::start();
     let server = limiter().await;
     let (a, b) = (process(&redis, "fleet-1"), process(&redis, "fleet-1"));
@@ -120,6 +121,11 @@ async fn with_redis_gone_each_process_goes_on_alone_and_sharing_resumes_when_it_
     let held = call(&b, &server).await;
     assert!(is_the_pause(held), "{held:?}");
     assert!(a.fleet.status().connected);
+    // Each process: degraded once, reached again once; B took A's pause up.
+    let text = logs.text();
+    assert_eq!(text.matches("each process keeps its own pauses").count(), 2, "{text}");
+    assert_eq!(text.matches("the fleet's store is reached").count(), 2, "{text}");
+    assert_eq!(text.matches("a pause from the fleet").count(), 1, "{text}");
 }
 
 #[tokio::test]
