@@ -61,14 +61,29 @@ impl RedisStore {
     ///
     /// Outside a Tokio runtime.
     pub fn new(url: &str, prefix: &str) -> Result<Self, StoreError> {
+        Self::with_patience(url, prefix, PATIENCE)
+    }
+
+    /// As [`new`](Self::new), waiting at most `patience` (rather than a
+    /// second) for Redis to connect and for each reply: a round fails
+    /// after at most twice that.
+    ///
+    /// # Errors
+    ///
+    /// As [`new`](Self::new).
+    ///
+    /// # Panics
+    ///
+    /// As [`new`](Self::new).
+    pub fn with_patience(url: &str, prefix: &str, patience: Duration) -> Result<Self, StoreError> {
         let failed =
             |error: redis::RedisError| StoreError::new("bad Redis URL", Some(error.into()));
         let client = redis::Client::open(url).map_err(failed)?;
         let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(PATIENCE))
-            .set_response_timeout(Some(PATIENCE))
+            .set_connection_timeout(Some(patience))
+            .set_response_timeout(Some(patience))
             .set_number_of_retries(1)
-            .set_max_delay(PATIENCE);
+            .set_max_delay(patience);
         let connection = ConnectionManager::new_lazy_with_config(client, config).map_err(failed)?;
         Ok(Self { connection, prefix: prefix.to_owned() })
     }

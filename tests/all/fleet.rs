@@ -180,3 +180,59 @@ async fn through_redis_one_process_claims_the_probe_and_the_others_hold_until_it
     assert_eq!(call(&a, &server).await, Ok(200), "A's probe");
     assert_eq!(hits(&server).await, 4);
 }
+
+/// A process as [`process`] makes it, on a store that waits `patience`.
+fn patient_process(url: &str, patience: Duration) -> Process {
+    let store = RedisStore::with_patience(url, "fleet-1", patience).unwrap();
+    let fleet = Fleet::new(store);
+    let clock = ManualClock::new();
+    let client = RetryMiddleware::new(RetryConfig::default())
+        .with_clock(clock.clone())
+        .with_jitter_source(FixedJitter::BOTTOM)
+        .with_fleet(&fleet)
+        .client(reqwest::Client::builder())
+        .unwrap()
+        .build();
+    Process { client, fleet, clock }
+}
+
+#[tokio::test]
+async fn a_password_is_given_in_the_url_and_a_wrong_one_fails_the_round_not_a_call() {
+    let redis = RedisServer::start_with(&["--requirepass", "s3cret"]);
+    let server = limiter().await;
+    let a = patient_process(&redis.url_with_password("s3cret"), Duration::from_secs(1));
+    let b = patient_process(&redis.url_with_password("wrong"), Duration::from_secs(1));
+    assert_eq!((call(&a, &server).await, call(&b, &server).await), (Ok(200), Ok(200)));
+    assert_eq!(call(&a, &server).await, Ok(429));
+    a.fleet.sync().await.unwrap();
+    assert!(b.fleet.sync().await.is_err(), "the wrong password");
+    assert_eq!(call(&b, &server).await, Ok(200), "B goes on alone");
+    assert_eq!(a.fleet.status().published, 1);
+}
+
+#[tokio::test]
+async fn a_frozen_redis_fails_the_round_within_its_patience_and_calls_go_on_as_alone() {
+    let redis = RedisServer::start();
+    let server = limiter().await;
+    let patience = Duration::from_millis(100);
+    let (a, b) = (patient_process(&redis.url(), patience), patient_process(&redis.url(), patience));
+    assert_eq!((call(&a, &server).await, call(&b, &server).await), (Ok(200), Ok(200)));
+    a.fleet.sync().await.unwrap();
+    redis.freeze();
+    assert_eq!(call(&a, &server).await, Ok(429));
+    // The round gives up; it does not wait for the thaw.
+    assert!(a.fleet.sync().await.is_err());
+    assert_eq!(call(&a, &server).await, Err(Duration::from_secs(2)), "A's own pause holds");
+    assert_eq!(call(&b, &server).await, Ok(200), "B goes on alone");
+    redis.thaw();
+    // The pause queued before was lost with the failed round; the next
+    // 429 is shared again.
+    let limited = ResponseTemplate::new(429).insert_header("retry-after", "2");
+    server.reset().await;
+    script(&server, "/r", vec![limited, ResponseTemplate::new(200)]).await;
+    a.clock.advance(Duration::from_secs(2));
+    assert_eq!(call(&a, &server).await, Ok(429));
+    a.fleet.sync().await.unwrap();
+    b.fleet.sync().await.unwrap();
+    assert!(is_the_pause(call(&b, &server).await));
+}

@@ -13,17 +13,25 @@ pub struct RedisServer {
     child: Option<Child>,
     port: u16,
     dir: PathBuf,
+    /// More arguments for the server: a password, say.
+    extra: Vec<String>,
 }
 
 impl RedisServer {
     /// Starts one on a free loopback port, once it accepts connections.
     pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// As [`start`](Self::start), with `extra` arguments for the server.
+    pub fn start_with(extra: &[&str]) -> Self {
         static STARTED: AtomicUsize = AtomicUsize::new(0);
         let n = STARTED.fetch_add(1, Ordering::Relaxed);
         let dir = std::env::temp_dir().join(format!("rsr-redis-{}-{n}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("a directory for redis-server");
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let mut server = Self { child: None, port, dir };
+        let extra = extra.iter().map(|arg| (*arg).to_owned()).collect();
+        let mut server = Self { child: None, port, dir, extra };
         server.run();
         server
     }
@@ -36,6 +44,7 @@ impl RedisServer {
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
             .arg("--dir")
             .arg(&self.dir)
+            .args(&self.extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -53,9 +62,32 @@ impl RedisServer {
         format!("redis://127.0.0.1:{}/", self.port)
     }
 
+    /// The server's URL with `password`.
+    pub fn url_with_password(&self, password: &str) -> String {
+        format!("redis://:{password}@127.0.0.1:{}/", self.port)
+    }
+
+    /// Freezes the server (`SIGSTOP`): it holds its connections and
+    /// answers nothing, as a Redis stuck in a long command does.
+    pub fn freeze(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Thaws a frozen server (`SIGCONT`).
+    pub fn thaw(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let pid = self.child.as_ref().expect("a running server").id().to_string();
+        let status = Command::new("kill").args([signal, &pid]).status().expect("kill runs");
+        assert!(status.success(), "kill {signal} {pid}");
+    }
+
     /// Stops the server: its data goes with it.
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
+            // A frozen server dies of SIGKILL all the same.
             let _ = child.kill();
             let _ = child.wait();
         }
