@@ -39,16 +39,40 @@ fn flat(text: &str) -> String {
 }
 
 /// The outage bound of the defaults, `1 + ratio × window / T + (reserve +
-/// 1) / (r × T)` at most `1 + max_retries`, for one request a second
-/// over `outage`, to two decimals.
-fn default_bound(outage: Duration) -> String {
+/// 1) / (r × T)` at most `1 + max_retries`, at `rate` requests a second
+/// over `outage`.
+fn bound(rate: f64, outage: Duration) -> f64 {
     let config = RetryConfig::default();
     let budget = config.budget().expect("a budget by default");
     let reserve = budget.reserve().unwrap_or(config.max_retries() + 2);
     let t = outage.as_secs_f64();
-    let bound =
-        1.0 + budget.ratio() * budget.window().as_secs_f64() / t + f64::from(reserve + 1) / t;
-    format!("{:.2}", bound.min(1.0 + f64::from(config.max_retries())))
+    let bound = 1.0
+        + budget.ratio() * budget.window().as_secs_f64() / t
+        + f64::from(reserve + 1) / (rate * t);
+    bound.min(1.0 + f64::from(config.max_retries()))
+}
+
+/// [`bound`] at one request a second, to two decimals.
+fn default_bound(outage: Duration) -> String {
+    format!("{:.2}", bound(1.0, outage))
+}
+
+#[test]
+fn the_readme_s_outage_table_holds_each_cell_to_the_bound_of_its_rate() {
+    let readme = include_str!("../../README.md");
+    let rates = [0.1, 1.0, 10.0, 1000.0];
+    for (row, outage) in [("| 60 s: load", 60), ("| 10 minutes", 600)] {
+        let line = readme.lines().find(|line| line.starts_with(row)).expect("the row");
+        let cells: Vec<&str> = line.split('|').map(str::trim).filter(|c| !c.is_empty()).collect();
+        assert_eq!(cells.len(), 1 + rates.len(), "{line}");
+        for (cell, rate) in cells[1..].iter().zip(rates) {
+            let (measured, stated) = cell.split_once(" ≤ ").expect("measured ≤ bound");
+            let want = format!("{:.3}", bound(rate, Duration::from_secs(outage)));
+            assert_eq!(stated, want, "{row} at {rate} req/s");
+            let measured: f64 = measured.trim_matches('*').parse().unwrap();
+            assert!(measured <= want.parse::<f64>().unwrap(), "{cell}");
+        }
+    }
 }
 
 /// Each figure that comes right before `after` in any document, with the
