@@ -113,6 +113,14 @@ impl Pause {
         self.word.fetch_and(!PROBING, Ordering::AcqRel);
     }
 
+    /// When the last pause set ends (or ended), its probe in flight or
+    /// not: none if none was set, or its probe settled it.
+    #[cfg(feature = "fleet")]
+    pub(crate) fn end(&self) -> Option<u64> {
+        let word = self.word.load(Ordering::Acquire);
+        (word != 0).then(|| decode(word))
+    }
+
     /// When the pause in force at `now` ends: none if there is none, it
     /// has ended, or its probe is in flight.
     #[cfg(feature = "fleet")]
@@ -230,6 +238,9 @@ mod tests {
         assert_eq!(pause.check(2000), Gate::Probe);
         pause.pause(3000);
         assert_eq!(pause.ends(2500), None, "its probe in flight");
+        assert_eq!(pause.end(), Some(3000), "the end, the probe in flight or not");
+        pause.settle(None);
+        assert_eq!(pause.end(), None);
     }
 
     #[test]

@@ -13,7 +13,7 @@ use crate::clock::{Clock, ManualClock};
 pub(super) struct MemoryStore {
     pub(super) clock: ManualClock,
     pub(super) ends: Mutex<HashMap<FleetHost, Instant>>,
-    pub(super) claims: Mutex<HashMap<FleetHost, Instant>>,
+    pub(super) claims: Mutex<HashMap<FleetHost, (String, Instant)>>,
     pub(super) down: Mutex<bool>,
     pub(super) garbage: Mutex<Vec<FleetHost>>,
 }
@@ -70,6 +70,7 @@ impl FleetStore for std::sync::Arc<MemoryStore> {
 
     fn claim_probes<'a>(
         &'a self,
+        token: &'a str,
         claims: &'a [(FleetHost, Duration)],
     ) -> StoreFuture<'a, Vec<ProbeClaim>> {
         Box::pin(async move {
@@ -77,9 +78,12 @@ impl FleetStore for std::sync::Arc<MemoryStore> {
             let now = self.clock.now();
             let mut held = self.claims.lock().unwrap();
             let claim = |(host, lasting): &(FleetHost, Duration)| match held.get(host) {
-                Some(end) if *end > now => ProbeClaim::Lost(end.saturating_duration_since(now)),
+                Some((holder, end)) if holder == token && *end > now => ProbeClaim::Won,
+                Some((_, end)) if *end > now => {
+                    ProbeClaim::Lost(end.saturating_duration_since(now))
+                }
                 _ => {
-                    held.insert(host.clone(), now + *lasting);
+                    held.insert(host.clone(), (token.to_owned(), now + *lasting));
                     ProbeClaim::Won
                 }
             };

@@ -15,7 +15,11 @@
 //! 2. it reads, for every host this process called lately, the time left
 //!    of the host's shared pause, and pauses the host here for that long,
 //!    as if this process had been told (a longer pause of its own holds).
-//!
+//!    The hosts called lately are those in the books: with the default
+//!    per-host budget, every host that answered in the last minute or so;
+//!    with a global budget, or none, only the hosts this process has
+//!    itself paused or throttled, so a fleet's pause reaches it for those
+//!    alone;
 //! 3. for every host whose pause ends before the round after next, it
 //!    claims the pause's probe for this process: the first process to
 //!    claim it sends the probe when the pause ends, and the others hold
@@ -159,13 +163,15 @@ pub trait FleetStore: Send + Sync + 'static {
     /// What is left of each host's pause, in the order asked.
     fn pauses_left<'a>(&'a self, hosts: &'a [FleetHost]) -> StoreFuture<'a, Vec<PauseLeft>>;
 
-    /// Claims, for this process, the probe of each host's pause, for the
-    /// length given (the claim's own time-to-live): the first process to
-    /// claim a host's probe wins it until the claim ends. Returns, in the
-    /// order asked, whether this process won, or what is left of the
-    /// claim another holds.
+    /// Claims, for the process that `token` names, the probe of each
+    /// host's pause, for the length given (the claim's own time-to-live):
+    /// the first process to claim a host's probe holds it until the claim
+    /// ends, and claiming it again wins for that process alone. Returns, in
+    /// the order asked, whether `token` holds the claim, or what is left of
+    /// the claim another holds.
     fn claim_probes<'a>(
         &'a self,
+        token: &'a str,
         claims: &'a [(FleetHost, Duration)],
     ) -> StoreFuture<'a, Vec<ProbeClaim>>;
 }
@@ -173,7 +179,8 @@ pub trait FleetStore: Send + Sync + 'static {
 /// Who sends the probe when a host's pause ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ProbeClaim {
-    /// This process: its next call to the host is the probe.
+    /// This process, now or since an earlier round: its next call to the
+    /// host is the probe.
     Won,
     /// Another process, whose claim lasts this much longer: this one holds
     /// its calls until then, by when the probe's answer has reached it.
@@ -239,6 +246,9 @@ pub struct Fleet {
 
 struct Inner {
     store: Box<dyn FleetStore>,
+    /// Names this process's claims in the store: random, as process ids
+    /// repeat from one container to the next.
+    token: String,
     /// The interval between rounds, in milliseconds.
     interval_ms: AtomicU64,
     outbox: Mutex<VecDeque<Queued>>,
@@ -316,6 +326,7 @@ impl Fleet {
     pub fn new(store: impl FleetStore) -> Self {
         let inner = Inner {
             store: Box::new(store),
+            token: format!("{:016x}", rand::random::<u64>()),
             interval_ms: AtomicU64::new(millis(Self::DEFAULT_INTERVAL)),
             outbox: Mutex::new(VecDeque::new()),
             members: Mutex::new(Vec::new()),
@@ -343,7 +354,8 @@ impl Fleet {
     }
 
     /// Runs a round every `interval` on the current Tokio runtime, until
-    /// the returned task is dropped or every middleware in the fleet is.
+    /// the returned task is dropped or the fleet is (every clone of it).
+    /// Each call starts a loop of its own: call it once.
     ///
     /// # Panics
     ///
@@ -422,9 +434,12 @@ impl Fleet {
             if hosts.is_empty() {
                 continue;
             }
+            // The time left is measured when the store reads it: the
+            // pause is held from before the reply's trip, not after.
+            let asked_at = clock.now();
             let left = self.inner.store.pauses_left(&hosts).await?;
             for (host, left) in hosts.iter().zip(left) {
-                self.take_up(&ledger, clock.now(), cap, host, left);
+                self.take_up(&ledger, asked_at, cap, host, left);
             }
             self.claim_probes(&ledger, &*clock, cap).await?;
         }
@@ -465,14 +480,15 @@ impl Fleet {
         if ending.is_empty() {
             return Ok(());
         }
-        let claims = self.inner.store.claim_probes(&ending).await?;
+        let asked_at = clock.now();
+        let claims = self.inner.store.claim_probes(&self.inner.token, &ending).await?;
         for ((host, _), claim) in ending.iter().zip(claims) {
             let ProbeClaim::Lost(left) = claim else { continue };
             let Some(url) = host.url().filter(|_| left <= cap.saturating_add(window)) else {
                 self.inner.counts.ignored.fetch_add(1, Ordering::Relaxed);
                 continue;
             };
-            if ledger.pause_from_fleet(&url, left, clock.now()) {
+            if ledger.pause_from_fleet(&url, left, asked_at) {
                 self.inner.counts.held_for_probe.fetch_add(1, Ordering::Relaxed);
                 #[cfg(feature = "tracing")]
                 tracing::debug!(target: TARGET, host = %host, held_ms = millis(left), "held for another process's probe");

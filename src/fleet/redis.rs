@@ -3,7 +3,7 @@
 //!
 //! - **Keys.** `{prefix}:pause:{scheme://name:port}`: the prefix names the
 //!   fleet (two fleets on one Redis share nothing), and the braces make the
-//!   host a hash tag, so each host's key lives in one slot of a cluster.
+//!   host a hash tag: a host's pause and probe keys share one slot.
 //! - **Writing a pause** is `SET key 1 NX PX ms` then `PEXPIRE key ms GT`:
 //!   a new key takes the pause, and an existing one is extended, never
 //!   shortened. No script, so a restarted Redis needs nothing loaded again.
@@ -11,9 +11,15 @@
 //!   processes' clocks never need to agree. A key with no time-to-live (one
 //!   something else wrote) is garbage, and ignored.
 //!
-//! Each round is one pipeline of writes and one of reads, with a timeout
-//! of a second on each reply: a Redis that is slow or gone fails the round,
-//! never a call.
+//! Each round is one pipeline of writes and, per middleware in the fleet,
+//! one of reads and one of probe claims, each waiting at most a second (or
+//! the patience given) for its reply: a Redis that is slow or gone fails
+//! the round, never a call.
+//!
+//! `PEXPIRE … GT` needs Redis 7.0 or later (or a store that speaks it,
+//! such as Valkey). The client is a single node's, not a cluster's: the
+//! hash tags keep each host's keys in one slot for a proxy that routes by
+//! slot, but a round's pipeline spans many hosts.
 
 use std::time::Duration;
 
@@ -65,8 +71,7 @@ impl RedisStore {
     }
 
     /// As [`new`](Self::new), waiting at most `patience` (rather than a
-    /// second) for Redis to connect and for each reply: a round fails
-    /// after at most twice that.
+    /// second) for Redis to connect and for each reply.
     ///
     /// # Errors
     ///
@@ -100,15 +105,20 @@ impl RedisStore {
 }
 
 impl RedisStore {
-    /// Sends `pipe`; once more if the connection was lost, which the first
-    /// try after Redis comes back meets (the manager reconnects then).
+    /// Sends `pipe`; once more if the connection had been lost, which the
+    /// first try after Redis comes back meets (the manager reconnects
+    /// then). Not after a timeout: the commands may have been applied, and
+    /// a pause written again later would be a longer one.
     async fn query<T: redis::FromRedisValue>(
         &self,
         pipe: &redis::Pipeline,
     ) -> Result<T, StoreError> {
         let mut connection = self.connection.clone();
         match pipe.query_async(&mut connection).await {
-            Err(error) if error.is_connection_dropped() || error.is_io_error() => {
+            Err(error)
+                if !error.is_timeout()
+                    && (error.is_connection_dropped() || error.is_connection_refusal()) =>
+            {
                 pipe.query_async(&mut connection).await.map_err(failed)
             }
             reply => reply.map_err(failed),
@@ -166,31 +176,39 @@ impl FleetStore for RedisStore {
 
     fn claim_probes<'a>(
         &'a self,
+        token: &'a str,
         claims: &'a [(FleetHost, Duration)],
     ) -> StoreFuture<'a, Vec<ProbeClaim>> {
         Box::pin(async move {
             let mut pipe = redis::pipe();
-            let me = std::process::id();
             for (host, lasting) in claims {
                 let key = self.probe_key(host);
-                pipe.cmd("SET").arg(&key).arg(me).arg("NX").arg("PX").arg(millis(*lasting));
+                pipe.cmd("SET").arg(&key).arg(token).arg("NX").arg("PX").arg(millis(*lasting));
+                pipe.cmd("GET").arg(&key);
                 pipe.cmd("PTTL").arg(&key);
             }
             let replies: Vec<redis::Value> = self.query(&pipe).await?;
-            if replies.len() != claims.len().saturating_mul(2) {
+            if replies.len() != claims.len().saturating_mul(3) {
                 return Err(StoreError::new("Redis answered a pipeline short", None));
             }
-            Ok(replies.chunks_exact(2).map(|pair| claim(&pair[0], &pair[1])).collect())
+            let claim = |replies: &[redis::Value]| claim(token, &replies[1], &replies[2]);
+            Ok(replies.chunks_exact(3).map(claim).collect())
         })
     }
 }
 
-/// A claim's two replies, `SET … NX` then `PTTL`, as a claim.
-fn claim(set: &redis::Value, ttl: &redis::Value) -> ProbeClaim {
-    match (set, ttl) {
-        (redis::Value::Okay, _) => ProbeClaim::Won,
-        (redis::Value::SimpleString(ok), _) if ok == "OK" => ProbeClaim::Won,
-        (redis::Value::Nil, redis::Value::Int(ms)) => match pause_left(*ms) {
+/// A claim as the replies to `GET` and `PTTL` after `SET … NX` tell it:
+/// won if the key holds `token` (set now, or by this process before),
+/// lost to another holder for the time left, unknown otherwise.
+fn claim(token: &str, holder: &redis::Value, ttl: &redis::Value) -> ProbeClaim {
+    let held_by = match holder {
+        redis::Value::BulkString(bytes) => Some(bytes.as_slice()),
+        redis::Value::SimpleString(text) => Some(text.as_bytes()),
+        _ => None,
+    };
+    match (held_by, ttl) {
+        (Some(holder), _) if holder == token.as_bytes() => ProbeClaim::Won,
+        (Some(_), redis::Value::Int(ms)) => match pause_left(*ms) {
             PauseLeft::Left(left) => ProbeClaim::Lost(left),
             PauseLeft::None | PauseLeft::Garbage => ProbeClaim::Unknown,
         },
@@ -212,17 +230,19 @@ mod tests {
     }
 
     #[test]
-    fn a_claim_is_won_by_a_set_lost_to_a_live_key_and_unknown_otherwise() {
+    fn a_claim_is_won_by_its_holder_lost_to_another_s_live_key_and_unknown_otherwise() {
         use redis::Value;
-        assert_eq!(claim(&Value::Okay, &Value::Int(900)), ProbeClaim::Won);
-        let ok = Value::SimpleString("OK".into());
-        assert_eq!(claim(&ok, &Value::Int(900)), ProbeClaim::Won);
-        let lost = claim(&Value::Nil, &Value::Int(900));
+        let mine = Value::BulkString(b"ab12".to_vec());
+        let theirs = Value::BulkString(b"cd34".to_vec());
+        assert_eq!(claim("ab12", &mine, &Value::Int(900)), ProbeClaim::Won);
+        let simple = Value::SimpleString("ab12".into());
+        assert_eq!(claim("ab12", &simple, &Value::Int(900)), ProbeClaim::Won);
+        let lost = claim("ab12", &theirs, &Value::Int(900));
         assert_eq!(lost, ProbeClaim::Lost(Duration::from_millis(900)));
-        assert_eq!(claim(&Value::Nil, &Value::Int(-1)), ProbeClaim::Unknown, "no end");
-        assert_eq!(claim(&Value::Nil, &Value::Int(-2)), ProbeClaim::Unknown, "gone");
-        assert_eq!(claim(&Value::Nil, &Value::Nil), ProbeClaim::Unknown);
-        assert_eq!(claim(&Value::Int(3), &Value::Int(900)), ProbeClaim::Unknown);
+        assert_eq!(claim("ab12", &theirs, &Value::Int(-1)), ProbeClaim::Unknown, "no end");
+        assert_eq!(claim("ab12", &theirs, &Value::Int(-2)), ProbeClaim::Unknown, "gone");
+        assert_eq!(claim("ab12", &Value::Nil, &Value::Int(900)), ProbeClaim::Unknown);
+        assert_eq!(claim("ab12", &Value::Int(3), &Value::Int(900)), ProbeClaim::Unknown);
     }
 
     #[test]

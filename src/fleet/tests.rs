@@ -280,9 +280,40 @@ async fn a_store_that_cannot_tell_who_probes_leaves_each_process_as_alone() {
     // Another process holds the claim for an hour: past the cap, ignored.
     let host = FleetHost::new("http", "api.fleet.test", None);
     let far = clock.now() + Duration::from_secs(3600);
-    store.claims.lock().unwrap().insert(host, far);
+    store.claims.lock().unwrap().insert(host, ("another".to_owned(), far));
     a.fleet.sync().await.unwrap();
     assert_eq!((a.fleet.status().held_for_probe, a.fleet.status().ignored), (0, 1));
     clock.advance(Duration::from_millis(500));
     assert_eq!(call(&a).await, Ok(200), "A probes, as alone");
+}
+
+#[tokio::test]
+async fn the_process_that_holds_a_probe_s_claim_is_not_held_by_it_however_many_rounds_it_runs() {
+    let (store, clock) = setup();
+    let a = process(&store, &clock, RetryConfig::default(), &[429, 200]);
+    assert_eq!(call(&a).await, Ok(429));
+    // A round every half second through the pause and past its end.
+    for _ in 0..4 {
+        a.fleet.sync().await.unwrap();
+        clock.advance(Duration::from_millis(500));
+    }
+    a.fleet.sync().await.unwrap();
+    assert_eq!(a.fleet.status().held_for_probe, 0);
+    assert_eq!(call(&a).await, Ok(200), "A's probe goes when the pause ends");
+}
+
+#[tokio::test]
+async fn a_probe_refused_with_no_time_named_is_not_told_to_the_fleet_as_a_server_s_pause() {
+    let (store, clock) = setup();
+    let a = process(&store, &clock, RetryConfig::default(), &[429, 503]);
+    assert_eq!(call(&a).await, Ok(429));
+    a.fleet.sync().await.unwrap();
+    clock.advance(Duration::from_secs(2));
+    // The probe is refused, no time named, and so are its retries: A
+    // holds the host a backoff step, its own guess, which the fleet is
+    // not told.
+    assert_eq!(call(&a).await, Ok(503));
+    assert!(a.server.seen() > 2, "the probe was refused and retried");
+    a.fleet.sync().await.unwrap();
+    assert_eq!(a.fleet.status().published, 1);
 }

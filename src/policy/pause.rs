@@ -129,7 +129,7 @@ impl<'a> Policy<'a> {
             // that step too.
             let refused = steps::may_pause(config, retryable, outcome);
             let step = refused.then(|| config.backoff.ceiling(0));
-            ledger.settle(turn, asked.or(step), now);
+            ledger.settle(turn, asked, step, now);
             return match (asked, step) {
                 (Some(_), _) => Held::Paused,
                 (None, Some(step)) => Held::Probe(step),

@@ -176,6 +176,9 @@ async fn through_redis_one_process_claims_the_probe_and_the_others_hold_until_it
     let held = call(&b, &server).await;
     let claim = Duration::from_millis(2300);
     assert!(held.is_err_and(|wait| wait > Duration::from_secs(2) && wait <= claim), "{held:?}");
+    // A round more: A still holds its claim, and is not held by it.
+    a.fleet.sync().await.unwrap();
+    assert_eq!(a.fleet.status().held_for_probe, 0);
     a.clock.advance(Duration::from_millis(300));
     assert_eq!(call(&a, &server).await, Ok(200), "A's probe");
     assert_eq!(hits(&server).await, 4);

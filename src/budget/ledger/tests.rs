@@ -264,7 +264,7 @@ fn a_probe_dropped_unsettled_gives_its_turn_to_the_next_call() {
     let Passage::Probe(turn) = b.gate(&host, || later, true) else {
         panic!("the next call probes in its place");
     };
-    b.settle(turn, None, later);
+    b.settle(turn, None, None, later);
     assert!(matches!(b.gate(&host, || later, true), Passage::Open), "settled: open again");
 }
 

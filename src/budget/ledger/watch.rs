@@ -15,6 +15,11 @@ use crate::rate_limit::Throttled;
 use crate::stripes::{Word, note_shared_write};
 use crate::throttle::{Answer, STALE_MS, Throttle};
 
+/// How much later than the end a process knew a pause read from its
+/// fleet must end to count as another process's.
+#[cfg(feature = "fleet")]
+const FLEET_SLACK_MS: u64 = 50;
+
 impl Ledger {
     /// Asks `throttle` whether a first attempt goes at `now`; while it is
     /// watched, the call keeps every call looking its host up.
@@ -229,9 +234,16 @@ impl Ledger {
     /// holds); the fleet is not told again. Returns whether the host's
     /// pause now ends later than this process knew: the pause came from
     /// another.
+    ///
+    /// An end within [`FLEET_SLACK_MS`] of the one this process knew is
+    /// its own pause come back (the store's clock and the round trip move
+    /// it a little), not another's.
     #[cfg(feature = "fleet")]
     pub(crate) fn pause_from_fleet(&self, url: &Url, left: Duration, now: Instant) -> bool {
-        self.hold(url, left, now).is_some_and(|(_, later)| later)
+        let before = self.hosts.with(url, |record| record.pause.end()).flatten();
+        let Some((host, _)) = self.hold(url, left, now) else { return false };
+        let after = host.value.pause.end().unwrap_or_default();
+        before.is_none_or(|before| after > before.saturating_add(FLEET_SLACK_MS))
     }
 
     /// Every host the books know (the hosts this process called lately):
@@ -273,10 +285,18 @@ impl Ledger {
     }
 
     /// The probe's outcome: the server asked for a new pause, of `asked`
-    /// from `now`, or the host is open again.
-    pub(crate) fn settle(&self, mut turn: Turn<'_>, asked: Option<Duration>, now: Instant) {
+    /// from `now`; or it refused again with no time named, and the host is
+    /// held for a backoff `step`; or the host is open again. Only a pause
+    /// the server asked for is told to a fleet.
+    pub(crate) fn settle(
+        &self,
+        mut turn: Turn<'_>,
+        asked: Option<Duration>,
+        step: Option<Duration>,
+        now: Instant,
+    ) {
         turn.settled = true;
-        let until = asked.map(|asked| self.until(asked, now));
+        let until = asked.or(step).map(|held| self.until(held, now));
         turn.host.value.pause.settle(until);
         if let Some(until) = until {
             self.look_until(until);
