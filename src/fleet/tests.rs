@@ -317,3 +317,62 @@ async fn a_probe_refused_with_no_time_named_is_not_told_to_the_fleet_as_a_server
     a.fleet.sync().await.unwrap();
     assert_eq!(a.fleet.status().published, 1);
 }
+
+/// The fleet's events while `run` runs, as text.
+#[cfg(feature = "tracing")]
+async fn events_of(run: impl std::future::Future<Output = ()>) -> String {
+    #[derive(Clone, Default)]
+    struct Buffer(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Buffer {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let buffer = Buffer::default();
+    let writer = buffer.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let guard = tracing::subscriber::set_default(subscriber);
+    run.await;
+    drop(guard);
+    String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap()
+}
+
+#[cfg(feature = "tracing")]
+#[tokio::test]
+async fn the_fleet_tells_each_change_of_its_store_once_and_what_its_queue_dropped() {
+    let (store, clock) = setup();
+    let fleet = Fleet::new(store.clone());
+    let ledger = Arc::new(crate::budget::Ledger::new(None, 3, true, false).unwrap());
+    let member = fleet.join(&ledger, Arc::new(clock.clone()), Duration::from_secs(60)).unwrap();
+    let link = Link { fleet: Arc::downgrade(&fleet.inner), member };
+    // A host in the books, so that every round reads the store.
+    let host = Url::parse("http://a.test/").unwrap();
+    assert!(ledger.pause(&host, Duration::from_secs(30), clock.now()));
+    let events = events_of(async {
+        fleet.sync().await.unwrap();
+        fleet.sync().await.unwrap();
+        *store.down.lock().unwrap() = true;
+        assert!(fleet.sync().await.is_err());
+        assert!(fleet.sync().await.is_err());
+        *store.down.lock().unwrap() = false;
+        for n in 0..OUTBOX + 3 {
+            link.paused("http", &format!("h{n}.test"), None, Duration::from_secs(1), clock.now());
+        }
+        fleet.sync().await.unwrap();
+        fleet.sync().await.unwrap();
+    })
+    .await;
+    assert_eq!(events.matches("the fleet's store is reached").count(), 2, "{events}");
+    assert_eq!(events.matches("each process keeps its own pauses").count(), 1, "{events}");
+    assert_eq!(events.matches("pauses dropped").count(), 1, "{events}");
+    assert!(events.contains("lost=3"), "{events}");
+    assert!(format!("{fleet:?}").starts_with("Fleet { status: FleetStatus { connected: true"));
+}
