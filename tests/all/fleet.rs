@@ -24,7 +24,16 @@ struct Process {
 }
 
 fn process(redis: &RedisServer, prefix: &str) -> Process {
-    let fleet = Fleet::new(RedisStore::new(&redis.url(), prefix).unwrap());
+    process_on(RedisStore::new(&redis.url(), prefix).unwrap())
+}
+
+/// A process as [`process`] makes it, on a store that waits `patience`.
+fn patient_process(url: &str, patience: Duration) -> Process {
+    process_on(RedisStore::with_patience(url, "fleet-1", patience).unwrap())
+}
+
+fn process_on(store: RedisStore) -> Process {
+    let fleet = Fleet::new(store);
     let clock = ManualClock::new();
     let client = RetryMiddleware::new(RetryConfig::default())
         .with_clock(clock.clone())
@@ -182,21 +191,6 @@ async fn through_redis_one_process_claims_the_probe_and_the_others_hold_until_it
     a.clock.advance(Duration::from_millis(300));
     assert_eq!(call(&a, &server).await, Ok(200), "A's probe");
     assert_eq!(hits(&server).await, 4);
-}
-
-/// A process as [`process`] makes it, on a store that waits `patience`.
-fn patient_process(url: &str, patience: Duration) -> Process {
-    let store = RedisStore::with_patience(url, "fleet-1", patience).unwrap();
-    let fleet = Fleet::new(store);
-    let clock = ManualClock::new();
-    let client = RetryMiddleware::new(RetryConfig::default())
-        .with_clock(clock.clone())
-        .with_jitter_source(FixedJitter::BOTTOM)
-        .with_fleet(&fleet)
-        .client(reqwest::Client::builder())
-        .unwrap()
-        .build();
-    Process { client, fleet, clock }
 }
 
 #[tokio::test]
