@@ -376,3 +376,21 @@ async fn the_fleet_tells_each_change_of_its_store_once_and_what_its_queue_droppe
     assert!(events.contains("lost=3"), "{events}");
     assert!(format!("{fleet:?}").starts_with("Fleet { status: FleetStatus { connected: true"));
 }
+
+#[tokio::test(start_paused = true)]
+async fn rounds_run_every_interval_while_the_task_is_kept_and_stop_when_it_is_dropped() {
+    let (store, clock) = setup();
+    *store.down.lock().unwrap() = true;
+    let fleet = Fleet::new(store.clone());
+    let ledger = Arc::new(crate::budget::Ledger::new(None, 3, true, false).unwrap());
+    fleet.join(&ledger, Arc::new(clock.clone()), Duration::from_secs(60)).unwrap();
+    let host = Url::parse("http://a.test/").unwrap();
+    assert!(ledger.pause(&host, Duration::from_secs(30), clock.now()));
+    let task = fleet.spawn(Duration::from_millis(100));
+    // Tokio's paused time: rounds at 0, 100, 200 and 300 ms.
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    assert_eq!(fleet.status().failed_rounds, 4);
+    drop(task);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(fleet.status().failed_rounds, 4, "no round once the task is dropped");
+}
