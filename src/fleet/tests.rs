@@ -394,3 +394,19 @@ async fn rounds_run_every_interval_while_the_task_is_kept_and_stop_when_it_is_dr
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(fleet.status().failed_rounds, 4, "no round once the task is dropped");
 }
+
+#[tokio::test]
+async fn a_pause_read_back_within_50_ms_of_the_process_s_own_end_is_its_own() {
+    let (store, clock) = setup();
+    let a = process(&store, &clock, RetryConfig::default(), &[429]);
+    let host = FleetHost::new("http", "api.fleet.test", None);
+    assert_eq!(call(&a).await, Ok(429), "A's own pause, 2 s");
+    // The store's end is 50 ms past A's: A's own pause come back.
+    store.extend_pauses(&[(host.clone(), Duration::from_millis(2050))]).await.unwrap();
+    a.fleet.sync().await.unwrap();
+    assert_eq!(a.fleet.status().received, 0);
+    // More than 50 ms past what A knows now is another process's.
+    store.extend_pauses(&[(host, Duration::from_millis(2101))]).await.unwrap();
+    a.fleet.sync().await.unwrap();
+    assert_eq!(a.fleet.status().received, 1);
+}
