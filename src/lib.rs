@@ -344,6 +344,11 @@
 #![cfg_attr(not(test), deny(clippy::arithmetic_side_effects))]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+// The fleet's rounds run on a Tokio task of their own, which a browser's
+// wasm32 has no runtime for.
+#[cfg(all(feature = "fleet", target_arch = "wasm32"))]
+compile_error!("the `fleet` feature needs a native target: its rounds run on a Tokio task");
+
 mod backoff;
 mod body;
 mod budget;
@@ -358,7 +363,7 @@ mod deadline;
 mod error;
 mod events;
 mod extensions;
-#[cfg(all(feature = "fleet", not(target_arch = "wasm32")))]
+#[cfg(feature = "fleet")]
 pub mod fleet;
 mod future;
 pub mod hedge;
