@@ -137,7 +137,7 @@ fn defines(source: &str, name: &str) -> bool {
 
 #[test]
 fn every_item_the_documents_name_by_path_exists() {
-    let source = sources();
+    let source = crate::support::rust_sources("src");
     let types = public_types(&source);
     let mut checked = 0;
     // Not the changelog, which names what was removed.
@@ -170,22 +170,4 @@ fn every_item_the_documents_name_by_path_exists() {
         }
     }
     assert!(checked > 50, "only {checked} paths checked");
-}
-
-/// Every source file of the crate, one after another.
-fn sources() -> String {
-    let mut all = String::new();
-    let mut dirs = vec![std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/src"))];
-    while let Some(dir) = dirs.pop() {
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                dirs.push(path);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                all.push_str(&std::fs::read_to_string(path).unwrap());
-                all.push('\n');
-            }
-        }
-    }
-    all
 }

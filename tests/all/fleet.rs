@@ -233,3 +233,24 @@ async fn a_frozen_redis_fails_the_round_within_its_patience_and_calls_go_on_as_a
     b.fleet.sync().await.unwrap();
     assert!(is_the_pause(call(&b, &server).await));
 }
+
+#[tokio::test]
+async fn a_call_goes_while_a_round_is_stuck_on_a_frozen_redis() {
+    let redis = RedisServer::start();
+    let server = limiter().await;
+    let a = patient_process(&redis.url(), Duration::from_secs(30));
+    assert_eq!(call(&a, &server).await, Ok(200));
+    a.fleet.sync().await.unwrap();
+    redis.freeze();
+    // A round in flight, waiting on Redis for as long as its patience.
+    let fleet = a.fleet.clone();
+    let round = tokio::spawn(async move { fleet.sync().await });
+    tokio::task::yield_now().await;
+    // Calls go meanwhile, the 429's pause taken on alone.
+    assert_eq!(call(&a, &server).await, Ok(200));
+    assert_eq!(call(&a, &server).await, Ok(429));
+    assert_eq!(call(&a, &server).await, Err(Duration::from_secs(2)));
+    assert!(!round.is_finished(), "the round still waits on Redis");
+    redis.thaw();
+    round.await.unwrap().unwrap();
+}

@@ -353,28 +353,10 @@ fn the_guide_shows_the_code_tested_here() {
 /// Every test a table of the guide names in its "tests" column, or the
 /// guide names in its prose, is a test of the suite: a claim cannot lose its
 /// test by a rename.
-/// Every Rust file under `dir` of the crate, and its subdirectories, in one
-/// string.
-fn rust_sources(dir: &str) -> String {
-    let mut dirs = vec![std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(dir)];
-    let mut text = String::new();
-    while let Some(dir) = dirs.pop() {
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                dirs.push(path);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                text.push_str(&std::fs::read_to_string(path).unwrap());
-            }
-        }
-    }
-    text
-}
-
 #[test]
 fn every_test_the_guide_names_exists() {
     let guide = include_str!("../../MIGRATING.md");
-    let tests = rust_sources("tests/all");
+    let tests = support::rust_sources("tests/all");
     // A test name: a backticked identifier of at least four words.
     let names: Vec<&str> = guide
         .split('`')
@@ -387,7 +369,7 @@ fn every_test_the_guide_names_exists() {
         })
         .collect();
     // The crate's own methods are named too: they are not tests.
-    let api = rust_sources("src");
+    let api = support::rust_sources("src");
     // And so are the APIs the guide maps from.
     let theirs = [
         "default_on_request_success",

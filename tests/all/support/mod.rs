@@ -59,6 +59,25 @@ pub async fn script(server: &MockServer, at: &str, responses: Vec<ResponseTempla
     Mock::given(path(at)).respond_with(script).mount(server).await;
 }
 
+/// Every Rust file under `dir` of the crate, and its subdirectories, in one
+/// string, each ending with a line break.
+pub fn rust_sources(dir: &str) -> String {
+    let mut dirs = vec![std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(dir)];
+    let mut text = String::new();
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                text.push_str(&std::fs::read_to_string(path).unwrap());
+                text.push('\n');
+            }
+        }
+    }
+    text
+}
+
 /// How many requests the server has received.
 pub async fn hits(server: &MockServer) -> usize {
     server.received_requests().await.expect("request recording is on").len()
