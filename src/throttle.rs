@@ -203,6 +203,15 @@ pub(crate) struct Books {
     /// adds [`ROOM`] as it fades from the books, each rejected one takes
     /// as much back, each call let through takes one.
     room: f64,
+    /// Answers to the other processes of a fleet, and how many of them were
+    /// accepted, decayed as this process's own are; and a count of them
+    /// decayed as calls are, for their rate.
+    pooled_answered: f64,
+    pooled_accepted: f64,
+    pooled_rate: f64,
+    /// This process's answers booked since a fleet last took them:
+    /// accepted, rejected.
+    unshared: (u32, u32),
 }
 
 impl Default for Books {
@@ -220,6 +229,10 @@ impl Default for Books {
             last_rejected: None,
             last_answer: 0,
             room: 0.0,
+            pooled_answered: 0.0,
+            pooled_accepted: 0.0,
+            pooled_rate: 0.0,
+            unshared: (0, 0),
         }
     }
 }
@@ -238,7 +251,11 @@ impl Books {
         // for `ROOM` times as many calls, held for a second at that rate.
         let most = (ROOM * self.accepted * ROOM_MS / tau).max(1.0);
         self.room = (self.room + ROOM * faded).min(most);
-        self.calls *= (-elapsed / CALLS_TAU_MS).exp();
+        self.pooled_answered *= answers;
+        self.pooled_accepted *= answers;
+        let calls = (-elapsed / CALLS_TAU_MS).exp();
+        self.calls *= calls;
+        self.pooled_rate *= calls;
         self.at = now;
     }
 
@@ -266,14 +283,16 @@ impl Books {
         if self.stale(now) {
             // As a host first seen now: its prior fades from now, and a run
             // of rejections spans the time since.
-            *self = Self { at: now, last_accepted: now, ..Self::default() };
+            let unshared = self.unshared;
+            *self = Self { at: now, last_accepted: now, unshared, ..Self::default() };
         }
     }
 
     /// The time constant of the answers' decay: long enough to hold about
-    /// [`SAMPLES`] of them at the current rate of calls.
+    /// [`SAMPLES`] of them at the current rate of calls, this process's
+    /// and, in a fleet, the answers pooled from the others.
     fn tau(&self) -> f64 {
-        let rate = self.rate();
+        let rate = self.rate() + self.pooled_rate * 1000.0 / CALLS_TAU_MS;
         if rate <= 0.0 {
             return MAX_TAU_MS;
         }
@@ -321,10 +340,11 @@ impl Books {
     }
 
     /// What a call kept back is told: about how many answers the books
-    /// hold, and how many were accepted.
+    /// hold (with those pooled from a fleet), and how many were accepted.
     pub(crate) fn kept_back(&self) -> Throttled {
         let count = |n: f64| n.round().clamp(0.0, f64::from(u32::MAX)) as u32;
-        Throttled::new(count(self.accepted), count(self.answered))
+        let accepted = self.accepted + self.pooled_accepted;
+        Throttled::new(count(accepted), count(self.answered + self.pooled_answered))
     }
 
     /// Takes in the answer to an attempt at `now`.
@@ -337,31 +357,72 @@ impl Books {
                     // The host is back: what it said while down is stale.
                     self.answered = 0.0;
                     self.accepted = 0.0;
+                    self.pooled_answered = 0.0;
+                    self.pooled_accepted = 0.0;
                     self.share = 1.0;
                 }
                 self.rejections = 0;
                 self.last_accepted = now;
                 self.accepted += 1.0;
+                self.unshared.0 = self.unshared.0.saturating_add(1);
             }
             Answer::Rejected => {
                 self.room = (self.room - ROOM).max(0.0);
                 self.rejections = self.rejections.saturating_add(1);
                 self.last_rejected = Some(now);
+                self.unshared.1 = self.unshared.1.saturating_add(1);
             }
         }
         self.answered += 1.0;
+        self.steer_now(now);
+    }
+
+    /// Steers by the latest ratio as an answer at `now` does: weighing as
+    /// more than one after a silence.
+    fn steer_now(&mut self, now: u64) {
         let since = now.saturating_sub(self.last_answer) as f64;
         self.last_answer = now;
         self.steer((since / WEIGHT_MS).clamp(1.0, WEIGHT_CAP));
     }
 
+    /// Takes in, at `now`, the answers the other processes of a fleet got
+    /// from the host since the fleet last told: `accepted` and `rejected`.
+    /// They count towards the ratio the share is steered by, and its
+    /// window, as this process's own answers do; the share is steered once
+    /// for them all, as by one answer after the time since the last, so a
+    /// fleet's evidence moves the share no faster than a busy host's
+    /// answers do. They make no room, take none back, and add nothing to a
+    /// run of rejections: those stay this process's own evidence.
+    #[cfg(any(feature = "fleet", test))]
+    pub(crate) fn pool(&mut self, now: u64, accepted: u32, rejected: u32) {
+        let answers = f64::from(accepted) + f64::from(rejected);
+        if answers <= 0.0 {
+            return;
+        }
+        self.refresh(now);
+        self.advance(now);
+        self.pooled_answered += answers;
+        self.pooled_accepted += f64::from(accepted);
+        self.pooled_rate += answers;
+        self.steer_now(now);
+    }
+
+    /// This process's answers booked since this was last asked, accepted
+    /// and rejected, for its fleet; the count starts again.
+    #[cfg(any(feature = "fleet", test))]
+    pub(crate) fn take_unshared(&mut self) -> (u32, u32) {
+        std::mem::take(&mut self.unshared)
+    }
+
     /// Moves the share by the latest ratio of accepted answers, as much as
     /// an answer of `weight` does: down in proportion to the shortfall
     /// below one in [`ACCEPTS_WORTH`], up in proportion to the excess; never
-    /// down before the ratio rests on [`MIN_ANSWERS`].
+    /// down before the ratio rests on [`MIN_ANSWERS`]. The ratio is over
+    /// this process's answers and those pooled from its fleet.
     fn steer(&mut self, weight: f64) {
-        let error = ACCEPTS_WORTH * self.accepted / self.answered - 1.0;
-        let error = if self.answered < MIN_ANSWERS { error.max(0.0) } else { error };
+        let answered = self.answered + self.pooled_answered;
+        let error = ACCEPTS_WORTH * (self.accepted + self.pooled_accepted) / answered - 1.0;
+        let error = if answered < MIN_ANSWERS { error.max(0.0) } else { error };
         let step = DOWN_GAIN * error.min(0.0) + UP_GAIN * error.max(0.0);
         self.share = (self.share * (weight * step).exp()).clamp(FLOOR, 1.0);
     }
@@ -372,6 +433,7 @@ impl Books {
     /// decayed by the average over that time, so that a batch does not
     /// count as a burst.
     pub(crate) fn fold(&mut self, now: u64, answers: u32) {
+        self.unshared.0 = self.unshared.0.saturating_add(answers);
         let spread = now.saturating_sub(self.at) as f64;
         let tau = self.tau();
         self.advance(now);

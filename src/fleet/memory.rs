@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use super::{FleetHost, FleetStore, PauseLeft, ProbeClaim, StoreError, StoreFuture};
+use super::{FleetHost, FleetStore, PauseLeft, ProbeClaim, StoreError, StoreFuture, Tally};
 use crate::clock::{Clock, ManualClock};
 
 /// Pauses in memory, measured on `clock`; `down` fails every call, and
@@ -16,6 +16,7 @@ pub(super) struct MemoryStore {
     pub(super) claims: Mutex<HashMap<FleetHost, (String, Instant)>>,
     pub(super) down: Mutex<bool>,
     pub(super) garbage: Mutex<Vec<FleetHost>>,
+    pub(super) totals: Mutex<HashMap<FleetHost, Tally>>,
 }
 
 impl MemoryStore {
@@ -26,6 +27,7 @@ impl MemoryStore {
             claims: Mutex::default(),
             down: Mutex::new(false),
             garbage: Mutex::default(),
+            totals: Mutex::default(),
         }
     }
 
@@ -88,6 +90,27 @@ impl FleetStore for std::sync::Arc<MemoryStore> {
                 }
             };
             Ok(claims.iter().map(claim).collect())
+        })
+    }
+
+    fn add_tallies<'a>(
+        &'a self,
+        tallies: &'a [(FleetHost, Tally)],
+    ) -> StoreFuture<'a, Vec<Option<Tally>>> {
+        Box::pin(async move {
+            self.up()?;
+            let mut totals = self.totals.lock().unwrap();
+            let garbage = self.garbage.lock().unwrap();
+            let add = |(host, tally): &(FleetHost, Tally)| {
+                if garbage.contains(host) {
+                    return None;
+                }
+                let total = totals.entry(host.clone()).or_default();
+                total.accepted += tally.accepted;
+                total.rejected += tally.rejected;
+                Some(*total)
+            };
+            Ok(tallies.iter().map(add).collect())
         })
     }
 }

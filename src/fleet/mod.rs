@@ -1,6 +1,7 @@
 //! A fleet of processes that share what each learns of a host: the pause
-//! its server asked for. (The `fleet` feature; the `redis` feature adds the
-//! store most fleets already run, [`RedisStore`].)
+//! its server asked for, and the answers its throttle judges it by. (The
+//! `fleet` feature; the `redis` feature adds the store most fleets already
+//! run, [`RedisStore`].)
 //!
 //! # What is shared, and how
 //!
@@ -27,6 +28,13 @@
 //!    least two seconds) past the pause, by when the probe's answer, if it
 //!    asked for another pause, has reached them.
 //!
+//! 4. once a second at most, it adds this process's answers from each host
+//!    in the books (accepted, and rejected, as the throttle counts them)
+//!    to the fleet's running totals, and reads them back in the same step:
+//!    what they grew by beyond this process's own addition is the other
+//!    processes' answers since it last looked. Each host's throttle takes
+//!    them in beside its own (see below).
+//!
 //! So every process holds new calls to a host within an interval and a
 //! round trip of the first `429`, and waits as long as the server asked,
 //! measured by the store: no two processes' clocks need to agree. When the
@@ -35,8 +43,30 @@
 //! even when the probe is answered at once. (A process that won a claim
 //! and has no call to send leaves the others to probe when it ends.)
 //!
-//! What reaches the store is a host's scheme, name and port and a length
-//! of time: no request, no header, no body, no path.
+//! # The throttle on a fleet's evidence
+//!
+//! A process that calls a host once a second needs some twenty answers,
+//! twenty seconds, before its throttle can tell an overloaded host from one
+//! that fails now and then; a fleet of ten such processes has them in two.
+//! The answers pooled from the other processes count, in each process's
+//! throttle, towards the ratio of accepted answers its share of calls is
+//! steered by, and shorten its window as a busier host's answers would.
+//! They are steered on once per pooling, as one answer after the time
+//! since the last, so a fleet's evidence moves a share no faster than a
+//! busy host's own answers do. What stays this process's own: the room its
+//! accepted answers make, a run of rejections that says the host is down,
+//! and the rule that a process calling less than about once a second is
+//! never throttled. [`FleetStatus::pooled`] counts the answers taken in,
+//! and [`FleetStatus::throttled_by_fleet`] the times they had a process
+//! start throttling a host its own answers had not.
+//!
+//! A reading of the totals that is below the last (they were lost, or a
+//! restarted store started them again), or that grew by more than a
+//! million answers of either kind, is not believed: it is ignored, counted,
+//! and the next reading counts from it.
+//!
+//! What reaches the store is a host's scheme, name and port, a length of
+//! time and counts of answers: no request, no header, no body, no path.
 //!
 //! # Never on a call's path
 //!
@@ -72,7 +102,7 @@
 //! # }
 //! ```
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -174,6 +204,47 @@ pub trait FleetStore: Send + Sync + 'static {
         token: &'a str,
         claims: &'a [(FleetHost, Duration)],
     ) -> StoreFuture<'a, Vec<ProbeClaim>>;
+
+    /// Adds each host's tally to the fleet's running totals for the host
+    /// (kept as long as some process adds to them, every few minutes at
+    /// least), and returns the totals just after the addition, in the
+    /// order given: `None` for a host whose totals are not counts (a key
+    /// something else wrote), which is ignored, and counted. Each host's
+    /// addition and reading must be one step, so that a process can tell
+    /// its own answers from the others'.
+    fn add_tallies<'a>(
+        &'a self,
+        tallies: &'a [(FleetHost, Tally)],
+    ) -> StoreFuture<'a, Vec<Option<Tally>>>;
+}
+
+/// Answers from one host, as the throttles of a fleet pool them:
+/// accepted, and rejected (see [`RetryConfig`](crate::RetryConfig)'s
+/// throttling for which are which).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Tally {
+    /// Answers the host accepted.
+    pub accepted: u64,
+    /// Answers that turned the attempt away: `429`, `502`, `503`, `504`,
+    /// refused connections and timeouts.
+    pub rejected: u64,
+}
+
+impl Tally {
+    /// What `self`, a running total read back, holds beyond `before` and
+    /// `added`, this process's own addition: the other processes' answers
+    /// since `before` was read. `None` when it holds less (the totals were
+    /// lost, and started again) or more than [`MOST_POOLED`] of either: a
+    /// total that says nothing believable of the time since.
+    fn beyond(self, before: Tally, added: Tally) -> Option<Tally> {
+        let more = |now: u64, was: u64, own: u64| {
+            now.checked_sub(was.checked_add(own)?).filter(|more| *more <= MOST_POOLED)
+        };
+        Some(Tally {
+            accepted: more(self.accepted, before.accepted, added.accepted)?,
+            rejected: more(self.rejected, before.rejected, added.rejected)?,
+        })
+    }
 }
 
 /// Who sends the probe when a host's pause ends.
@@ -234,6 +305,14 @@ const DEGRADED: u8 = 2;
 /// Pauses queued for the store at most; past it the oldest are dropped.
 const OUTBOX: usize = 1024;
 
+/// The other processes' answers from one host, of either kind, that one
+/// pooling takes in at most: more is not believed (a fleet of a thousand
+/// processes each answered a thousand times a second sends as many).
+const MOST_POOLED: u64 = 1_000_000;
+
+/// The least time between two poolings of a member's evidence.
+const POOL_EVERY: Duration = Duration::from_secs(1);
+
 /// A fleet of processes sharing their hosts' pauses through a
 /// [`FleetStore`]. Cheap to clone: clones are one fleet.
 ///
@@ -253,6 +332,8 @@ struct Inner {
     interval_ms: AtomicU64,
     outbox: Mutex<VecDeque<Queued>>,
     members: Mutex<Vec<Member>>,
+    /// Each member's pooling of evidence, by its number.
+    pools: Mutex<HashMap<usize, Pool>>,
     /// Whether the last round reached the store; [`UNKNOWN`] before the
     /// first.
     state: AtomicU8,
@@ -271,11 +352,23 @@ struct Queued {
     member: usize,
 }
 
+/// A member whose middleware is still there: its books, its clock and its
+/// cap.
+type Live = (Arc<Ledger>, Arc<dyn Clock>, Duration);
+
 /// A middleware in the fleet: its books, its clock and its cap.
 struct Member {
     ledger: Weak<Ledger>,
     clock: Arc<dyn Clock>,
     cap: Duration,
+}
+
+/// A member's pooling: when it last pooled, and the fleet's totals for
+/// each host read then.
+#[derive(Default)]
+struct Pool {
+    at: Option<Instant>,
+    totals: HashMap<FleetHost, Tally>,
 }
 
 #[derive(Default)]
@@ -286,6 +379,8 @@ struct Counts {
     dropped: AtomicU64,
     failed_rounds: AtomicU64,
     held_for_probe: AtomicU64,
+    pooled: AtomicU64,
+    throttled_by_fleet: AtomicU64,
 }
 
 /// What a fleet has done so far, for metrics and health checks.
@@ -309,6 +404,11 @@ pub struct FleetStatus {
     /// Pauses this process held past their end because another process
     /// claimed their probe.
     pub held_for_probe: u64,
+    /// Answers of other processes this one's throttles took in.
+    pub pooled: u64,
+    /// Times the fleet's evidence had this process start throttling a
+    /// host that its own answers had not.
+    pub throttled_by_fleet: u64,
 }
 
 impl fmt::Debug for Fleet {
@@ -330,6 +430,7 @@ impl Fleet {
             interval_ms: AtomicU64::new(millis(Self::DEFAULT_INTERVAL)),
             outbox: Mutex::new(VecDeque::new()),
             members: Mutex::new(Vec::new()),
+            pools: Mutex::default(),
             state: AtomicU8::new(UNKNOWN),
             counts: Counts::default(),
             #[cfg(feature = "tracing")]
@@ -350,6 +451,8 @@ impl Fleet {
             dropped: read(&counts.dropped),
             failed_rounds: read(&counts.failed_rounds),
             held_for_probe: read(&counts.held_for_probe),
+            pooled: read(&counts.pooled),
+            throttled_by_fleet: read(&counts.throttled_by_fleet),
         }
     }
 
@@ -443,7 +546,82 @@ impl Fleet {
             }
             self.claim_probes(&ledger, &*clock, cap).await?;
         }
+        for (member, (ledger, clock, _)) in self.members_numbered() {
+            self.pool(member, &ledger, &*clock).await?;
+        }
         Ok(())
+    }
+
+    /// Pools a member's evidence with the fleet's, at most once a
+    /// [`POOL_EVERY`] (or a round, if rounds are further apart): adds the
+    /// answers it got from each host since it last did to the fleet's
+    /// totals, and takes in, for each host, the other processes' answers
+    /// since then, as the totals read back tell them.
+    ///
+    /// The first reading of a host's totals, and one that is not believed
+    /// ([`Tally::beyond`]), only sets where the next one counts from.
+    async fn pool(
+        &self,
+        member: usize,
+        ledger: &Ledger,
+        clock: &dyn Clock,
+    ) -> Result<(), StoreError> {
+        let now = clock.now();
+        let every = POOL_EVERY.max(self.interval());
+        let last = lock(&self.inner.pools).get(&member).and_then(|pool| pool.at);
+        if last.is_some_and(|at| now.saturating_duration_since(at) < every) {
+            return Ok(());
+        }
+        let tallies: Vec<(FleetHost, Tally)> = ledger
+            .take_evidence(now)
+            .into_iter()
+            .map(|(host, (accepted, rejected))| {
+                let tally = Tally { accepted: accepted.into(), rejected: rejected.into() };
+                (FleetHost::of(&host), tally)
+            })
+            .collect();
+        lock(&self.inner.pools).entry(member).or_default().at = Some(now);
+        if tallies.is_empty() {
+            return Ok(());
+        }
+        let totals = self.inner.store.add_tallies(&tallies).await?;
+        let now = clock.now();
+        let mut pools = lock(&self.inner.pools);
+        let pool = pools.entry(member).or_default();
+        // Hosts the books no longer hold are dropped with them.
+        let before = std::mem::take(&mut pool.totals);
+        for ((host, added), total) in tallies.iter().zip(totals) {
+            let Some(total) = total else {
+                self.inner.counts.ignored.fetch_add(1, Ordering::Relaxed);
+                continue;
+            };
+            pool.totals.insert(host.clone(), total);
+            let Some(&was) = before.get(host) else { continue };
+            let Some(others) = total.beyond(was, *added) else {
+                self.inner.counts.ignored.fetch_add(1, Ordering::Relaxed);
+                continue;
+            };
+            self.take_in(ledger, now, host, others);
+        }
+        Ok(())
+    }
+
+    /// Takes the other processes' answers from `host` into its throttle.
+    fn take_in(&self, ledger: &Ledger, now: Instant, host: &FleetHost, others: Tally) {
+        if others == Tally::default() {
+            return;
+        }
+        let Some(url) = host.url() else { return };
+        let count = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
+        let (accepted, rejected) = (count(others.accepted), count(others.rejected));
+        let counts = &self.inner.counts;
+        counts.pooled.fetch_add(others.accepted.saturating_add(others.rejected), Ordering::Relaxed);
+        let (was, is) = ledger.pool_from_fleet(&url, (accepted, rejected), now);
+        if is && !was {
+            counts.throttled_by_fleet.fetch_add(1, Ordering::Relaxed);
+            #[cfg(feature = "tracing")]
+            tracing::debug!(target: TARGET, host = %host, accepted, rejected, "the fleet's answers have this process throttle a host");
+        }
     }
 
     /// The interval between rounds.
@@ -512,11 +690,19 @@ impl Fleet {
     }
 
     /// The members whose middleware is still there.
-    fn members(&self) -> Vec<(Arc<Ledger>, Arc<dyn Clock>, Duration)> {
+    fn members(&self) -> Vec<Live> {
+        self.members_numbered().into_iter().map(|(_, member)| member).collect()
+    }
+
+    /// [`members`](Self::members), each with its number.
+    fn members_numbered(&self) -> Vec<(usize, Live)> {
         let members = lock(&self.inner.members);
         members
             .iter()
-            .filter_map(|member| Some((member.ledger.upgrade()?, member.clock.clone(), member.cap)))
+            .enumerate()
+            .filter_map(|(n, member)| {
+                Some((n, (member.ledger.upgrade()?, member.clock.clone(), member.cap)))
+            })
             .collect()
     }
 

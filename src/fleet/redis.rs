@@ -10,6 +10,13 @@
 //! - **Reading** is `PTTL key`: the time left, measured by Redis, so the
 //!   processes' clocks never need to agree. A key with no time-to-live (one
 //!   something else wrote) is garbage, and ignored.
+//! - **Pooling answers** is `HINCRBY` on `{prefix}:tally:{host}`, fields
+//!   `accepted` and `rejected`: running totals that each process adds its
+//!   answers to and reads back in the same command, so what it reads
+//!   beyond its own addition is the other processes'. No clock, no
+//!   bucket: the key lives ten minutes past the last addition. A key of
+//!   another type, or a field that is not a number, fails its own
+//!   commands alone, and is ignored.
 //!
 //! Each round is one pipeline of writes and, per middleware in the fleet,
 //! one of reads and one of probe claims, each waiting at most a second (or
@@ -25,10 +32,14 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
-use super::{FleetHost, FleetStore, PauseLeft, ProbeClaim, StoreError, StoreFuture};
+use super::{FleetHost, FleetStore, PauseLeft, ProbeClaim, StoreError, StoreFuture, Tally};
 
 /// The longest a round waits for Redis to connect or to answer.
 const PATIENCE: Duration = Duration::from_secs(1);
+
+/// How long a host's totals of answers are kept after a process last
+/// added to them.
+const TALLY_KEPT: Duration = Duration::from_secs(600);
 
 /// A fleet's store on Redis (the `redis` feature).
 ///
@@ -101,6 +112,11 @@ impl RedisStore {
     /// The key of the claim on `host`'s probe: in the pause's slot.
     fn probe_key(&self, host: &FleetHost) -> String {
         format!("{}:probe:{{{}}}", self.prefix, host.as_str())
+    }
+
+    /// The key of `host`'s running totals of answers: in the pause's slot.
+    fn tally_key(&self, host: &FleetHost) -> String {
+        format!("{}:tally:{{{}}}", self.prefix, host.as_str())
     }
 }
 
@@ -181,6 +197,8 @@ impl FleetStore for RedisStore {
     ) -> StoreFuture<'a, Vec<ProbeClaim>> {
         Box::pin(async move {
             let mut pipe = redis::pipe();
+            // A key of another type fails its `GET`, read as unknown.
+            pipe.ignore_errors();
             for (host, lasting) in claims {
                 let key = self.probe_key(host);
                 pipe.cmd("SET").arg(&key).arg(token).arg("NX").arg("PX").arg(millis(*lasting));
@@ -194,6 +212,43 @@ impl FleetStore for RedisStore {
             let claim = |replies: &[redis::Value]| claim(token, &replies[1], &replies[2]);
             Ok(replies.chunks_exact(3).map(claim).collect())
         })
+    }
+
+    fn add_tallies<'a>(
+        &'a self,
+        tallies: &'a [(FleetHost, Tally)],
+    ) -> StoreFuture<'a, Vec<Option<Tally>>> {
+        Box::pin(async move {
+            let mut pipe = redis::pipe();
+            // A key something else wrote fails its own commands, not the
+            // round's.
+            pipe.ignore_errors();
+            for (host, tally) in tallies {
+                let key = self.tally_key(host);
+                let add = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+                pipe.cmd("HINCRBY").arg(&key).arg("accepted").arg(add(tally.accepted));
+                pipe.cmd("HINCRBY").arg(&key).arg("rejected").arg(add(tally.rejected));
+                pipe.cmd("PEXPIRE").arg(&key).arg(millis(TALLY_KEPT)).ignore();
+            }
+            let replies: Vec<redis::Value> = self.query(&pipe).await?;
+            if replies.len() != tallies.len().saturating_mul(2) {
+                return Err(StoreError::new("Redis answered a pipeline short", None));
+            }
+            let total = |replies: &[redis::Value]| {
+                Some(Tally { accepted: count(&replies[0])?, rejected: count(&replies[1])? })
+            };
+            Ok(replies.chunks_exact(2).map(total).collect())
+        })
+    }
+}
+
+/// A total as `HINCRBY` answers it: a count, or `None` for anything else
+/// (an error for a key of another type or a field that is not a number,
+/// or a count below zero).
+fn count(reply: &redis::Value) -> Option<u64> {
+    match reply {
+        redis::Value::Int(n) => u64::try_from(*n).ok(),
+        _ => None,
     }
 }
 
@@ -246,6 +301,16 @@ mod tests {
     }
 
     #[test]
+    fn a_total_is_a_count_of_zero_or_more_and_anything_else_is_none() {
+        use redis::Value;
+        assert_eq!(count(&Value::Int(0)), Some(0));
+        assert_eq!(count(&Value::Int(42)), Some(42));
+        assert_eq!(count(&Value::Int(-1)), None);
+        assert_eq!(count(&Value::BulkString(b"42".to_vec())), None);
+        assert_eq!(count(&Value::Nil), None);
+    }
+
+    #[test]
     fn a_pause_is_written_in_whole_milliseconds_of_at_least_one() {
         assert_eq!(millis(Duration::from_micros(10)), 1);
         assert_eq!(millis(Duration::from_millis(2000)), 2000);
@@ -258,6 +323,7 @@ mod tests {
         let host = FleetHost::new("https", "api.test", None);
         assert_eq!(store.key(&host), "workers:pause:{https://api.test:443}");
         assert_eq!(store.probe_key(&host), "workers:probe:{https://api.test:443}");
+        assert_eq!(store.tally_key(&host), "workers:tally:{https://api.test:443}");
         assert!(RedisStore::new("not a url", "workers").is_err());
         assert!(format!("{store:?}").contains("workers"));
     }

@@ -410,3 +410,130 @@ async fn a_pause_read_back_within_50_ms_of_the_process_s_own_end_is_its_own() {
     a.fleet.sync().await.unwrap();
     assert_eq!(a.fleet.status().received, 1);
 }
+
+/// A POST (never retried), its status or `None` when the throttle kept it
+/// back.
+async fn post(process: &Process) -> Option<u16> {
+    match process.client.post(URL).send().await {
+        Ok(response) => Some(response.status().as_u16()),
+        Err(reqwest_middleware::Error::Middleware(error)) => {
+            assert!(error.is::<crate::rate_limit::Throttled>(), "{error}");
+            None
+        }
+        Err(error) => panic!("{error}"),
+    }
+}
+
+/// Calls kept back from `slow`, a process calling once a second, over
+/// `secs` seconds of a host turning every attempt away, while `busy` calls
+/// it ten times a second; rounds run each second when `rounds`. Before,
+/// 20 s of the host accepting them all: long enough for `slow` to be
+/// called often enough to be throttled at all.
+async fn kept_back(
+    slow: &Process,
+    busy: &Process,
+    secs: u32,
+    clock: &ManualClock,
+    rounds: bool,
+) -> u32 {
+    let mut kept = 0;
+    for t in 0..20 + secs {
+        if t == 20 {
+            slow.server.then(&[503]);
+            busy.server.then(&[503]);
+        }
+        clock.advance(Duration::from_secs(1));
+        for _ in 0..10 {
+            let _ = post(busy).await;
+        }
+        kept += u32::from(post(slow).await.is_none());
+        if rounds {
+            slow.fleet.sync().await.unwrap();
+            busy.fleet.sync().await.unwrap();
+        }
+    }
+    kept
+}
+
+#[tokio::test]
+async fn a_process_calling_once_a_second_throttles_on_the_fleet_s_answers_within_seconds() {
+    let (store, clock) = setup();
+    let a = process(&store, &clock, RetryConfig::default(), &[200]);
+    let b = process(&store, &clock, RetryConfig::default(), &[200]);
+    let pooled = kept_back(&a, &b, 12, &clock, true).await;
+    let (alone_store, alone_clock) = setup();
+    let c = process(&alone_store, &alone_clock, RetryConfig::default(), &[200]);
+    let d = process(&alone_store, &alone_clock, RetryConfig::default(), &[200]);
+    let alone = kept_back(&c, &d, 12, &alone_clock, false).await;
+    // Deterministic (one manual clock, no spread): 3 against 1.
+    assert!(alone <= 1, "alone, twelve answers prove little: {alone} kept back");
+    assert!(pooled >= alone + 2, "with the fleet's: {pooled} kept back, {alone} alone");
+    assert!(a.fleet.status().pooled >= 100, "{:?}", a.fleet.status());
+    assert!(b.fleet.status().pooled >= 20, "A's answers reached B: {:?}", b.fleet.status());
+}
+
+#[tokio::test]
+async fn the_fleet_s_rejections_can_throttle_a_process_that_was_turned_away_by_none() {
+    let (store, clock) = setup();
+    let a = process(&store, &clock, RetryConfig::default(), &[200]);
+    let b = process(&store, &clock, RetryConfig::default(), &[200]);
+    let _ = kept_back(&a, &b, 0, &clock, true).await;
+    let host = FleetHost::new("http", "api.fleet.test", None);
+    // Others are turned away 30 times a second; A is served.
+    for _ in 0..10 {
+        clock.advance(Duration::from_secs(1));
+        store.totals.lock().unwrap().get_mut(&host).unwrap().rejected += 30;
+        // A's own answers, all accepted, make room for its calls: they go.
+        assert_eq!(post(&a).await, Some(200));
+        a.fleet.sync().await.unwrap();
+    }
+    let status = a.fleet.status();
+    assert_eq!(status.throttled_by_fleet, 1, "{status:?}");
+    assert!(status.pooled >= 300, "{status:?}");
+}
+
+#[tokio::test]
+async fn totals_that_went_back_or_jumped_or_are_not_counts_are_ignored_and_counted() {
+    let (store, clock) = setup();
+    let a = process(&store, &clock, RetryConfig::default(), &[200]);
+    let host = FleetHost::new("http", "api.fleet.test", None);
+    // A host's first answer puts it in the books; the next ones count.
+    assert_eq!(post(&a).await, Some(200));
+    assert_eq!(post(&a).await, Some(200));
+    a.fleet.sync().await.unwrap();
+    let tally = |accepted, rejected| Tally { accepted, rejected };
+    assert_eq!(store.totals.lock().unwrap()[&host], tally(1, 0), "A's answer, added");
+    // The totals were lost, and started again below what A read.
+    store.totals.lock().unwrap().clear();
+    clock.advance(Duration::from_secs(1));
+    a.fleet.sync().await.unwrap();
+    assert_eq!(a.fleet.status().ignored, 1, "went back");
+    store.totals.lock().unwrap().insert(host.clone(), tally(0, MOST_POOLED + 1));
+    clock.advance(Duration::from_secs(1));
+    a.fleet.sync().await.unwrap();
+    assert_eq!(a.fleet.status().ignored, 2, "more than is believable");
+    store.garbage.lock().unwrap().push(host);
+    clock.advance(Duration::from_secs(1));
+    a.fleet.sync().await.unwrap();
+    assert_eq!(a.fleet.status().ignored, 4, "not counts (and not a pause either)");
+    assert_eq!(a.fleet.status().pooled, 0);
+    assert_eq!(post(&a).await, Some(200), "and the calls go as ever");
+}
+
+#[tokio::test]
+async fn answers_are_pooled_once_a_second_however_often_rounds_run() {
+    let (store, clock) = setup();
+    let a = process(&store, &clock, RetryConfig::default(), &[200]);
+    let host = FleetHost::new("http", "api.fleet.test", None);
+    // A host's first answer puts it in the books; the next ones count.
+    assert_eq!(post(&a).await, Some(200));
+    assert_eq!(post(&a).await, Some(200));
+    a.fleet.sync().await.unwrap();
+    assert_eq!(post(&a).await, Some(200));
+    clock.advance(Duration::from_millis(999));
+    a.fleet.sync().await.unwrap();
+    assert_eq!(store.totals.lock().unwrap()[&host].accepted, 1, "not a second yet");
+    clock.advance(Duration::from_millis(1));
+    a.fleet.sync().await.unwrap();
+    assert_eq!(store.totals.lock().unwrap()[&host].accepted, 2);
+}

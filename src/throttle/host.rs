@@ -81,6 +81,30 @@ impl Throttle {
         watched
     }
 
+    /// Takes in, at `now`, the answers the other processes of a fleet got
+    /// from the host (see [`Books::pool`]). Returns whether the host is
+    /// watched after it: when the fleet's evidence cut its share.
+    #[cfg(feature = "fleet")]
+    pub(crate) fn pool(&self, now: u64, accepted: u32, rejected: u32) -> bool {
+        let mut books = self.books();
+        books.pool(now, accepted, rejected);
+        let watched = self.watched() || !books.calm(now);
+        self.watched.store(watched, Ordering::Relaxed);
+        watched
+    }
+
+    /// This process's answers since a fleet last took them, accepted and
+    /// rejected, with the tally brought into the books at `now` first.
+    #[cfg(feature = "fleet")]
+    pub(crate) fn take_unshared(&self, now: u64) -> (u32, u32) {
+        let answers = self.tallied.swap(0, Ordering::Relaxed);
+        let mut books = self.books();
+        if answers > 0 {
+            books.fold(now, answers);
+        }
+        books.take_unshared()
+    }
+
     /// Accepted answers in the books (decayed) and tallied, not yet in
     /// them.
     #[cfg(test)]

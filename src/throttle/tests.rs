@@ -572,3 +572,81 @@ fn a_call_kept_back_after_the_evidence_faded_is_told_so() {
     assert!(!text.contains("about 0 of the 0"), "{text}");
     assert!(text.contains("SkipThrottling"), "{text}");
 }
+
+/// One process calling once a second, every answer a rejection, with
+/// `others` other processes' answers pooled each second, `accepted` of
+/// them accepted: the share after `secs` seconds.
+fn pooled_share(others: u32, accepted: u32, secs: u64) -> f64 {
+    let mut books = Books::default();
+    for t in 1..=secs {
+        let now = t * 1000;
+        let _ = books.ask(now);
+        books.observe(now, Answer::Rejected);
+        books.pool(now, accepted, others - accepted);
+    }
+    books.share(secs * 1000)
+}
+
+#[test]
+fn a_fleet_s_answers_steer_the_share_within_seconds_where_one_process_s_take_many() {
+    // Alone at a call a second, the prior and the rule of ten answers
+    // hold the share whole for more than five seconds.
+    assert_eq!(pooled_share(0, 0, 5), 1.0);
+    // Nine others in a host's overload (one in ten accepted) cut it by then.
+    let share = pooled_share(9, 1, 5);
+    assert!(share < 0.8, "{share}");
+    // And a fleet whose answers are mostly accepted keeps it whole.
+    assert_eq!(pooled_share(9, 8, 5), 1.0);
+}
+
+#[test]
+fn a_fleet_s_answers_make_no_room_and_no_run_of_rejections() {
+    let mut books = Books::default();
+    books.pool(1000, 0, 50);
+    assert_eq!(books.rejections, 0, "a run of rejections is the process's own");
+    // No answer of its own (not even the prior): pooled ones that fade
+    // make no room.
+    let mut bare = Books { answered: 0.0, accepted: 0.0, ..Books::default() };
+    bare.pool(1000, 50, 0);
+    bare.advance(9000);
+    assert!(bare.pooled_accepted < 50.0, "faded");
+    assert_eq!(bare.room, 0.0, "pooled answers make no room as they fade");
+    assert_eq!(books.take_unshared(), (0, 0), "pooled answers are not this process's to share");
+}
+
+#[test]
+fn the_process_s_own_answers_are_counted_for_its_fleet_once() {
+    let mut books = Books::default();
+    books.observe(100, Answer::Accepted);
+    books.observe(200, Answer::Rejected);
+    books.fold(300, 7);
+    assert_eq!(books.take_unshared(), (8, 1));
+    assert_eq!(books.take_unshared(), (0, 0), "taken once");
+    books.observe(400, Answer::Rejected);
+    // Books that start afresh keep what is not shared yet.
+    books.refresh(400 + STALE_MS);
+    assert_eq!(books.take_unshared(), (0, 1));
+}
+
+#[test]
+fn pooled_answers_shorten_the_window_as_a_busier_host_s_do() {
+    let mut books = Books::default();
+    let _ = books.ask(1000);
+    let alone = books.tau();
+    books.pool(1000, 100, 0);
+    assert!(books.tau() < alone, "{} < {alone}", books.tau());
+    assert_eq!(books.tau(), MIN_TAU_MS, "a hundred answers a tenth of the calls' time constant");
+}
+
+#[test]
+fn a_host_back_from_down_forgets_the_fleet_s_answers_too() {
+    let mut books = Books::default();
+    books.pool(0, 0, 40);
+    for t in 0..=STREAK {
+        books.observe(u64::from(t) * 1000, Answer::Rejected);
+    }
+    assert!(books.down(u64::from(STREAK) * 1000));
+    books.observe(20_000, Answer::Accepted);
+    assert_eq!((books.pooled_answered, books.pooled_accepted), (0.0, 0.0));
+    assert_eq!(books.share(20_000), 1.0);
+}

@@ -254,3 +254,76 @@ async fn a_call_goes_while_a_round_is_stuck_on_a_frozen_redis() {
     redis.thaw();
     round.await.unwrap().unwrap();
 }
+
+/// A raw connection to `redis`, to read and write keys as a hostile or
+/// careless neighbour would.
+async fn raw(redis: &RedisServer) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(redis.url()).unwrap().get_multiplexed_async_connection().await.unwrap()
+}
+
+/// The fleet's totals for `server`'s host in Redis: accepted, rejected.
+async fn totals(redis: &RedisServer, server: &MockServer) -> (u64, u64) {
+    let key = format!("fleet-1:tally:{{http://127.0.0.1:{}}}", server.address().port());
+    let (accepted, rejected): (Option<u64>, Option<u64>) = redis::cmd("HMGET")
+        .arg(&key)
+        .arg("accepted")
+        .arg("rejected")
+        .query_async(&mut raw(redis).await)
+        .await
+        .unwrap();
+    (accepted.unwrap_or_default(), rejected.unwrap_or_default())
+}
+
+#[tokio::test]
+async fn through_redis_each_process_s_answers_reach_the_others_throttles() {
+    let redis = RedisServer::start();
+    let server = MockServer::start().await;
+    script_statuses(&server, "/r", &[200, 200, 200, 503, 200]).await;
+    let (a, b) = (process(&redis, "fleet-1"), process(&redis, "fleet-1"));
+    // Each process's first answer puts the host in its books.
+    assert_eq!(call(&a, &server).await, Ok(200));
+    assert_eq!(call(&b, &server).await, Ok(200));
+    a.fleet.sync().await.unwrap();
+    b.fleet.sync().await.unwrap();
+    assert_eq!(call(&a, &server).await, Ok(200));
+    assert_eq!(call(&a, &server).await, Ok(200), "a 503, retried");
+    a.clock.advance(Duration::from_secs(1));
+    b.clock.advance(Duration::from_secs(1));
+    a.fleet.sync().await.unwrap();
+    b.fleet.sync().await.unwrap();
+    let (accepted, rejected) = totals(&redis, &server).await;
+    assert_eq!((accepted, rejected), (2, 1), "A's answers since its first, added once");
+    let status = b.fleet.status();
+    assert_eq!(status.pooled, 3, "B took in A's three: {status:?}");
+    assert_eq!(a.fleet.status().pooled, 0, "A's own are not the fleet's to it");
+}
+
+#[tokio::test]
+async fn a_tally_key_of_another_type_or_not_counts_is_ignored_and_fails_no_round() {
+    let redis = RedisServer::start();
+    let server = MockServer::start().await;
+    script_statuses(&server, "/r", &[200]).await;
+    let a = process(&redis, "fleet-1");
+    assert_eq!(call(&a, &server).await, Ok(200));
+    let key = format!("fleet-1:tally:{{http://127.0.0.1:{}}}", server.address().port());
+    let mut raw = raw(&redis).await;
+    redis::cmd("SET").arg(&key).arg("not a hash").query_async::<()>(&mut raw).await.unwrap();
+    a.fleet.sync().await.unwrap();
+    assert_eq!(a.fleet.status().ignored, 1, "a string where the totals go");
+    redis::cmd("DEL").arg(&key).query_async::<()>(&mut raw).await.unwrap();
+    redis::cmd("HSET")
+        .arg(&key)
+        .arg("accepted")
+        .arg("many")
+        .query_async::<()>(&mut raw)
+        .await
+        .unwrap();
+    a.clock.advance(Duration::from_secs(1));
+    a.fleet.sync().await.unwrap();
+    assert_eq!(a.fleet.status().ignored, 2, "a field that is not a number");
+    // A probe's claim key of another type: the claim is unknown, the
+    // round goes on.
+    let status = a.fleet.status();
+    assert!(status.connected && status.failed_rounds == 0, "{status:?}");
+    assert_eq!(call(&a, &server).await, Ok(200));
+}

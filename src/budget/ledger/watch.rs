@@ -266,6 +266,55 @@ impl Ledger {
         hosts
     }
 
+    /// Every host the books know, with this process's answers from it
+    /// since this was last asked (accepted, rejected), for a fleet to pool:
+    /// what each thread counted and has not booked yet is booked first.
+    /// None while first attempts are not throttled.
+    #[cfg(feature = "fleet")]
+    pub(crate) fn take_evidence(&self, now: Instant) -> Vec<(HostInUse, (u32, u32))> {
+        if !self.throttling {
+            return Vec::new();
+        }
+        let at = self.ms(now);
+        let mut evidence = Vec::new();
+        self.hosts.for_each(|host| {
+            self.sweep(&host.value, now);
+            let answers = host.value.throttle.take_unshared(at);
+            let (scheme, name, port) = host.parts();
+            let host =
+                HostInUse { scheme: scheme.to_owned(), name: name.to_owned(), port, paused: None };
+            evidence.push((host, answers));
+        });
+        evidence
+    }
+
+    /// Takes in, at `now`, the answers the other processes of a fleet got
+    /// from `url`'s host: `accepted` and `rejected`. Returns whether the
+    /// host's throttle was watched before them and is after them (the
+    /// fleet's evidence cut its share, or its own had). Nothing for a host
+    /// the books do not know.
+    #[cfg(feature = "fleet")]
+    pub(crate) fn pool_from_fleet(
+        &self,
+        url: &Url,
+        (accepted, rejected): (u32, u32),
+        now: Instant,
+    ) -> (bool, bool) {
+        if !self.throttling {
+            return (false, false);
+        }
+        let at = self.ms(now);
+        let pooled = self.hosts.with(url, |record| {
+            let throttle = &record.throttle;
+            (throttle.watched(), throttle.pool(at, accepted, rejected))
+        });
+        let (was, is) = pooled.unwrap_or((false, false));
+        if is {
+            self.look_until(at.saturating_add(STALE_MS));
+        }
+        (was, is)
+    }
+
     /// The end of a pause of `asked` from `now`, on the books' timeline:
     /// rounded up, so that a probe never goes before the time the server
     /// named, and saturating for a wait no clock can hold.
