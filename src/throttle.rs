@@ -244,19 +244,29 @@ impl Books {
         let elapsed = elapsed as f64;
         let tau = self.tau();
         let answers = (-elapsed / tau).exp();
-        let faded = self.accepted * (1.0 - answers);
+        // The fleet's accepted answers count for this process's part of
+        // them: its part of the calls.
+        let part = self.part();
+        let accepted = self.accepted + part * self.pooled_accepted;
+        let faded = accepted * (1.0 - answers);
         self.answered *= answers;
         self.accepted *= answers;
-        // What faded was accepted at `accepted / tau` a millisecond: room
-        // for `ROOM` times as many calls, held for a second at that rate.
-        let most = (ROOM * self.accepted * ROOM_MS / tau).max(1.0);
-        self.room = (self.room + ROOM * faded).min(most);
         self.pooled_answered *= answers;
         self.pooled_accepted *= answers;
+        // What faded was accepted at `accepted / tau` a millisecond: room
+        // for `ROOM` times as many calls, held for a second at that rate.
+        let most = (ROOM * accepted * answers * ROOM_MS / tau).max(1.0);
+        self.room = (self.room + ROOM * faded).min(most);
         let calls = (-elapsed / CALLS_TAU_MS).exp();
         self.calls *= calls;
         self.pooled_rate *= calls;
         self.at = now;
+    }
+
+    /// This process's part of the answers its fleet got lately: 1 alone.
+    fn part(&self) -> f64 {
+        let all = self.answered + self.pooled_answered;
+        if all <= 0.0 { 1.0 } else { self.answered / all }
     }
 
     /// Calls a second lately.
@@ -353,14 +363,7 @@ impl Books {
         self.advance(now);
         match answer {
             Answer::Accepted => {
-                if self.down(now) {
-                    // The host is back: what it said while down is stale.
-                    self.answered = 0.0;
-                    self.accepted = 0.0;
-                    self.pooled_answered = 0.0;
-                    self.pooled_accepted = 0.0;
-                    self.share = 1.0;
-                }
+                self.back_if_down(now);
                 self.rejections = 0;
                 self.last_accepted = now;
                 self.accepted += 1.0;
@@ -377,6 +380,18 @@ impl Books {
         self.steer_now(now);
     }
 
+    /// An accepted answer at `now`: if the host was down, it is back, and
+    /// what it said while down is stale.
+    fn back_if_down(&mut self, now: u64) {
+        if self.down(now) {
+            self.answered = 0.0;
+            self.accepted = 0.0;
+            self.pooled_answered = 0.0;
+            self.pooled_accepted = 0.0;
+            self.share = 1.0;
+        }
+    }
+
     /// Steers by the latest ratio as an answer at `now` does: weighing as
     /// more than one after a silence.
     fn steer_now(&mut self, now: u64) {
@@ -391,8 +406,16 @@ impl Books {
     /// window, as this process's own answers do; the share is steered once
     /// for them all, as by one answer after the time since the last, so a
     /// fleet's evidence moves the share no faster than a busy host's
-    /// answers do. They make no room, take none back, and add nothing to a
-    /// run of rejections: those stay this process's own evidence.
+    /// answers do. Accepted ones make room for this process's part of them
+    /// (its part of the fleet's answers lately) as they fade, and rejected
+    /// ones take as much back: so a spike's end gives traffic back as fast
+    /// in a fleet as alone. They add nothing to a run of rejections, which
+    /// stays this process's own evidence. But an
+    /// accepted answer among them ends such a run's claim that the host is
+    /// down, as one of its own would: the host takes calls, so it is back,
+    /// or overloaded, and is then steered by its share without the floor of
+    /// a probe per process ([`PROBE_MS`]), which at a call a second is four
+    /// times what a host overloaded tenfold takes.
     #[cfg(any(feature = "fleet", test))]
     pub(crate) fn pool(&mut self, now: u64, accepted: u32, rejected: u32) {
         let answers = f64::from(accepted) + f64::from(rejected);
@@ -401,6 +424,16 @@ impl Books {
         }
         self.refresh(now);
         self.advance(now);
+        if accepted > 0 {
+            // The host takes the fleet's calls: back if it was down, and
+            // overloaded, maybe, but not down.
+            self.back_if_down(now);
+            self.last_accepted = now;
+        }
+        // The fleet's rejections take back this process's part of the
+        // room, as its own take back all of theirs.
+        let part = self.part();
+        self.room = (self.room - ROOM * part * f64::from(rejected)).max(0.0);
         self.pooled_answered += answers;
         self.pooled_accepted += f64::from(accepted);
         self.pooled_rate += answers;

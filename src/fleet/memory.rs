@@ -17,6 +17,8 @@ pub(super) struct MemoryStore {
     pub(super) down: Mutex<bool>,
     pub(super) garbage: Mutex<Vec<FleetHost>>,
     pub(super) totals: Mutex<HashMap<FleetHost, Tally>>,
+    /// Fails the pooling of answers alone.
+    pub(super) tallies_down: Mutex<bool>,
 }
 
 impl MemoryStore {
@@ -28,6 +30,7 @@ impl MemoryStore {
             down: Mutex::new(false),
             garbage: Mutex::default(),
             totals: Mutex::default(),
+            tallies_down: Mutex::new(false),
         }
     }
 
@@ -99,6 +102,9 @@ impl FleetStore for std::sync::Arc<MemoryStore> {
     ) -> StoreFuture<'a, Vec<Option<Tally>>> {
         Box::pin(async move {
             self.up()?;
+            if *self.tallies_down.lock().unwrap() {
+                return Err(StoreError::new("down", None));
+            }
             let mut totals = self.totals.lock().unwrap();
             let garbage = self.garbage.lock().unwrap();
             let add = |(host, tally): &(FleetHost, Tally)| {

@@ -53,10 +53,13 @@
 //! steered by, and shorten its window as a busier host's answers would.
 //! They are steered on once per pooling, as one answer after the time
 //! since the last, so a fleet's evidence moves a share no faster than a
-//! busy host's own answers do. What stays this process's own: the room its
-//! accepted answers make, a run of rejections that says the host is down,
-//! and the rule that a process calling less than about once a second is
-//! never throttled. [`FleetStatus::pooled`] counts the answers taken in,
+//! busy host's own answers do. The fleet's accepted answers make room for
+//! calls, this process's part of them, as its own do (so calls come back
+//! as soon when a spike ends), and an accepted answer of any process tells
+//! every process's throttle that the host is up: overloaded, perhaps, but
+//! not down, so no process probes it on its own. What stays this process's
+//! own: a run of rejections that says the host is down, and the rule that a
+//! process calling less than about once a second is never throttled. [`FleetStatus::pooled`] counts the answers taken in,
 //! and [`FleetStatus::throttled_by_fleet`] the times they had a process
 //! start throttling a host its own answers had not.
 //!
@@ -363,12 +366,14 @@ struct Member {
     cap: Duration,
 }
 
-/// A member's pooling: when it last pooled, and the fleet's totals for
-/// each host read then.
+/// A member's pooling: when it last pooled, the fleet's totals for each
+/// host read then, and the answers a failed pooling could not add, for the
+/// next one to add.
 #[derive(Default)]
 struct Pool {
     at: Option<Instant>,
     totals: HashMap<FleetHost, Tally>,
+    unsent: HashMap<FleetHost, Tally>,
 }
 
 #[derive(Default)]
@@ -572,22 +577,38 @@ impl Fleet {
         if last.is_some_and(|at| now.saturating_duration_since(at) < every) {
             return Ok(());
         }
+        let unsent = std::mem::take(&mut lock(&self.inner.pools).entry(member).or_default().unsent);
         let tallies: Vec<(FleetHost, Tally)> = ledger
             .take_evidence(now)
             .into_iter()
             .map(|(host, (accepted, rejected))| {
-                let tally = Tally { accepted: accepted.into(), rejected: rejected.into() };
-                (FleetHost::of(&host), tally)
+                let host = FleetHost::of(&host);
+                let earlier = unsent.get(&host).copied().unwrap_or_default();
+                let tally = Tally {
+                    accepted: earlier.accepted.saturating_add(accepted.into()),
+                    rejected: earlier.rejected.saturating_add(rejected.into()),
+                };
+                (host, tally)
             })
             .collect();
-        lock(&self.inner.pools).entry(member).or_default().at = Some(now);
         if tallies.is_empty() {
+            lock(&self.inner.pools).entry(member).or_default().at = Some(now);
             return Ok(());
         }
-        let totals = self.inner.store.add_tallies(&tallies).await?;
+        let totals = match self.inner.store.add_tallies(&tallies).await {
+            Ok(totals) => totals,
+            Err(error) => {
+                // Added with the next pooling (twice, if the store did add
+                // them and its reply was lost).
+                lock(&self.inner.pools).entry(member).or_default().unsent =
+                    tallies.into_iter().collect();
+                return Err(error);
+            }
+        };
         let now = clock.now();
         let mut pools = lock(&self.inner.pools);
         let pool = pools.entry(member).or_default();
+        pool.at = Some(now);
         // Hosts the books no longer hold are dropped with them.
         let before = std::mem::take(&mut pool.totals);
         for ((host, added), total) in tallies.iter().zip(totals) {

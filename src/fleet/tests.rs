@@ -537,3 +537,23 @@ async fn answers_are_pooled_once_a_second_however_often_rounds_run() {
     a.fleet.sync().await.unwrap();
     assert_eq!(store.totals.lock().unwrap()[&host].accepted, 2);
 }
+
+#[tokio::test]
+async fn answers_a_failed_pooling_could_not_add_are_added_by_the_next() {
+    let (store, clock) = setup();
+    let a = process(&store, &clock, RetryConfig::default(), &[200]);
+    let host = FleetHost::new("http", "api.fleet.test", None);
+    assert_eq!(post(&a).await, Some(200));
+    a.fleet.sync().await.unwrap();
+    assert_eq!(post(&a).await, Some(200));
+    assert_eq!(post(&a).await, Some(200));
+    *store.tallies_down.lock().unwrap() = true;
+    clock.advance(Duration::from_secs(1));
+    assert!(a.fleet.sync().await.is_err());
+    *store.tallies_down.lock().unwrap() = false;
+    assert_eq!(post(&a).await, Some(200));
+    // The next round pools at once: the failed one set no time.
+    a.fleet.sync().await.unwrap();
+    assert_eq!(store.totals.lock().unwrap()[&host], Tally { accepted: 3, rejected: 0 });
+    assert_eq!(a.fleet.status().pooled, 0, "A's own, all of them");
+}

@@ -600,18 +600,56 @@ fn a_fleet_s_answers_steer_the_share_within_seconds_where_one_process_s_take_man
 }
 
 #[test]
-fn a_fleet_s_answers_make_no_room_and_no_run_of_rejections() {
+fn a_fleet_s_answers_add_no_run_of_rejections_and_are_not_shared_again() {
     let mut books = Books::default();
     books.pool(1000, 0, 50);
     assert_eq!(books.rejections, 0, "a run of rejections is the process's own");
-    // No answer of its own (not even the prior): pooled ones that fade
-    // make no room.
+    assert_eq!(books.take_unshared(), (0, 0), "pooled answers are not this process's to share");
+}
+
+#[test]
+fn a_fleet_s_accepted_answers_make_room_for_this_process_s_part_of_them() {
+    // A process with no answer of its own has no part of the fleet's.
     let mut bare = Books { answered: 0.0, accepted: 0.0, ..Books::default() };
     bare.pool(1000, 50, 0);
-    bare.advance(9000);
+    bare.advance(2000);
     assert!(bare.pooled_accepted < 50.0, "faded");
-    assert_eq!(bare.room, 0.0, "pooled answers make no room as they fade");
-    assert_eq!(books.take_unshared(), (0, 0), "pooled answers are not this process's to share");
+    assert_eq!(bare.room, 0.0);
+    // One with ten answers of its own, beside ninety of the fleet's, has a
+    // tenth of them: the room of its own ten and nine of the fleet's.
+    let mut own = Books { answered: 10.0, accepted: 10.0, ..Books::default() };
+    let mut pooled = own;
+    pooled.pooled_answered = 90.0;
+    pooled.pooled_accepted = 90.0;
+    own.advance(100);
+    pooled.advance(100);
+    assert!(own.room > 0.0);
+    assert!((pooled.room - 1.9 * own.room).abs() < 1e-9, "{} against {}", pooled.room, own.room);
+    // And the fleet's rejections take back its part of the room.
+    pooled.room = 3.0;
+    pooled.advance(200); // held to a second of what it accepts
+    let part = pooled.answered / (pooled.answered + pooled.pooled_answered);
+    let before = pooled.room;
+    pooled.pool(200, 0, 2);
+    assert!(before > ROOM * part * 2.0);
+    assert!((before - pooled.room - ROOM * part * 2.0).abs() < 1e-9, "{before} → {}", pooled.room);
+}
+
+#[test]
+fn a_fleet_s_accepted_answer_says_a_host_that_was_down_is_back() {
+    let mut books = Books::default();
+    for t in 0..=u64::from(STREAK) {
+        books.observe(t * 1000, Answer::Rejected);
+    }
+    let now = u64::from(STREAK) * 1000;
+    assert!(books.down(now));
+    assert!(books.share(now) < 1.0);
+    books.pool(now, 0, 5);
+    assert!(books.down(now), "the fleet's rejections leave it down");
+    books.pool(now + 1, 1, 5);
+    assert!(!books.down(now + 1));
+    assert_eq!(books.share(now + 1), 1.0, "back, as after an accepted answer of its own");
+    assert_eq!(books.last_accepted, now + 1);
 }
 
 #[test]

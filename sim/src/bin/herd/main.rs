@@ -93,6 +93,7 @@ fn main() {
     let mut reserve = None;
     let mut admission_only = false;
     let mut spike_only = false;
+    let mut pooled_only = false;
     let mut partial_only = false;
     while let Some(arg) = args.next() {
         let mut number = |name: &str| -> usize {
@@ -104,6 +105,7 @@ fn main() {
         match arg.as_str() {
             "--admission" => admission_only = true,
             "--spike" => spike_only = true,
+            "--pooled" => pooled_only = true,
             "--partial" => partial_only = true,
             "--clients" => clients = number("--clients").max(1),
             "--processes" => processes = number("--processes").max(1),
@@ -119,7 +121,7 @@ fn main() {
             _ if arg.starts_with("--") => {
                 eprintln!(
                     "usage: herd [chart.svg] [--clients N] [--processes P] [--reserve R] \
-                     [--admission] [--spike] [--partial]\n\
+                     [--admission] [--spike] [--pooled] [--partial]\n\
                      \x20 chart.svg      write the outage-then-recovery load chart there\n\
                      \x20 --clients N    clients of the outage tables (default 1000)\n\
                      \x20 --processes P  processes they are spread over (default 1)\n\
@@ -127,6 +129,7 @@ fn main() {
                      max_retries + 2)\n\
                      \x20 --admission    run the admission goals (G1–G5, spike ends) alone\n\
                      \x20 --spike        run the admission's spike-ends table alone\n\
+                     \x20 --pooled       run the pooled-evidence table (a fleet's store) alone\n\
                      \x20 --partial      run the partial-failure tables alone\n\
                      Then the contention, spread, fleet-grid, partial-failure and admission \
                      tables; exits 1 if a check fails."
@@ -138,6 +141,9 @@ fn main() {
     }
     if spike_only {
         finish(admission::run_spike());
+    }
+    if pooled_only {
+        finish(admission::run_pooled());
     }
     if admission_only {
         finish(admission::run_goals());
@@ -219,6 +225,7 @@ fn main() {
 
     println!();
     failures.extend(admission::run_goals());
+    failures.extend(admission::run_pooled());
     finish(failures);
 }
 

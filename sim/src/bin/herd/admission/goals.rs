@@ -30,7 +30,7 @@ const G4_FROM: f64 = 10.0;
 const BETWEEN: [f64; 3] = [2.0, 3.0, 5.0];
 
 /// One column: calls a second per process, and processes simulated.
-type Column = (f64, usize);
+pub(super) type Column = (f64, usize);
 
 fn columns() -> Vec<Column> {
     RATES.iter().flat_map(|&rate| [(rate, 1), (rate, FLEET)]).collect()
@@ -42,16 +42,16 @@ fn column_name((rate, k): Column) -> String {
 }
 
 #[derive(Debug, Clone, Copy, Default)]
-struct Outage {
-    first_10_20: f64,
-    first_after: f64,
-    all_after: f64,
-    reacts: Option<u64>,
-    back: Option<u64>,
-    refused_after: f64,
+pub(super) struct Outage {
+    pub(super) first_10_20: f64,
+    pub(super) first_after: f64,
+    pub(super) all_after: f64,
+    pub(super) reacts: Option<u64>,
+    pub(super) back: Option<u64>,
+    pub(super) refused_after: f64,
 }
 
-fn outage(admit: Admit, (rate, k): Column) -> Outage {
+pub(super) fn outage(admit: Admit, (rate, k): Column) -> Outage {
     let scenario = Scenario::Outage { healthy: HEALTHY, down: DOWN };
     let s = run(admit, scenario, rate, k, HEALTHY + DOWN + AFTER);
     let share = |counts: &[u32], from: Duration, to: Duration| {
@@ -72,15 +72,15 @@ fn outage(admit: Admit, (rate, k): Column) -> Outage {
 }
 
 #[derive(Debug, Clone, Copy, Default)]
-struct Overload {
-    first_per_accepted: f64,
-    all_per_accepted: f64,
-    goodput: f64,
-    back: Option<u64>,
-    queued: Duration,
+pub(super) struct Overload {
+    pub(super) first_per_accepted: f64,
+    pub(super) all_per_accepted: f64,
+    pub(super) goodput: f64,
+    pub(super) back: Option<u64>,
+    pub(super) queued: Duration,
 }
 
-fn overload(admit: Admit, (rate, k): Column) -> Overload {
+pub(super) fn overload(admit: Admit, (rate, k): Column) -> Overload {
     let capacity = rate * k as f64 / 10.0;
     let scenario = Scenario::Overload { healthy: CALM, over: OVER, capacity };
     let s = run(admit, scenario, rate, k, CALM + OVER + THEN);
@@ -101,7 +101,7 @@ fn flaky(admit: Admit, (rate, k): Column, draw: u64) -> Seconds {
 
 /// Load and successes of `admit` in G3's run for `draw`, each ÷ the same
 /// client's with no admission.
-fn flaky_share(admit: Admit, column: Column, draw: u64) -> (f64, f64) {
+pub(super) fn flaky_share(admit: Admit, column: Column, draw: u64) -> (f64, f64) {
     let total = |x: &Seconds, f: fn(&Seconds) -> &Vec<u32>| -> f64 {
         f(x).iter().map(|c| f64::from(*c)).sum()
     };
@@ -112,12 +112,14 @@ fn flaky_share(admit: Admit, column: Column, draw: u64) -> (f64, f64) {
     (load, kept)
 }
 
-fn quiet_refusals(admit: Admit, rate: f64) -> u32 {
+/// Calls refused locally to `k` processes at `rate` calls a second each
+/// through G1's outage.
+pub(super) fn quiet_refusals(admit: Admit, rate: f64, k: usize) -> u32 {
     let scenario = Scenario::Outage { healthy: HEALTHY, down: DOWN };
-    run(admit, scenario, rate, 1, HEALTHY + DOWN).refused.iter().sum()
+    run(admit, scenario, rate, k, HEALTHY + DOWN).refused.iter().sum()
 }
 
-fn secs(s: Option<u64>) -> String {
+pub(super) fn secs(s: Option<u64>) -> String {
     s.map_or("never".to_owned(), |s| format!("{s}s"))
 }
 
@@ -310,7 +312,7 @@ pub(crate) fn run_goals() -> Vec<String> {
     println!("\nG5, quiet callers: one process through the outage of G1, calls refused locally:");
     for rate in [0.2, 0.5] {
         for admit in Admit::all() {
-            let refused = quiet_refusals(admit, rate);
+            let refused = quiet_refusals(admit, rate, 1);
             println!("  {:<32} {rate}/s: {refused}", admit.name());
             if admit == Admit::Ours {
                 check(refused == 0, format!("G5 {rate}/s: {refused} refused"));

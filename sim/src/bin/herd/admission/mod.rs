@@ -24,6 +24,8 @@
 //!   through an outage is never refused locally.
 
 mod models;
+mod pooled;
+mod store;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -31,6 +33,7 @@ use std::time::Duration;
 use http::Extensions;
 use reqwest::{Request, Response};
 use reqwest_middleware::{ClientBuilder, ClientWithMiddleware, Middleware, Next};
+use reqwest_safe_retry::fleet::{Fleet, FleetTask};
 use reqwest_safe_retry::jitter::SeededJitter;
 use reqwest_safe_retry::rate_limit::Throttled;
 use reqwest_safe_retry::report::AttemptNumber;
@@ -39,6 +42,7 @@ use tokio::time::Instant;
 
 use crate::sim::{SEED, answer, base_client, runtime};
 use models::{Design, Guard, Refused};
+use store::{SimStore, StoreModel};
 
 /// Calls a second per process: the goals' columns.
 const RATES: [f64; 3] = [1.0, 10.0, 100.0];
@@ -54,6 +58,9 @@ enum Admit {
     Model(Design),
     /// Nothing: the crate's default with its throttle off.
     Nothing,
+    /// The crate's default, each process in a fleet that pools its
+    /// throttles' evidence (and its pauses) through a store of this model.
+    Pooled(StoreModel),
 }
 
 impl Admit {
@@ -69,21 +76,44 @@ impl Admit {
             Admit::Ours => "ours: RetryConfig::default()",
             Admit::Model(design) => design.name(),
             Admit::Nothing => "no admission (throttle off)",
+            Admit::Pooled(_) => "ours, evidence pooled",
         }
     }
 
-    fn client(self, server: &Server, start: Instant, seed: u64) -> ClientWithMiddleware {
+    /// A run's store, shared by its processes, if the design has one.
+    fn store(self) -> Option<SimStore> {
+        match self {
+            Admit::Pooled(model) => Some(SimStore::new(model)),
+            _ => None,
+        }
+    }
+
+    /// A process's client, and its fleet's task while it has one (on
+    /// `store`): the rounds run until the task is dropped.
+    fn client(
+        self,
+        server: &Server,
+        start: Instant,
+        seed: u64,
+        store: Option<&SimStore>,
+    ) -> (ClientWithMiddleware, Option<FleetTask>) {
         let config = match self {
-            Admit::Ours => RetryConfig::default(),
+            Admit::Ours | Admit::Pooled(_) => RetryConfig::default(),
             _ => RetryConfig::builder().with_throttling(false).build().expect("a valid policy"),
         };
-        let retry = RetryMiddleware::new(config).with_jitter_source(SeededJitter::new(seed));
+        let mut retry = RetryMiddleware::new(config).with_jitter_source(SeededJitter::new(seed));
+        let mut task = None;
+        if let Some(store) = store {
+            let fleet = Fleet::new(store.clone());
+            retry = retry.with_fleet(&fleet);
+            task = Some(fleet.spawn(Fleet::DEFAULT_INTERVAL));
+        }
         let builder = ClientBuilder::new(base_client()).with(retry);
         let builder = match self {
             Admit::Model(design) => builder.with(Guard::new(design, start, seed)),
             _ => builder,
         };
-        builder.with(server.clone()).build()
+        (builder.with(server.clone()).build(), task)
     }
 }
 
@@ -247,8 +277,9 @@ fn run_stages(admit: Admit, scenario: Scenario, stages: &[(Duration, f64)], k: u
     runtime().block_on(async move {
         let start = Instant::now();
         let server = Server::new(start, scenario);
-        let clients: Vec<_> =
-            (0..k).map(|p| admit.client(&server, start, SEED + p as u64)).collect();
+        let store = admit.store();
+        let (clients, _fleets): (Vec<_>, Vec<_>) =
+            (0..k).map(|p| admit.client(&server, start, SEED + p as u64, store.as_ref())).unzip();
         let outcomes = Arc::new(Mutex::new(Seconds::default()));
         let mut tasks = Vec::new();
         for (n, time) in times.into_iter().enumerate() {
@@ -306,4 +337,5 @@ mod goals;
 mod spike;
 
 pub(crate) use goals::run_goals;
+pub(crate) use pooled::run as run_pooled;
 pub(crate) use spike::run as run_spike;

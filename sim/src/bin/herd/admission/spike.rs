@@ -20,22 +20,22 @@ const SPIKE: Duration = Duration::from_secs(20);
 /// After it.
 const AFTER: Duration = Duration::from_secs(30);
 /// Demand after the spike, as a share of what the server takes.
-const FALLS: [f64; 3] = [0.1, 0.5, 1.0];
+pub(super) const FALLS: [f64; 3] = [0.1, 0.5, 1.0];
 
 /// One run's figures: the share of calls that succeeded 2 to 10 s and 10
 /// to 30 s after the spike (`None` where none was made), and all attempts
 /// during the spike ÷ the attempts the server accepted.
 #[derive(Debug, Clone, Copy)]
-struct Spike {
-    early: Option<f64>,
-    late: Option<f64>,
-    load: f64,
+pub(super) struct Spike {
+    pub(super) early: Option<f64>,
+    pub(super) late: Option<f64>,
+    pub(super) load: f64,
 }
 
 /// `k` processes at `rate` calls a second each in the spike, against a
 /// server taking a tenth of that; the demand then falls to `fall` times
 /// what the server takes.
-fn spike(admit: Admit, rate: f64, k: usize, fall: f64) -> Spike {
+pub(super) fn spike(admit: Admit, rate: f64, k: usize, fall: f64) -> Spike {
     let capacity = rate * k as f64 / 10.0;
     let after = rate / 10.0 * fall;
     let scenario =
@@ -54,7 +54,7 @@ fn spike(admit: Admit, rate: f64, k: usize, fall: f64) -> Spike {
     }
 }
 
-fn percent(share: Option<f64>) -> String {
+pub(super) fn percent(share: Option<f64>) -> String {
     share.map_or("–".to_owned(), |s| format!("{:.1}%", (s * 100.0).max(0.0)))
 }
 

@@ -1,0 +1,186 @@
+//! The throttle on a fleet's pooled evidence: the goals G1–G5 for
+//! processes that each judge a host on their own answers, and for the same
+//! processes in a fleet that pools them through a store (its delay and its
+//! losses modelled), at 1 call a second per process for 1, 10 and 100
+//! processes, and at 10 and 100 for 10. Unlike the goals' fleet columns,
+//! every process is simulated.
+
+use super::goals::{Column, flaky_share, outage, overload, quiet_refusals, secs};
+use super::spike::{FALLS, percent, spike};
+use super::{Admit, StoreModel};
+use std::time::Duration;
+
+/// The stores: one near (2 ms a command, none lost), one far and lossy
+/// (50 ms, one command in ten lost).
+const MODELS: [StoreModel; 2] = [
+    StoreModel { delay: Duration::from_millis(2), lost_per_mille: 0 },
+    StoreModel { delay: Duration::from_millis(50), lost_per_mille: 100 },
+];
+
+/// Calls a second per process, and processes.
+const COLUMNS: [Column; 5] = [(1.0, 1), (1.0, 10), (1.0, 100), (10.0, 10), (100.0, 10)];
+
+/// G3's draws per cell here (the goals' tables take more for one process).
+const G3_DRAWS: u64 = 4;
+
+fn designs() -> Vec<(String, Admit)> {
+    let mut designs = vec![("ours, own evidence".to_owned(), Admit::Ours)];
+    for model in MODELS {
+        designs.push((format!("ours, pooled ({})", model.name()), Admit::Pooled(model)));
+    }
+    designs
+}
+
+fn column_name((rate, k): Column) -> String {
+    format!("{rate}/s P={k}")
+}
+
+/// Runs the goals for each design and column, prints the tables, and
+/// returns the checks the pooled designs failed: every goal, G4 included
+/// at 1 call a second, for every column of ten processes or more (and
+/// G1–G3 and G5 for one process, whose fleet is itself).
+pub(crate) fn run() -> Vec<String> {
+    println!(
+        "\nPooled evidence: G1–G5 for processes judging a host on their own answers, and for \
+         the same processes pooling them through a fleet's store (every process simulated; G3 \
+         the mean of {G3_DRAWS} draws)."
+    );
+    let mut failures = Vec::new();
+    let mut check = |ok: bool, what: String| {
+        let line = format!("{}: {what}", if ok { "PASS" } else { "FAIL" });
+        if !ok {
+            println!("  {line}");
+            failures.push(line);
+        }
+    };
+    let mut header = format!("  {:<40}", "design");
+    for column in COLUMNS {
+        header.push_str(&format!(" {:>24}", column_name(column)));
+    }
+    for (name, admit) in designs() {
+        let pooled = matches!(admit, Admit::Pooled(_));
+        let mut lines: [String; 5] = Default::default();
+        for column in COLUMNS {
+            let label = format!("{name}, {}", column_name(column));
+            let o = outage(admit, column);
+            lines[0].push_str(&format!(
+                " {:>24}",
+                format!(
+                    "{:.2}/{:.3}/{:.3} {}",
+                    o.first_10_20,
+                    o.first_after,
+                    o.all_after,
+                    secs(o.reacts)
+                )
+            ));
+            lines[1].push_str(&format!(
+                " {:>24}",
+                format!("{} / {:.2}%", secs(o.back), (o.refused_after * 100.0).max(0.0))
+            ));
+            let draws: Vec<_> = (0..G3_DRAWS).map(|d| flaky_share(admit, column, d)).collect();
+            let mean =
+                |f: fn(&(f64, f64)) -> f64| draws.iter().map(f).sum::<f64>() / G3_DRAWS as f64;
+            let (load, kept) = (mean(|d| d.0), mean(|d| d.1));
+            lines[2].push_str(&format!(" {:>24}", format!("{load:.3}×, {:.1}%", kept * 100.0)));
+            let g4 = overload(admit, column);
+            lines[3].push_str(&format!(
+                " {:>24}",
+                format!(
+                    "{:.2}/{:.2}× {:.0}% {}",
+                    g4.first_per_accepted,
+                    g4.all_per_accepted,
+                    g4.goodput * 100.0,
+                    secs(g4.back)
+                )
+            ));
+            let quiet = quiet_refusals(admit, 0.5, column.1);
+            lines[4].push_str(&format!(" {quiet:>24}"));
+            if !pooled {
+                continue;
+            }
+            let (rate, k) = column;
+            check(
+                o.first_10_20 < 0.5,
+                format!("G1 {label}: {:.3} < 0.5 within 10 s", o.first_10_20),
+            );
+            if rate >= 10.0 {
+                check(
+                    o.first_after <= 0.10,
+                    format!("G1 {label}: {:.3} ≤ 0.10 after", o.first_after),
+                );
+                check(
+                    o.all_after <= 0.12,
+                    format!("G1 {label}: {:.3} ≤ 0.12 with retries", o.all_after),
+                );
+            }
+            check(o.back.is_some_and(|s| s <= 10), format!("G2 {label}: back in {}", secs(o.back)));
+            check(
+                o.refused_after <= 0.01,
+                format!("G2 {label}: {:.2}% refused ≤ 1%", o.refused_after * 100.0),
+            );
+            check(load >= 0.98, format!("G3 {label}: load {load:.3} ≥ 0.98×"));
+            check(kept >= 0.99, format!("G3 {label}: successes {:.2}% ≥ 99%", kept * 100.0));
+            if k >= 10 {
+                check(
+                    g4.first_per_accepted <= 3.2,
+                    format!(
+                        "G4 {label}: first attempts {:.2}× accepted ≤ 3.2×",
+                        g4.first_per_accepted
+                    ),
+                );
+                check(
+                    g4.goodput >= 0.99,
+                    format!("G4 {label}: goodput {:.1}% ≥ 99%", g4.goodput * 100.0),
+                );
+                check(
+                    g4.back.is_some_and(|s| s <= 10),
+                    format!("G4 {label}: back in {}", secs(g4.back)),
+                );
+                check(g4.queued.is_zero(), format!("G4 {label}: queued {:?}", g4.queued));
+            }
+            check(quiet == 0, format!("G5 {label}: {quiet} refused at 0.5/s"));
+        }
+        println!("\n  {name}");
+        println!("{header}");
+        let titles = [
+            "G1 first 10–20 s/after/all after, reacts",
+            "G2 back in / refused after",
+            "G3 load, successes",
+            "G4 first/all ÷ accepted, goodput, back",
+            "G5 refused at 0.5/s",
+        ];
+        for (title, line) in titles.iter().zip(&lines) {
+            println!("  {title:<40}{line}");
+        }
+    }
+    println!(
+        "\n  Spike ends (as in the admission's table): calls that succeeded 2–10 s / 10–30 s \
+         after the spike, all attempts ÷ accepted during it"
+    );
+    for (name, admit) in designs() {
+        let mut line = format!("    {name:<38}");
+        for fall in FALLS {
+            for (rate, k) in COLUMNS.into_iter().filter(|(_, k)| *k >= 10) {
+                let s = spike(admit, rate, k, fall);
+                let cell = format!("{}/{} {:.2}×", percent(s.early), percent(s.late), s.load);
+                line.push_str(&format!(" {:>28}", format!("{rate}/s P={k} →{fall}×: {cell}")));
+                let label = format!("{name}, {rate}/s P={k} falling to {fall}×");
+                if matches!(admit, Admit::Pooled(_)) {
+                    let early = s.early.unwrap_or(1.0);
+                    check(
+                        early >= 0.99,
+                        format!("spike ends {label}: {} 2–10 s after", percent(s.early)),
+                    );
+                }
+            }
+        }
+        println!("{line}");
+    }
+    if failures.is_empty() {
+        println!(
+            "  PASS: pooled evidence: G1–G5 and the spike's end for every pooled row, G4 at \
+             1/s for P ≥ 10"
+        );
+    }
+    failures
+}
