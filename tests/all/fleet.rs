@@ -13,6 +13,8 @@ use reqwest_safe_retry::{RetryConfig, RetryMiddleware};
 use wiremock::{MockServer, ResponseTemplate};
 
 use crate::support::redis_server::RedisServer;
+
+mod processes;
 use crate::support::*;
 
 /// One process of a fleet named `prefix` on `redis`, calling through the
