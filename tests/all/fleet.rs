@@ -329,3 +329,49 @@ async fn a_tally_key_of_another_type_or_not_counts_is_ignored_and_fails_no_round
     assert!(status.connected && status.failed_rounds == 0, "{status:?}");
     assert_eq!(call(&a, &server).await, Ok(200));
 }
+
+/// How many times Redis ran each command since its statistics were reset.
+async fn commands(redis: &RedisServer) -> std::collections::HashMap<String, u64> {
+    let info: String =
+        redis::cmd("INFO").arg("commandstats").query_async(&mut raw(redis).await).await.unwrap();
+    info.lines()
+        .filter_map(|line| {
+            let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = stats.split(',').find_map(|stat| stat.strip_prefix("calls="))?;
+            Some((name.to_owned(), calls.parse().ok()?))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_process_sends_five_commands_a_second_for_each_host_in_use() {
+    let redis = RedisServer::start();
+    let servers = [MockServer::start().await, MockServer::start().await];
+    let a = process(&redis, "fleet-1");
+    for server in &servers {
+        script_statuses(server, "/r", &[200]).await;
+        assert_eq!(call(&a, server).await, Ok(200));
+    }
+    redis::cmd("CONFIG").arg("RESETSTAT").query_async::<()>(&mut raw(&redis).await).await.unwrap();
+    // Five seconds of rounds at the default interval, two hosts in use.
+    for _ in 0..10 {
+        a.fleet.sync().await.unwrap();
+        a.clock.advance(Fleet::DEFAULT_INTERVAL);
+    }
+    let counts = commands(&redis).await;
+    let count = |name: &str| counts.get(name).copied().unwrap_or_default();
+    // Each round reads the hosts' pauses; every other one pools answers.
+    assert_eq!(count("pttl"), 10 * 2, "{counts:?}");
+    assert_eq!(count("hincrby"), 5 * 2 * 2, "{counts:?}");
+    assert_eq!(count("pexpire"), 5 * 2, "{counts:?}");
+    let total: u64 = ["pttl", "hincrby", "pexpire"].map(count).iter().sum();
+    assert_eq!(total, 5 * 5 * 2, "5 × H a second: {counts:?}");
+    // Nothing else, but this test's own and a connection's handshake.
+    let theirs = ["info", "config", "client", "hello", "select"];
+    let others: Vec<&String> = counts
+        .keys()
+        .filter(|name| !["pttl", "hincrby", "pexpire"].contains(&name.as_str()))
+        .filter(|name| !theirs.iter().any(|own| name.starts_with(own)))
+        .collect();
+    assert!(others.is_empty(), "{counts:?}");
+}
