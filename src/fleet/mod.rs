@@ -70,6 +70,8 @@
 //!
 //! What reaches the store is a host's scheme, name and port, a length of
 //! time and counts of answers: no request, no header, no body, no path.
+//! [`Fleet::with_hashed_hosts`] keeps even the host from it: a keyed hash
+//! stands for `scheme://name:port`.
 //!
 //! # Never on a call's path
 //!
@@ -128,42 +130,66 @@ mod tests;
 #[cfg(feature = "redis")]
 pub use self::redis::RedisStore;
 
-/// A host as a fleet names it: `scheme://name:port`, the port written
-/// even when it is the scheme's default, so that every process names a
-/// host alike.
+/// A host as a fleet names it in its store: `scheme://name:port`, the port
+/// written even when it is the scheme's default, so that every process
+/// names a host alike; or, for a fleet that keeps host names from its
+/// store ([`Fleet::with_hashed_hosts`]), a keyed hash of that.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct FleetHost(String);
+pub struct FleetHost {
+    /// The name in the store.
+    name: String,
+    /// `scheme://name:port`, as this process calls the host.
+    local: String,
+}
 
 impl FleetHost {
     /// The host of `scheme`, `name` (as `Url` writes it) and `port` (none
-    /// for the scheme's default).
-    pub(crate) fn new(scheme: &str, name: &str, port: Option<u16>) -> Self {
+    /// for the scheme's default), its name hashed under `key` if given.
+    pub(crate) fn new(scheme: &str, name: &str, port: Option<u16>, key: Option<&HostKey>) -> Self {
         let port = port.or_else(|| default_port(scheme));
-        match port {
-            Some(port) => Self(format!("{scheme}://{name}:{port}")),
-            None => Self(format!("{scheme}://{name}")),
-        }
+        let local = match port {
+            Some(port) => format!("{scheme}://{name}:{port}"),
+            None => format!("{scheme}://{name}"),
+        };
+        let name = match key {
+            Some(key) => key.hash(&local),
+            None => local.clone(),
+        };
+        Self { name, local }
     }
 
-    /// The name, `scheme://name:port`.
+    /// The name in the store: `scheme://name:port`, or its hash.
     pub fn as_str(&self) -> &str {
-        &self.0
-    }
-
-    /// The name of a host the books know.
-    fn of(host: &HostInUse) -> Self {
-        Self::new(&host.scheme, &host.name, host.port)
+        &self.name
     }
 
     /// A URL of the host, to find its entry in the books by.
     fn url(&self) -> Option<Url> {
-        Url::parse(&self.0).ok()
+        Url::parse(&self.local).ok()
     }
 }
 
+/// As the process calls the host, `scheme://name:port`, whatever the store
+/// holds: for its own events.
 impl fmt::Display for FleetHost {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(&self.local)
+    }
+}
+
+/// The key a fleet hashes its host names under.
+#[derive(Clone)]
+pub(crate) struct HostKey([u8; 16]);
+
+impl HostKey {
+    /// `host:` and the 128 bits of SipHash-2-4 of `local` under the key,
+    /// in hex.
+    fn hash(&self, local: &str) -> String {
+        use siphasher::sip128::Hasher128;
+        use std::hash::Hasher;
+        let mut hasher = siphasher::sip128::SipHasher24::new_with_key(&self.0);
+        hasher.write(local.as_bytes());
+        format!("host:{:032x}", hasher.finish128().as_u128())
     }
 }
 
@@ -331,6 +357,9 @@ struct Inner {
     /// Names this process's claims in the store: random, as process ids
     /// repeat from one container to the next.
     token: String,
+    /// The key host names are hashed under, if they are kept from the
+    /// store.
+    host_key: Option<HostKey>,
     /// The interval between rounds, in milliseconds.
     interval_ms: AtomicU64,
     outbox: Mutex<VecDeque<Queued>>,
@@ -429,9 +458,27 @@ impl Fleet {
 
     /// A fleet sharing through `store`.
     pub fn new(store: impl FleetStore) -> Self {
+        Self::with_host_key(store, None)
+    }
+
+    /// A fleet sharing through `store` that keeps its hosts' names from
+    /// it: each is written as a keyed hash (SipHash-2-4, 128 bits) of
+    /// `scheme://name:port` under `key`, so the store holds no host name,
+    /// and only a holder of the key can tell which host a key is for (host
+    /// names are few and guessable: a hash without a secret key would hide
+    /// none of them). Every process of the fleet must be given the same
+    /// key, as it must the same prefix: processes with other keys share
+    /// nothing with them. Take 16 random bytes from where the fleet keeps
+    /// its secrets.
+    pub fn with_hashed_hosts(store: impl FleetStore, key: [u8; 16]) -> Self {
+        Self::with_host_key(store, Some(HostKey(key)))
+    }
+
+    fn with_host_key(store: impl FleetStore, host_key: Option<HostKey>) -> Self {
         let inner = Inner {
             store: Box::new(store),
             token: format!("{:016x}", rand::random::<u64>()),
+            host_key,
             interval_ms: AtomicU64::new(millis(Self::DEFAULT_INTERVAL)),
             outbox: Mutex::new(VecDeque::new()),
             members: Mutex::new(Vec::new()),
@@ -538,7 +585,7 @@ impl Fleet {
         }
         for (ledger, clock, cap) in self.members() {
             let hosts: Vec<FleetHost> =
-                ledger.hosts_in_use(clock.now()).iter().map(FleetHost::of).collect();
+                ledger.hosts_in_use(clock.now()).iter().map(|host| self.host(host)).collect();
             if hosts.is_empty() {
                 continue;
             }
@@ -582,7 +629,7 @@ impl Fleet {
             .take_evidence(now)
             .into_iter()
             .map(|(host, (accepted, rejected))| {
-                let host = FleetHost::of(&host);
+                let host = self.host(&host);
                 let earlier = unsent.get(&host).copied().unwrap_or_default();
                 let tally = Tally {
                     accepted: earlier.accepted.saturating_add(accepted.into()),
@@ -645,6 +692,11 @@ impl Fleet {
         }
     }
 
+    /// A host the books know, as the fleet names it.
+    fn host(&self, host: &HostInUse) -> FleetHost {
+        FleetHost::new(&host.scheme, &host.name, host.port, self.inner.host_key.as_ref())
+    }
+
     /// The interval between rounds.
     fn interval(&self) -> Duration {
         Duration::from_millis(self.inner.interval_ms.load(Ordering::Relaxed))
@@ -673,7 +725,7 @@ impl Fleet {
             .iter()
             .filter_map(|host| {
                 let left = host.paused.filter(|left| *left <= soon)?;
-                Some((FleetHost::of(host), left.saturating_add(window)))
+                Some((self.host(host), left.saturating_add(window)))
             })
             .collect();
         if ending.is_empty() {
@@ -790,7 +842,7 @@ struct Link {
 impl Fleetward for Link {
     fn paused(&self, scheme: &str, host: &str, port: Option<u16>, asked: Duration, at: Instant) {
         let Some(fleet) = self.fleet.upgrade() else { return };
-        let host = FleetHost::new(scheme, host, port);
+        let host = FleetHost::new(scheme, host, port, fleet.host_key.as_ref());
         let mut outbox = lock(&fleet.outbox);
         if outbox.len() >= OUTBOX {
             outbox.pop_front();

@@ -320,7 +320,7 @@ mod tests {
     #[tokio::test]
     async fn a_host_s_key_is_its_own_hash_tag_under_the_fleet_s_prefix() {
         let store = RedisStore::new("redis://127.0.0.1:1/", "workers").unwrap();
-        let host = FleetHost::new("https", "api.test", None);
+        let host = FleetHost::new("https", "api.test", None, None);
         assert_eq!(store.key(&host), "workers:pause:{https://api.test:443}");
         assert_eq!(store.probe_key(&host), "workers:probe:{https://api.test:443}");
         assert_eq!(store.tally_key(&host), "workers:tally:{https://api.test:443}");

@@ -134,7 +134,7 @@ async fn the_store_is_told_what_is_left_of_a_pause_when_the_round_runs() {
     assert_eq!(call(&a).await, Ok(429));
     clock.advance(Duration::from_millis(500));
     a.fleet.sync().await.unwrap();
-    let host = FleetHost::new("http", "api.fleet.test", None);
+    let host = FleetHost::new("http", "api.fleet.test", None, None);
     let left = store.pauses_left(std::slice::from_ref(&host)).await.unwrap();
     assert_eq!(left, [PauseLeft::Left(Duration::from_millis(1500))]);
     assert_eq!(host.as_str(), "http://api.fleet.test:80");
@@ -183,7 +183,7 @@ async fn what_the_store_holds_past_the_cap_or_not_a_pause_is_ignored_and_counted
         .unwrap();
     let b = process(&store, &clock, config, &[200]);
     assert_eq!(call(&b).await, Ok(200));
-    let host = FleetHost::new("http", "api.fleet.test", None);
+    let host = FleetHost::new("http", "api.fleet.test", None, None);
     store.extend_pauses(&[(host.clone(), Duration::from_secs(3600))]).await.unwrap();
     b.fleet.sync().await.unwrap();
     assert_eq!(call(&b).await, Ok(200), "an hour is over the cap: ignored");
@@ -235,13 +235,13 @@ fn the_queue_keeps_the_newest_pauses_and_counts_what_it_drops() {
 
 #[test]
 fn a_host_is_named_alike_by_every_process() {
-    assert_eq!(FleetHost::new("https", "a.test", None).as_str(), "https://a.test:443");
-    assert_eq!(FleetHost::new("https", "a.test", Some(443)).as_str(), "https://a.test:443");
-    assert_eq!(FleetHost::new("http", "[::1]", Some(8080)).as_str(), "http://[::1]:8080");
-    assert_eq!(FleetHost::new("ws", "a.test", None).as_str(), "ws://a.test");
-    let url = FleetHost::new("http", "[::1]", Some(8080)).url().unwrap();
+    assert_eq!(FleetHost::new("https", "a.test", None, None).as_str(), "https://a.test:443");
+    assert_eq!(FleetHost::new("https", "a.test", Some(443), None).as_str(), "https://a.test:443");
+    assert_eq!(FleetHost::new("http", "[::1]", Some(8080), None).as_str(), "http://[::1]:8080");
+    assert_eq!(FleetHost::new("ws", "a.test", None, None).as_str(), "ws://a.test");
+    let url = FleetHost::new("http", "[::1]", Some(8080), None).url().unwrap();
     assert_eq!((url.host_str(), url.port()), (Some("[::1]"), Some(8080)));
-    assert_eq!(FleetHost::new("https", "a.test", None).to_string(), "https://a.test:443");
+    assert_eq!(FleetHost::new("https", "a.test", None, None).to_string(), "https://a.test:443");
 }
 
 #[tokio::test]
@@ -278,7 +278,7 @@ async fn a_store_that_cannot_tell_who_probes_leaves_each_process_as_alone() {
     assert_eq!(call(&a).await, Ok(429));
     clock.advance(Duration::from_millis(1500));
     // Another process holds the claim for an hour: past the cap, ignored.
-    let host = FleetHost::new("http", "api.fleet.test", None);
+    let host = FleetHost::new("http", "api.fleet.test", None, None);
     let far = clock.now() + Duration::from_secs(3600);
     store.claims.lock().unwrap().insert(host, ("another".to_owned(), far));
     a.fleet.sync().await.unwrap();
@@ -399,7 +399,7 @@ async fn rounds_run_every_interval_while_the_task_is_kept_and_stop_when_it_is_dr
 async fn a_pause_read_back_within_50_ms_of_the_process_s_own_end_is_its_own() {
     let (store, clock) = setup();
     let a = process(&store, &clock, RetryConfig::default(), &[429]);
-    let host = FleetHost::new("http", "api.fleet.test", None);
+    let host = FleetHost::new("http", "api.fleet.test", None, None);
     assert_eq!(call(&a).await, Ok(429), "A's own pause, 2 s");
     // The store's end is 50 ms past A's: A's own pause come back.
     store.extend_pauses(&[(host.clone(), Duration::from_millis(2050))]).await.unwrap();
@@ -478,7 +478,7 @@ async fn the_fleet_s_rejections_can_throttle_a_process_that_was_turned_away_by_n
     let a = process(&store, &clock, RetryConfig::default(), &[200]);
     let b = process(&store, &clock, RetryConfig::default(), &[200]);
     let _ = kept_back(&a, &b, 0, &clock, true).await;
-    let host = FleetHost::new("http", "api.fleet.test", None);
+    let host = FleetHost::new("http", "api.fleet.test", None, None);
     // Others are turned away 30 times a second; A is served.
     for _ in 0..10 {
         clock.advance(Duration::from_secs(1));
@@ -496,7 +496,7 @@ async fn the_fleet_s_rejections_can_throttle_a_process_that_was_turned_away_by_n
 async fn totals_that_went_back_or_jumped_or_are_not_counts_are_ignored_and_counted() {
     let (store, clock) = setup();
     let a = process(&store, &clock, RetryConfig::default(), &[200]);
-    let host = FleetHost::new("http", "api.fleet.test", None);
+    let host = FleetHost::new("http", "api.fleet.test", None, None);
     // A host's first answer puts it in the books; the next ones count.
     assert_eq!(post(&a).await, Some(200));
     assert_eq!(post(&a).await, Some(200));
@@ -524,7 +524,7 @@ async fn totals_that_went_back_or_jumped_or_are_not_counts_are_ignored_and_count
 async fn answers_are_pooled_once_a_second_however_often_rounds_run() {
     let (store, clock) = setup();
     let a = process(&store, &clock, RetryConfig::default(), &[200]);
-    let host = FleetHost::new("http", "api.fleet.test", None);
+    let host = FleetHost::new("http", "api.fleet.test", None, None);
     // A host's first answer puts it in the books; the next ones count.
     assert_eq!(post(&a).await, Some(200));
     assert_eq!(post(&a).await, Some(200));
@@ -542,7 +542,7 @@ async fn answers_are_pooled_once_a_second_however_often_rounds_run() {
 async fn answers_a_failed_pooling_could_not_add_are_added_by_the_next() {
     let (store, clock) = setup();
     let a = process(&store, &clock, RetryConfig::default(), &[200]);
-    let host = FleetHost::new("http", "api.fleet.test", None);
+    let host = FleetHost::new("http", "api.fleet.test", None, None);
     assert_eq!(post(&a).await, Some(200));
     a.fleet.sync().await.unwrap();
     assert_eq!(post(&a).await, Some(200));
@@ -556,4 +556,52 @@ async fn answers_a_failed_pooling_could_not_add_are_added_by_the_next() {
     a.fleet.sync().await.unwrap();
     assert_eq!(store.totals.lock().unwrap()[&host], Tally { accepted: 3, rejected: 0 });
     assert_eq!(a.fleet.status().pooled, 0, "A's own, all of them");
+}
+
+/// A process as [`process`] makes it, its fleet hashing host names under
+/// `key`.
+fn hashing_process(store: &Arc<MemoryStore>, clock: &ManualClock, key: [u8; 16]) -> Process {
+    let fleet = Fleet::with_hashed_hosts(store.clone(), key);
+    let server = Server::new(&[200, 429]);
+    let middleware = RetryMiddleware::new(RetryConfig::default())
+        .with_fleet(&fleet)
+        .with_clock(clock.clone())
+        .with_jitter_source(crate::jitter::FixedJitter::BOTTOM);
+    let client = ClientBuilder::new(reqwest::Client::new()).with(middleware).with(server.clone());
+    Process { client: client.build(), fleet, server }
+}
+
+#[tokio::test]
+async fn a_fleet_that_hashes_host_names_shares_pauses_and_the_store_holds_no_name() {
+    let (store, clock) = setup();
+    let key = *b"0123456789abcdef";
+    let (a, b) = (hashing_process(&store, &clock, key), hashing_process(&store, &clock, key));
+    let other = hashing_process(&store, &clock, *b"fedcba9876543210");
+    assert_eq!((call(&a).await, call(&b).await, call(&other).await), (Ok(200), Ok(200), Ok(200)));
+    assert_eq!(call(&a).await, Ok(429));
+    for process in [&a, &b, &other] {
+        process.fleet.sync().await.unwrap();
+    }
+    assert_eq!(call(&b).await, Err(Duration::from_secs(2)), "the same key: shared");
+    assert_eq!(call(&other).await, Ok(429), "another key: another fleet");
+    let names: Vec<String> =
+        store.ends.lock().unwrap().keys().map(|h| h.as_str().to_owned()).collect();
+    assert_eq!(names.len(), 1, "{names:?}");
+    assert!(names[0].starts_with("host:") && names[0].len() == 5 + 32, "{names:?}");
+    assert!(!names[0].contains("fleet.test"), "{names:?}");
+    let totals = store.totals.lock().unwrap();
+    assert!(totals.keys().all(|host| !host.as_str().contains("fleet.test")));
+    // What the store holds is the host's own hash, the same in every
+    // process.
+    let host = FleetHost::new("http", "api.fleet.test", None, Some(&HostKey(key)));
+    assert_eq!(names[0], host.as_str());
+    assert_eq!(host.to_string(), "http://api.fleet.test:80", "events name the host as called");
+}
+
+#[test]
+fn host_names_are_hashed_as_siphash_2_4_128_s_reference_vector_says() {
+    // The first of the reference vectors (key 00 to 0f, no message):
+    // a3 81 7f ... 02 93, written as the little-endian number it is.
+    let key: [u8; 16] = std::array::from_fn(|i| i as u8);
+    assert_eq!(HostKey(key).hash(""), "host:930255c71472f66de6a825ba047f81a3");
 }

@@ -35,7 +35,10 @@ fn patient_process(url: &str, patience: Duration) -> Process {
 }
 
 fn process_on(store: RedisStore) -> Process {
-    let fleet = Fleet::new(store);
+    process_on_fleet(Fleet::new(store))
+}
+
+fn process_on_fleet(fleet: Fleet) -> Process {
     let clock = ManualClock::new();
     let client = RetryMiddleware::new(RetryConfig::default())
         .with_clock(clock.clone())
@@ -374,4 +377,29 @@ async fn a_process_sends_five_commands_a_second_for_each_host_in_use() {
         .filter(|name| !theirs.iter().any(|own| name.starts_with(own)))
         .collect();
     assert!(others.is_empty(), "{counts:?}");
+}
+
+#[tokio::test]
+async fn a_fleet_that_hashes_host_names_writes_none_to_redis() {
+    let redis = RedisServer::start();
+    let server = limiter().await;
+    let hashed = |key: [u8; 16]| {
+        process_on_fleet(Fleet::with_hashed_hosts(
+            RedisStore::new(&redis.url(), "fleet-1").unwrap(),
+            key,
+        ))
+    };
+    let (a, b) = (hashed([7; 16]), hashed([7; 16]));
+    assert_eq!((call(&a, &server).await, call(&b, &server).await), (Ok(200), Ok(200)));
+    assert_eq!(call(&a, &server).await, Ok(429));
+    a.fleet.sync().await.unwrap();
+    b.fleet.sync().await.unwrap();
+    assert!(is_the_pause(call(&b, &server).await), "shared under the one key");
+    let keys: Vec<String> =
+        redis::cmd("KEYS").arg("*").query_async(&mut raw(&redis).await).await.unwrap();
+    assert!(!keys.is_empty());
+    assert!(
+        keys.iter().all(|key| key.starts_with("fleet-1:") && !key.contains("127.0.0.1")),
+        "{keys:?}"
+    );
 }
