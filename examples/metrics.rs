@@ -37,6 +37,31 @@ async fn main() {
     for (series, value) in recorder.counters() {
         println!("  {series} {value}");
     }
+    // With the `fleet` feature: a process whose fleet's store is gone,
+    // after a call and a round.
+    #[cfg(feature = "fleet")]
+    {
+        let fleet = reqwest_safe_retry::fleet::Fleet::new(metrics_wiring::Gone);
+        let server = wiremock::MockServer::start().await;
+        let client = reqwest_safe_retry::RetryMiddleware::new(Default::default())
+            .with_fleet(&fleet)
+            .client(reqwest::Client::builder())
+            .expect("a client")
+            .build();
+        let _ = client.get(server.uri()).send().await;
+        let _ = fleet.sync().await;
+        metrics_wiring::record_fleet(&fleet.status());
+        println!("fleet (its store gone):");
+        for (series, value) in recorder.counters() {
+            if series.starts_with(metrics_wiring::FLEET) {
+                println!("  {series} {value}");
+            }
+        }
+    }
+    println!("gauges:");
+    for (series, value) in recorder.gauges() {
+        println!("  {series} {value}");
+    }
     println!("histograms:");
     for (series, samples) in recorder.histograms() {
         let sum: f64 = samples.iter().sum();

@@ -245,7 +245,7 @@ impl Books {
         let tau = self.tau();
         let answers = (-elapsed / tau).exp();
         // The fleet's accepted answers count for this process's part of
-        // them: its part of the calls.
+        // them: its part of the answers lately.
         let part = self.part();
         let accepted = self.accepted + part * self.pooled_accepted;
         let faded = accepted * (1.0 - answers);

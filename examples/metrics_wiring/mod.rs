@@ -84,12 +84,46 @@ pub fn record(event: &RetryEvent<'_>) {
     }
 }
 
+/// Whether the fleet's last round reached its store: 1 or 0 (a gauge).
+#[cfg(feature = "fleet")]
+pub const FLEET_CONNECTED: &str = "http_client_fleet_connected";
+/// What the fleet has done, by `what` (counters, set from
+/// `Fleet::status`): `published` and `received` pauses, `pooled` answers of
+/// other processes, `throttled_by_fleet`, `held_for_probe`, values
+/// `ignored`, pauses `dropped` from a full queue, `failed_rounds`.
+#[cfg(feature = "fleet")]
+pub const FLEET: &str = "http_client_fleet_total";
+
+/// Sets the fleet's series from its status: call it when a service's
+/// metrics are scraped, or on a timer. A fleet that is degraded shows as
+/// `connected` 0 and `failed_rounds` rising; one dropping pauses, as
+/// `dropped` rising; what came from the fleet, as `received`, `pooled` and
+/// `throttled_by_fleet`.
+#[cfg(feature = "fleet")]
+pub fn record_fleet(status: &reqwest_safe_retry::fleet::FleetStatus) {
+    metrics::gauge!(FLEET_CONNECTED).set(if status.connected { 1.0 } else { 0.0 });
+    let counts = [
+        ("published", status.published),
+        ("received", status.received),
+        ("pooled", status.pooled),
+        ("throttled_by_fleet", status.throttled_by_fleet),
+        ("held_for_probe", status.held_for_probe),
+        ("ignored", status.ignored),
+        ("dropped", status.dropped),
+        ("failed_rounds", status.failed_rounds),
+    ];
+    for (what, count) in counts {
+        metrics::counter!(FLEET, "what" => what).absolute(count);
+    }
+}
+
 /// A minimal `metrics::Recorder` that keeps everything in memory, in place of
 /// the Prometheus or OpenTelemetry exporter a service would install. Clones
 /// share the same store.
 #[derive(Debug, Clone, Default)]
 pub struct Recorded {
     counters: Arc<Mutex<BTreeMap<String, Arc<AtomicU64>>>>,
+    gauges: Arc<Mutex<BTreeMap<String, Arc<AtomicU64>>>>,
     histograms: Arc<Mutex<BTreeMap<String, Arc<Samples>>>>,
 }
 
@@ -123,8 +157,9 @@ impl Recorder for Recorded {
         Counter::from_arc(counters.entry(series(key)).or_default().clone())
     }
 
-    fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> Gauge {
-        Gauge::noop()
+    fn register_gauge(&self, key: &Key, _: &Metadata<'_>) -> Gauge {
+        let mut gauges = self.gauges.lock().unwrap();
+        Gauge::from_arc(gauges.entry(series(key)).or_default().clone())
     }
 
     fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
@@ -138,6 +173,12 @@ impl Recorded {
     pub fn counters(&self) -> BTreeMap<String, u64> {
         let counters = self.counters.lock().unwrap();
         counters.iter().map(|(k, v)| (k.clone(), v.load(Ordering::Relaxed))).collect()
+    }
+
+    /// Every gauge by series, with its value.
+    pub fn gauges(&self) -> BTreeMap<String, f64> {
+        let gauges = self.gauges.lock().unwrap();
+        gauges.iter().map(|(k, v)| (k.clone(), f64::from_bits(v.load(Ordering::Relaxed)))).collect()
     }
 
     /// Every histogram by series, with its samples in the order recorded.
@@ -245,3 +286,47 @@ pub async fn exchange() -> (Vec<Call>, usize) {
 
 /// Calls to the host that is down.
 pub const GONE_CALLS: usize = 40;
+
+/// A fleet's store that is gone: every command fails, as Redis down does.
+#[cfg(feature = "fleet")]
+#[derive(Debug)]
+pub struct Gone;
+
+#[cfg(feature = "fleet")]
+impl reqwest_safe_retry::fleet::FleetStore for Gone {
+    fn extend_pauses<'a>(
+        &'a self,
+        _: &'a [(reqwest_safe_retry::fleet::FleetHost, std::time::Duration)],
+    ) -> reqwest_safe_retry::fleet::StoreFuture<'a, ()> {
+        gone()
+    }
+
+    fn pauses_left<'a>(
+        &'a self,
+        _: &'a [reqwest_safe_retry::fleet::FleetHost],
+    ) -> reqwest_safe_retry::fleet::StoreFuture<'a, Vec<reqwest_safe_retry::fleet::PauseLeft>> {
+        gone()
+    }
+
+    fn claim_probes<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a [(reqwest_safe_retry::fleet::FleetHost, std::time::Duration)],
+    ) -> reqwest_safe_retry::fleet::StoreFuture<'a, Vec<reqwest_safe_retry::fleet::ProbeClaim>>
+    {
+        gone()
+    }
+
+    fn add_tallies<'a>(
+        &'a self,
+        _: &'a [(reqwest_safe_retry::fleet::FleetHost, reqwest_safe_retry::fleet::Tally)],
+    ) -> reqwest_safe_retry::fleet::StoreFuture<'a, Vec<Option<reqwest_safe_retry::fleet::Tally>>>
+    {
+        gone()
+    }
+}
+
+#[cfg(feature = "fleet")]
+fn gone<'a, T: 'a>() -> reqwest_safe_retry::fleet::StoreFuture<'a, T> {
+    Box::pin(async { Err(reqwest_safe_retry::fleet::StoreError::new("gone", None)) })
+}

@@ -546,14 +546,20 @@ impl Fleet {
     /// another process's probe (debug).
     pub async fn sync(&self) -> Result<(), StoreError> {
         let round = self.round().await;
-        let state = if round.is_ok() { CONNECTED } else { DEGRADED };
+        let state = match round {
+            // Nothing to write or read: the store was not asked, and the
+            // state stands.
+            Ok(false) => return Ok(()),
+            Ok(true) => CONNECTED,
+            Err(_) => DEGRADED,
+        };
         let was = self.inner.state.swap(state, Ordering::Relaxed);
         if round.is_err() {
             self.inner.counts.failed_rounds.fetch_add(1, Ordering::Relaxed);
         }
         #[cfg(feature = "tracing")]
         match &round {
-            Ok(()) if was != CONNECTED => {
+            Ok(_) if was != CONNECTED => {
                 tracing::info!(target: TARGET, "the fleet's store is reached: pauses are shared")
             }
             Err(error) if was != DEGRADED => {
@@ -563,10 +569,11 @@ impl Fleet {
         }
         #[cfg(not(feature = "tracing"))]
         let _ = was;
-        round
+        round.map(drop)
     }
 
-    async fn round(&self) -> Result<(), StoreError> {
+    /// A round; `Ok(true)` if it asked the store anything.
+    async fn round(&self) -> Result<bool, StoreError> {
         let queued: Vec<Queued> = lock(&self.inner.outbox).drain(..).collect();
         #[cfg(feature = "tracing")]
         {
@@ -578,6 +585,7 @@ impl Fleet {
             }
         }
         let pauses = self.left_of(queued);
+        let mut asked = !pauses.is_empty();
         if !pauses.is_empty() {
             self.inner.store.extend_pauses(&pauses).await?;
             let published = u64::try_from(pauses.len()).unwrap_or(u64::MAX);
@@ -592,6 +600,7 @@ impl Fleet {
             // The time left is measured when the store reads it: the
             // pause is held from before the reply's trip, not after.
             let asked_at = clock.now();
+            asked = true;
             let left = self.inner.store.pauses_left(&hosts).await?;
             for (host, left) in hosts.iter().zip(left) {
                 self.take_up(&ledger, asked_at, cap, host, left);
@@ -599,9 +608,9 @@ impl Fleet {
             self.claim_probes(&ledger, &*clock, cap).await?;
         }
         for (member, (ledger, clock, _)) in self.members_numbered() {
-            self.pool(member, &ledger, &*clock).await?;
+            asked |= self.pool(member, &ledger, &*clock).await?;
         }
-        Ok(())
+        Ok(asked)
     }
 
     /// Pools a member's evidence with the fleet's, at most once a
@@ -612,17 +621,18 @@ impl Fleet {
     ///
     /// The first reading of a host's totals, and one that is not believed
     /// ([`Tally::beyond`]), only sets where the next one counts from.
+    /// Returns whether it asked the store.
     async fn pool(
         &self,
         member: usize,
         ledger: &Ledger,
         clock: &dyn Clock,
-    ) -> Result<(), StoreError> {
+    ) -> Result<bool, StoreError> {
         let now = clock.now();
         let every = POOL_EVERY.max(self.interval());
         let last = lock(&self.inner.pools).get(&member).and_then(|pool| pool.at);
         if last.is_some_and(|at| now.saturating_duration_since(at) < every) {
-            return Ok(());
+            return Ok(false);
         }
         let unsent = std::mem::take(&mut lock(&self.inner.pools).entry(member).or_default().unsent);
         let tallies: Vec<(FleetHost, Tally)> = ledger
@@ -640,7 +650,7 @@ impl Fleet {
             .collect();
         if tallies.is_empty() {
             lock(&self.inner.pools).entry(member).or_default().at = Some(now);
-            return Ok(());
+            return Ok(false);
         }
         let totals = match self.inner.store.add_tallies(&tallies).await {
             Ok(totals) => totals,
@@ -671,7 +681,7 @@ impl Fleet {
             };
             self.take_in(ledger, now, host, others);
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Takes the other processes' answers from `host` into its throttle.

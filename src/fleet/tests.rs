@@ -605,3 +605,18 @@ fn host_names_are_hashed_as_siphash_2_4_128_s_reference_vector_says() {
     let key: [u8; 16] = std::array::from_fn(|i| i as u8);
     assert_eq!(HostKey(key).hash(""), "host:930255c71472f66de6a825ba047f81a3");
 }
+
+#[tokio::test]
+async fn a_round_with_nothing_to_ask_the_store_says_nothing_of_it() {
+    let (store, clock) = setup();
+    *store.down.lock().unwrap() = true;
+    let a = process(&store, &clock, RetryConfig::default(), &[200]);
+    // No pause queued, no host in the books: the store is not asked.
+    a.fleet.sync().await.unwrap();
+    let status = a.fleet.status();
+    assert!(!status.connected && status.failed_rounds == 0, "{status:?}");
+    // With a host in the books, it is, and its failure is told.
+    assert_eq!(call(&a).await, Ok(200));
+    assert!(a.fleet.sync().await.is_err());
+    assert_eq!(a.fleet.status().failed_rounds, 1);
+}

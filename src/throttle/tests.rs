@@ -688,3 +688,19 @@ fn a_host_back_from_down_forgets_the_fleet_s_answers_too() {
     assert_eq!((books.pooled_answered, books.pooled_accepted), (0.0, 0.0));
     assert_eq!(books.share(20_000), 1.0);
 }
+
+#[test]
+fn a_fleet_s_answers_fade_as_the_process_s_own_do() {
+    let mut books = Books { answered: 20.0, accepted: 10.0, ..Books::default() };
+    books.pooled_answered = 40.0;
+    books.pooled_accepted = 20.0;
+    books.pooled_rate = 40.0;
+    let tau = books.tau();
+    books.advance(tau.round() as u64);
+    let faded = (-(tau.round()) / tau).exp();
+    assert!((books.answered - 20.0 * faded).abs() < 1e-9);
+    assert!((books.pooled_answered - 40.0 * faded).abs() < 1e-9, "{}", books.pooled_answered);
+    assert!((books.pooled_accepted - 20.0 * faded).abs() < 1e-9, "{}", books.pooled_accepted);
+    let calls = (-(tau.round()) / CALLS_TAU_MS).exp();
+    assert!((books.pooled_rate - 40.0 * calls).abs() < 1e-9, "{}", books.pooled_rate);
+}

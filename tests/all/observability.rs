@@ -167,3 +167,28 @@ async fn the_hook_counts_retries_stops_and_waits_by_stable_labels() {
     .collect();
     assert_eq!(histograms, expected);
 }
+
+/// What the metrics example exports for a fleet whose store is gone.
+#[cfg(feature = "fleet")]
+#[tokio::test]
+async fn a_fleet_whose_store_is_gone_shows_as_not_connected_with_failed_rounds() {
+    use reqwest_safe_retry::fleet::Fleet;
+    let recorder = Recorded::default();
+    let _local = metrics::set_default_local_recorder(&recorder);
+    let fleet = Fleet::new(metrics_wiring::Gone);
+    let server = wiremock::MockServer::start().await;
+    let client = RetryMiddleware::new(reqwest_safe_retry::RetryConfig::default())
+        .with_fleet(&fleet)
+        .client(reqwest::Client::builder())
+        .unwrap()
+        .build();
+    let _ = client.get(server.uri()).send().await.unwrap();
+    assert!(fleet.sync().await.is_err());
+    metrics_wiring::record_fleet(&fleet.status());
+    let gauges = recorder.gauges();
+    assert_eq!(gauges[metrics_wiring::FLEET_CONNECTED], 0.0, "{gauges:?}");
+    let counters = recorder.counters();
+    let failed = format!("{}{{what=\"failed_rounds\"}}", metrics_wiring::FLEET);
+    assert_eq!(counters[&failed], 1, "{counters:?}");
+    assert_eq!(counters.keys().filter(|k| k.starts_with(metrics_wiring::FLEET)).count(), 8);
+}
