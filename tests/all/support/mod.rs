@@ -24,6 +24,8 @@ use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 
 pub mod broken_bodies;
 pub mod calls;
+#[cfg(feature = "redis")]
+pub mod delay_proxy;
 #[cfg(feature = "http2")]
 pub mod h2_server;
 pub mod hops;

@@ -57,6 +57,11 @@ impl RedisServer {
         self.child = Some(child);
     }
 
+    /// The server's port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
     /// The server's URL.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/", self.port)
