@@ -65,7 +65,8 @@ impl std::fmt::Debug for RedisStore {
 
 impl RedisStore {
     /// A store on the Redis at `url` (`redis://[:password@]host:port/db`,
-    /// or a Unix socket's `redis+unix://`), its keys under `prefix`, the
+    /// `rediss://` with the `redis-tls` feature, or a Unix socket's
+    /// `redis+unix://`), its keys under `prefix`, the
     /// fleet's name. It connects when a round first needs it, and again
     /// whenever the connection is lost: a Redis that is down when the
     /// process starts is taken up when it comes.
@@ -92,15 +93,44 @@ impl RedisStore {
     ///
     /// As [`new`](Self::new).
     pub fn with_patience(url: &str, prefix: &str, patience: Duration) -> Result<Self, StoreError> {
-        let failed =
-            |error: redis::RedisError| StoreError::new("bad Redis URL", Some(error.into()));
-        let client = redis::Client::open(url).map_err(failed)?;
+        let client = redis::Client::open(url).map_err(bad_url)?;
+        Self::on(client, prefix, patience)
+    }
+
+    /// As [`new`](Self::new), for a `rediss://` URL whose server's
+    /// certificate chains to `root_pem` (PEM) rather than to the system's
+    /// roots: a private certificate authority. (The `redis-tls` feature;
+    /// with it, [`new`](Self::new) takes `rediss://` URLs with the system's
+    /// roots.)
+    ///
+    /// # Errors
+    ///
+    /// When `url` is not a Redis URL, or `root_pem` holds no certificate.
+    ///
+    /// # Panics
+    ///
+    /// As [`new`](Self::new).
+    #[cfg(feature = "redis-tls")]
+    pub fn with_root_certificate(
+        url: &str,
+        prefix: &str,
+        root_pem: &[u8],
+    ) -> Result<Self, StoreError> {
+        let certificates =
+            redis::TlsCertificates { client_tls: None, root_cert: Some(root_pem.to_vec()) };
+        let client = redis::Client::build_with_tls(url, certificates).map_err(bad_url)?;
+        Self::on(client, prefix, PATIENCE)
+    }
+
+    /// A store on `client`, lazily connected.
+    fn on(client: redis::Client, prefix: &str, patience: Duration) -> Result<Self, StoreError> {
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(patience))
             .set_response_timeout(Some(patience))
             .set_number_of_retries(1)
             .set_max_delay(patience);
-        let connection = ConnectionManager::new_lazy_with_config(client, config).map_err(failed)?;
+        let connection =
+            ConnectionManager::new_lazy_with_config(client, config).map_err(bad_url)?;
         Ok(Self { connection, prefix: prefix.to_owned() })
     }
 
@@ -140,6 +170,11 @@ impl RedisStore {
             reply => reply.map_err(failed),
         }
     }
+}
+
+/// A URL, or TLS settings, the client refused.
+fn bad_url(error: redis::RedisError) -> StoreError {
+    StoreError::new("bad Redis URL", Some(error.into()))
 }
 
 /// A failed command, as the fleet reports it.
@@ -325,6 +360,9 @@ mod tests {
         assert_eq!(store.probe_key(&host), "workers:probe:{https://api.test:443}");
         assert_eq!(store.tally_key(&host), "workers:tally:{https://api.test:443}");
         assert!(RedisStore::new("not a url", "workers").is_err());
+        // TLS only with the feature that brings it.
+        let tls = RedisStore::new("rediss://127.0.0.1:1/", "workers");
+        assert_eq!(tls.is_ok(), cfg!(feature = "redis-tls"));
         assert!(format!("{store:?}").contains("workers"));
     }
 }

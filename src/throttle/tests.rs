@@ -704,3 +704,25 @@ fn a_fleet_s_answers_fade_as_the_process_s_own_do() {
     let calls = (-(tau.round()) / CALLS_TAU_MS).exp();
     assert!((books.pooled_rate - 40.0 * calls).abs() < 1e-9, "{}", books.pooled_rate);
 }
+
+#[test]
+fn a_call_kept_back_is_told_the_fleet_s_answers_too() {
+    let mut books = Books { answered: 12.0, accepted: 3.0, ..Books::default() };
+    books.pooled_answered = 30.0;
+    books.pooled_accepted = 5.0;
+    let told = books.kept_back();
+    assert_eq!((told.accepted(), told.answered()), (8, 42));
+}
+
+#[test]
+fn the_window_holds_about_its_samples_of_the_fleet_s_answers_and_the_process_s_calls() {
+    // A call a second of its own, and nine of the fleet's answers a
+    // second: forty answers are four seconds' worth.
+    let mut books = Books { calls: 10.0, ..Books::default() };
+    books.pooled_rate = 90.0;
+    let rate = (10.0 + 90.0) * 1000.0 / CALLS_TAU_MS;
+    assert!((books.tau() - SAMPLES * 1000.0 / rate).abs() < 1e-9, "{}", books.tau());
+    books.pooled_rate = 20.0;
+    let rate = (10.0 + 20.0) * 1000.0 / CALLS_TAU_MS;
+    assert!((books.tau() - SAMPLES * 1000.0 / rate).abs() < 1e-9, "{}", books.tau());
+}

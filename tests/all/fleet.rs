@@ -453,3 +453,23 @@ async fn through_a_redis_5_s_slow_rounds_fail_within_their_patience_and_calls_go
     // (Sharing resumes once the held replies drain: the other fault
     // tests show it.)
 }
+
+#[cfg(feature = "redis-tls")]
+#[tokio::test]
+async fn a_pause_is_shared_over_tls_with_a_private_root() {
+    let redis = RedisServer::start_tls();
+    let server = limiter().await;
+    let root = include_bytes!("fixtures/localhost.crt.pem");
+    let store = || RedisStore::with_root_certificate(&redis.tls_url(), "fleet-1", root).unwrap();
+    let (a, b) = (process_on(store()), process_on(store()));
+    assert_eq!((call(&a, &server).await, call(&b, &server).await), (Ok(200), Ok(200)));
+    assert_eq!(call(&a, &server).await, Ok(429));
+    a.fleet.sync().await.unwrap();
+    b.fleet.sync().await.unwrap();
+    assert!(is_the_pause(call(&b, &server).await));
+    // With the system's roots alone, the private certificate is refused:
+    // the round fails, the call goes on.
+    let untrusting = process_on(RedisStore::new(&redis.tls_url(), "fleet-1").unwrap());
+    assert_eq!(call(&untrusting, &server).await, Ok(200));
+    assert!(untrusting.fleet.sync().await.is_err());
+}

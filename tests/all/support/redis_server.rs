@@ -29,7 +29,7 @@ impl RedisServer {
         let n = STARTED.fetch_add(1, Ordering::Relaxed);
         let dir = std::env::temp_dir().join(format!("rsr-redis-{}-{n}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("a directory for redis-server");
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let port = free_port();
         let extra = extra.iter().map(|arg| (*arg).to_owned()).collect();
         let mut server = Self { child: None, port, dir, extra };
         server.run();
@@ -55,6 +55,35 @@ impl RedisServer {
         // Keep reading the log, so that the server never blocks on it.
         std::thread::spawn(move || log.for_each(drop));
         self.child = Some(child);
+    }
+
+    /// One that also takes TLS connections, on [`tls_url`](Self::tls_url),
+    /// with the tests' certificate for `localhost` (its own root); clients
+    /// are not asked for one.
+    pub fn start_tls() -> Self {
+        let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/all/fixtures");
+        let (cert, key) =
+            (format!("{fixtures}/localhost.crt.pem"), format!("{fixtures}/localhost.key.pem"));
+        let tls_port = free_port().to_string();
+        let args = [
+            "--tls-port",
+            &tls_port,
+            "--tls-cert-file",
+            &cert,
+            "--tls-key-file",
+            &key,
+            "--tls-ca-cert-file",
+            &cert,
+            "--tls-auth-clients",
+            "no",
+        ];
+        Self::start_with(&args)
+    }
+
+    /// The `rediss://` URL of a server started with [`start_tls`](Self::start_tls).
+    pub fn tls_url(&self) -> String {
+        let at = self.extra.iter().position(|arg| arg == "--tls-port").expect("a TLS server");
+        format!("rediss://localhost:{}/", self.extra[at + 1])
     }
 
     /// The server's port.
@@ -110,4 +139,9 @@ impl Drop for RedisServer {
         self.stop();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// A loopback port free now.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
