@@ -726,3 +726,22 @@ fn the_window_holds_about_its_samples_of_the_fleet_s_answers_and_the_process_s_c
     let rate = (10.0 + 20.0) * 1000.0 / CALLS_TAU_MS;
     assert!((books.tau() - SAMPLES * 1000.0 / rate).abs() < 1e-9, "{}", books.tau());
 }
+
+#[test]
+fn taking_a_host_s_answers_for_the_fleet_brings_in_its_tally_and_nothing_else() {
+    let throttle = Throttle::default();
+    for t in 0..=u64::from(STREAK) {
+        throttle.observe(t * 1000, Answer::Rejected);
+    }
+    let now = u64::from(STREAK) * 1000;
+    assert!(throttle.books().down(now));
+    // Nothing tallied: the books are not touched (an empty fold would
+    // count as an accepted answer now, and the host as up).
+    assert_eq!(throttle.take_unshared(now + 500), (0, u32::from(STREAK) + 1));
+    assert!(throttle.books().down(now + 500));
+    let calm = Throttle::default();
+    assert!(!calm.tally(3), "a calm host's answers wait in the tally");
+    assert!(!calm.tally(2));
+    assert_eq!(calm.take_unshared(600), (5, 0), "the tally, folded in");
+    assert_eq!(calm.accepted().1, 0);
+}
