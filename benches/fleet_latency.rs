@@ -15,16 +15,15 @@ use reqwest_safe_retry::fleet::{Fleet, FleetTask, RedisStore};
 use reqwest_safe_retry::{RetryConfig, RetryMiddleware};
 use wiremock::{Mock, MockServer, ResponseTemplate, matchers::any};
 
-// The tests' own, shared.
-#[allow(dead_code, unreachable_pub)]
-#[path = "../tests/all/support/delay_proxy.rs"]
-mod delay_proxy;
+#[path = "support/slow_proxy.rs"]
+mod slow_proxy;
+// The tests' own.
 #[allow(dead_code, unreachable_pub)]
 #[path = "../tests/all/support/redis_server.rs"]
 mod redis_server;
 
-use delay_proxy::DelayProxy;
 use redis_server::RedisServer;
+use slow_proxy::SlowProxy;
 
 const ROUNDS: usize = 41;
 const CALLS: usize = 300;
@@ -64,9 +63,9 @@ fn main() {
         let server = MockServer::start().await;
         Mock::given(any()).respond_with(ResponseTemplate::new(200)).mount(&server).await;
         let url = server.uri();
-        let slow = DelayProxy::start(redis.port(), Duration::from_millis(50)).await;
-        let stuck = DelayProxy::start(redis.port(), Duration::from_secs(5)).await;
-        let through = |proxy: &DelayProxy| format!("redis://127.0.0.1:{}/", proxy.port());
+        let slow = SlowProxy::start(redis.port(), Duration::from_millis(50)).await;
+        let stuck = SlowProxy::start(redis.port(), Duration::from_secs(5)).await;
+        let through = |proxy: &SlowProxy| format!("redis://127.0.0.1:{}/", proxy.port());
         let mut setups = vec![
             setup("no fleet", None),
             // The same again: the noise between two columns that differ in

@@ -24,14 +24,15 @@ use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 
 pub mod broken_bodies;
 pub mod calls;
-#[cfg(feature = "redis")]
-pub mod delay_proxy;
 #[cfg(feature = "http2")]
 pub mod h2_server;
 pub mod hops;
 pub mod raw;
 #[cfg(feature = "redis")]
 pub mod redis_server;
+#[cfg(feature = "redis")]
+#[path = "../../../benches/support/slow_proxy.rs"]
+pub mod slow_proxy;
 pub mod tls_server;
 
 pub const MS: Duration = Duration::from_millis(1);
