@@ -737,7 +737,7 @@ fn taking_a_host_s_answers_for_the_fleet_brings_in_its_tally_and_nothing_else() 
     assert!(throttle.books().down(now));
     // Nothing tallied: the books are not touched (an empty fold would
     // count as an accepted answer now, and the host as up).
-    assert_eq!(throttle.take_unshared(now + 500), (0, u32::from(STREAK) + 1));
+    assert_eq!(throttle.take_unshared(now + 500), (0, STREAK + 1));
     assert!(throttle.books().down(now + 500));
     let calm = Throttle::default();
     assert!(!calm.tally(3), "a calm host's answers wait in the tally");
