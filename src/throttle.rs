@@ -255,7 +255,7 @@ impl Books {
         self.pooled_accepted *= answers;
         // What faded was accepted at `accepted / tau` a millisecond: room
         // for `ROOM` times as many calls, held for a second at that rate.
-        let most = (ROOM * accepted * answers * ROOM_MS / tau).max(1.0);
+        let most = (ROOM * (accepted * answers) * ROOM_MS / tau).max(1.0);
         self.room = (self.room + ROOM * faded).min(most);
         let calls = (-elapsed / CALLS_TAU_MS).exp();
         self.calls *= calls;

@@ -19,6 +19,11 @@ pub(super) struct MemoryStore {
     pub(super) totals: Mutex<HashMap<FleetHost, Tally>>,
     /// Fails the pooling of answers alone.
     pub(super) tallies_down: Mutex<bool>,
+    /// Adds the answers, then fails as if the reply were lost.
+    pub(super) tallies_lost: Mutex<bool>,
+    /// Yields after adding, before the reply: another round can run
+    /// meanwhile.
+    pub(super) tallies_slow: Mutex<bool>,
 }
 
 impl MemoryStore {
@@ -31,6 +36,8 @@ impl MemoryStore {
             garbage: Mutex::default(),
             totals: Mutex::default(),
             tallies_down: Mutex::new(false),
+            tallies_lost: Mutex::new(false),
+            tallies_slow: Mutex::new(false),
         }
     }
 
@@ -105,18 +112,28 @@ impl FleetStore for std::sync::Arc<MemoryStore> {
             if *self.tallies_down.lock().unwrap() {
                 return Err(StoreError::new("down", None));
             }
-            let mut totals = self.totals.lock().unwrap();
-            let garbage = self.garbage.lock().unwrap();
-            let add = |(host, tally): &(FleetHost, Tally)| {
-                if garbage.contains(host) {
-                    return None;
-                }
-                let total = totals.entry(host.clone()).or_default();
-                total.accepted += tally.accepted;
-                total.rejected += tally.rejected;
-                Some(*total)
+            let slow = std::mem::take(&mut *self.tallies_slow.lock().unwrap());
+            let lost = *self.tallies_lost.lock().unwrap();
+            let added: Vec<_> = {
+                let mut totals = self.totals.lock().unwrap();
+                let garbage = self.garbage.lock().unwrap();
+                let add = |(host, tally): &(FleetHost, Tally)| {
+                    if garbage.contains(host) {
+                        return None;
+                    }
+                    let total = totals.entry(host.clone()).or_default();
+                    total.accepted += tally.accepted;
+                    total.rejected += tally.rejected;
+                    Some(*total)
+                };
+                tallies.iter().map(add).collect()
             };
-            Ok(tallies.iter().map(add).collect())
+            if slow {
+                for _ in 0..3 {
+                    tokio::task::yield_now().await;
+                }
+            }
+            if lost { Err(StoreError::new("the reply was lost", None)) } else { Ok(added) }
         })
     }
 }

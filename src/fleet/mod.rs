@@ -396,13 +396,26 @@ struct Member {
 }
 
 /// A member's pooling: when it last pooled, the fleet's totals for each
-/// host read then, and the answers a failed pooling could not add, for the
-/// next one to add.
+/// host read then, and whether a pooling is under way.
 #[derive(Default)]
 struct Pool {
     at: Option<Instant>,
     totals: HashMap<FleetHost, Tally>,
-    unsent: HashMap<FleetHost, Tally>,
+    busy: bool,
+}
+
+/// Marks a member's pooling done when it ends, finished or dropped.
+struct Done<'a> {
+    fleet: &'a Fleet,
+    member: usize,
+}
+
+impl Drop for Done<'_> {
+    fn drop(&mut self) {
+        if let Some(pool) = lock(&self.fleet.inner.pools).get_mut(&self.member) {
+            pool.busy = false;
+        }
+    }
 }
 
 #[derive(Default)]
@@ -630,44 +643,39 @@ impl Fleet {
     ) -> Result<bool, StoreError> {
         let now = clock.now();
         let every = POOL_EVERY.max(self.interval());
-        let last = lock(&self.inner.pools).get(&member).and_then(|pool| pool.at);
-        if last.is_some_and(|at| now.saturating_duration_since(at) < every) {
-            return Ok(false);
+        {
+            let mut pools = lock(&self.inner.pools);
+            let pool = pools.entry(member).or_default();
+            // One pooling at a time (two rounds may run at once): another
+            // would read this one's addition as other processes' answers.
+            if pool.busy || pool.at.is_some_and(|at| now.saturating_duration_since(at) < every) {
+                return Ok(false);
+            }
+            pool.busy = true;
         }
-        let unsent = std::mem::take(&mut lock(&self.inner.pools).entry(member).or_default().unsent);
+        let _done = Done { fleet: self, member };
         let tallies: Vec<(FleetHost, Tally)> = ledger
             .take_evidence(now)
             .into_iter()
             .map(|(host, (accepted, rejected))| {
-                let host = self.host(&host);
-                let earlier = unsent.get(&host).copied().unwrap_or_default();
-                let tally = Tally {
-                    accepted: earlier.accepted.saturating_add(accepted.into()),
-                    rejected: earlier.rejected.saturating_add(rejected.into()),
-                };
-                (host, tally)
+                (self.host(&host), Tally { accepted: accepted.into(), rejected: rejected.into() })
             })
             .collect();
         if tallies.is_empty() {
             lock(&self.inner.pools).entry(member).or_default().at = Some(now);
             return Ok(false);
         }
-        let totals = match self.inner.store.add_tallies(&tallies).await {
-            Ok(totals) => totals,
-            Err(error) => {
-                // Added with the next pooling (twice, if the store did add
-                // them and its reply was lost).
-                lock(&self.inner.pools).entry(member).or_default().unsent =
-                    tallies.into_iter().collect();
-                return Err(error);
-            }
-        };
+        let added = self.inner.store.add_tallies(&tallies).await;
         let now = clock.now();
         let mut pools = lock(&self.inner.pools);
         let pool = pools.entry(member).or_default();
-        pool.at = Some(now);
-        // Hosts the books no longer hold are dropped with them.
+        // Hosts the books no longer hold are dropped with them; after a
+        // failure, every host is: the store may have added these answers
+        // and lost only its reply, so the next reading counts from itself.
+        // The answers are lost to the fleet, never counted twice.
         let before = std::mem::take(&mut pool.totals);
+        let totals = added?;
+        pool.at = Some(now);
         for ((host, added), total) in tallies.iter().zip(totals) {
             let Some(total) = total else {
                 self.inner.counts.ignored.fetch_add(1, Ordering::Relaxed);

@@ -37,6 +37,10 @@ use super::{FleetHost, FleetStore, PauseLeft, ProbeClaim, StoreError, StoreFutur
 /// The longest a round waits for Redis to connect or to answer.
 const PATIENCE: Duration = Duration::from_secs(1);
 
+/// What begins a certificate in a PEM.
+#[cfg(feature = "redis-tls")]
+const CERTIFICATE: &[u8] = b"-----BEGIN CERTIFICATE-----";
+
 /// How long a host's totals of answers are kept after a process last
 /// added to them.
 const TALLY_KEPT: Duration = Duration::from_secs(600);
@@ -116,6 +120,11 @@ impl RedisStore {
         prefix: &str,
         root_pem: &[u8],
     ) -> Result<Self, StoreError> {
+        // The client takes a PEM without a certificate, and would then trust
+        // none: every round would fail its handshake, saying nothing of why.
+        if !root_pem.windows(CERTIFICATE.len()).any(|window| window == CERTIFICATE) {
+            return Err(StoreError::new("no PEM certificate in the root given", None));
+        }
         let certificates =
             redis::TlsCertificates { client_tls: None, root_cert: Some(root_pem.to_vec()) };
         let client = redis::Client::build_with_tls(url, certificates).map_err(bad_url)?;
@@ -363,6 +372,11 @@ mod tests {
         // TLS only with the feature that brings it.
         let tls = RedisStore::new("rediss://127.0.0.1:1/", "workers");
         assert_eq!(tls.is_ok(), cfg!(feature = "redis-tls"));
+        #[cfg(feature = "redis-tls")]
+        for pem in [&b""[..], b"not a certificate\n"] {
+            let store = RedisStore::with_root_certificate("rediss://127.0.0.1:1/", "w", pem);
+            assert!(store.is_err(), "{}", String::from_utf8_lossy(pem));
+        }
         assert!(format!("{store:?}").contains("workers"));
     }
 }

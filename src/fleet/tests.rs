@@ -539,23 +539,58 @@ async fn answers_are_pooled_once_a_second_however_often_rounds_run() {
 }
 
 #[tokio::test]
-async fn answers_a_failed_pooling_could_not_add_are_added_by_the_next() {
+async fn a_pooling_whose_reply_is_lost_counts_nothing_twice() {
     let (store, clock) = setup();
     let a = process(&store, &clock, RetryConfig::default(), &[200]);
+    let b = process(&store, &clock, RetryConfig::default(), &[200]);
     let host = FleetHost::new("http", "api.fleet.test", None, None);
-    assert_eq!(post(&a).await, Some(200));
-    a.fleet.sync().await.unwrap();
-    assert_eq!(post(&a).await, Some(200));
-    assert_eq!(post(&a).await, Some(200));
-    *store.tallies_down.lock().unwrap() = true;
+    for p in [&a, &b] {
+        assert_eq!(post(p).await, Some(200));
+        p.fleet.sync().await.unwrap();
+    }
+    // A's replies are lost for ten seconds: Redis added its answers, A
+    // cannot know it did.
+    let mut sent = 0;
+    for _ in 0..10 {
+        clock.advance(Duration::from_secs(1));
+        for _ in 0..10 {
+            assert_eq!(post(&a).await, Some(200));
+            sent += 1;
+        }
+        *store.tallies_lost.lock().unwrap() = true;
+        assert!(a.fleet.sync().await.is_err());
+        *store.tallies_lost.lock().unwrap() = false;
+        b.fleet.sync().await.unwrap();
+    }
+    assert_eq!(store.totals.lock().unwrap()[&host].accepted, sent, "each answer added once");
+    assert_eq!(b.fleet.status().pooled, sent, "and taken in once by B");
+    // A's next pooling reads from itself: it takes none of its own in.
     clock.advance(Duration::from_secs(1));
-    assert!(a.fleet.sync().await.is_err());
-    *store.tallies_down.lock().unwrap() = false;
-    assert_eq!(post(&a).await, Some(200));
-    // The next round pools at once: the failed one set no time.
     a.fleet.sync().await.unwrap();
-    assert_eq!(store.totals.lock().unwrap()[&host], Tally { accepted: 3, rejected: 0 });
-    assert_eq!(a.fleet.status().pooled, 0, "A's own, all of them");
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(post(&a).await, Some(200));
+    a.fleet.sync().await.unwrap();
+    assert_eq!(a.fleet.status().pooled, 0, "{:?}", a.fleet.status());
+}
+
+#[tokio::test]
+async fn two_rounds_at_once_pool_once() {
+    let (store, clock) = setup();
+    let a = process(&store, &clock, RetryConfig::default(), &[200]);
+    assert_eq!(post(&a).await, Some(200));
+    a.fleet.sync().await.unwrap();
+    for _ in 0..10 {
+        assert_eq!(post(&a).await, Some(200));
+    }
+    clock.advance(Duration::from_secs(1));
+    *store.tallies_slow.lock().unwrap() = true;
+    let (first, second) = tokio::join!(a.fleet.sync(), a.fleet.sync());
+    first.unwrap();
+    second.unwrap();
+    let status = a.fleet.status();
+    assert_eq!((status.pooled, status.ignored), (0, 0), "its own answers are its own: {status:?}");
+    let host = FleetHost::new("http", "api.fleet.test", None, None);
+    assert_eq!(store.totals.lock().unwrap()[&host].accepted, 10);
 }
 
 /// A process as [`process`] makes it, its fleet hashing host names under
