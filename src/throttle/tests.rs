@@ -727,6 +727,7 @@ fn the_window_holds_about_its_samples_of_the_fleet_s_answers_and_the_process_s_c
     assert!((books.tau() - SAMPLES * 1000.0 / rate).abs() < 1e-9, "{}", books.tau());
 }
 
+#[cfg(feature = "fleet")]
 #[test]
 fn taking_a_host_s_answers_for_the_fleet_brings_in_its_tally_and_nothing_else() {
     let throttle = Throttle::default();
