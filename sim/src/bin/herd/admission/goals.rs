@@ -80,6 +80,62 @@ pub(super) struct Overload {
     pub(super) queued: Duration,
 }
 
+/// A goal's check: whether it holds, and what it says.
+pub(super) type Check = (bool, String);
+
+impl Outage {
+    /// G1's checks of the cell `name` at `rate` calls a second per process.
+    pub(super) fn g1(&self, name: &str, rate: f64) -> Vec<Check> {
+        let mut checks = vec![(
+            self.first_10_20 < 0.5,
+            format!("G1 {name}: {:.3} < 0.5 within 10 s", self.first_10_20),
+        )];
+        if rate >= 10.0 {
+            checks.push((
+                self.first_after <= 0.10,
+                format!("G1 {name}: {:.3} ≤ 0.10 after", self.first_after),
+            ));
+            checks.push((
+                self.all_after <= 0.12,
+                format!("G1 {name}: {:.3} ≤ 0.12 with retries", self.all_after),
+            ));
+        }
+        checks
+    }
+
+    /// G2's checks of the cell `name`.
+    pub(super) fn g2(&self, name: &str) -> [Check; 2] {
+        [
+            (self.back.is_some_and(|s| s <= 10), format!("G2 {name}: back in {}", secs(self.back))),
+            (
+                self.refused_after <= 0.01,
+                format!("G2 {name}: {:.2}% refused ≤ 1%", self.refused_after * 100.0),
+            ),
+        ]
+    }
+}
+
+impl Overload {
+    /// G4's checks of the cell `name`.
+    pub(super) fn g4(&self, name: &str) -> [Check; 4] {
+        [
+            (
+                self.first_per_accepted <= 3.2,
+                format!(
+                    "G4 {name}: first attempts {:.2}× accepted ≤ 3.2×",
+                    self.first_per_accepted
+                ),
+            ),
+            (
+                self.goodput >= 0.99,
+                format!("G4 {name}: goodput {:.1}% ≥ 99%", self.goodput * 100.0),
+            ),
+            (self.back.is_some_and(|s| s <= 10), format!("G4 {name}: back in {}", secs(self.back))),
+            (self.queued.is_zero(), format!("G4 {name}: queued {:?}", self.queued)),
+        ]
+    }
+}
+
 pub(super) fn overload(admit: Admit, (rate, k): Column) -> Overload {
     let capacity = rate * k as f64 / 10.0;
     let scenario = Scenario::Overload { healthy: CALM, over: OVER, capacity };
@@ -183,14 +239,8 @@ pub(crate) fn run_goals() -> Vec<String> {
         }),
     );
     for (column, o) in columns().into_iter().zip(&ours) {
-        let name = column_name(column);
-        check(o.first_10_20 < 0.5, format!("G1 {name}: {:.3} < 0.5 within 10 s", o.first_10_20));
-        if column.0 >= 10.0 {
-            check(o.first_after <= 0.10, format!("G1 {name}: {:.3} ≤ 0.10 after", o.first_after));
-            check(
-                o.all_after <= 0.12,
-                format!("G1 {name}: {:.3} ≤ 0.12 with retries", o.all_after),
-            );
+        for (ok, what) in o.g1(&column_name(column), column.0) {
+            check(ok, what);
         }
     }
     table(
@@ -199,12 +249,9 @@ pub(crate) fn run_goals() -> Vec<String> {
         &show(&|o| format!("{} / {:.2}%", secs(o.back), (o.refused_after * 100.0).max(0.0))),
     );
     for (column, o) in columns().into_iter().zip(&ours) {
-        let name = column_name(column);
-        check(o.back.is_some_and(|s| s <= 10), format!("G2 {name}: back in {}", secs(o.back)));
-        check(
-            o.refused_after <= 0.01,
-            format!("G2 {name}: {:.2}% refused ≤ 1%", o.refused_after * 100.0),
-        );
+        for (ok, what) in o.g2(&column_name(column)) {
+            check(ok, what);
+        }
     }
 
     let mut flaky_rows = Vec::new();
@@ -258,23 +305,9 @@ pub(crate) fn run_goals() -> Vec<String> {
             // than about ten calls a second (see BENCHMARKS): below that,
             // the cell is shown, not checked.
             if admit == Admit::Ours && column.0 >= G4_FROM {
-                let name = column_name(column);
-                check(
-                    o.first_per_accepted <= 3.2,
-                    format!(
-                        "G4 {name}: first attempts {:.2}× accepted ≤ 3.2×",
-                        o.first_per_accepted
-                    ),
-                );
-                check(
-                    o.goodput >= 0.99,
-                    format!("G4 {name}: goodput {:.1}% ≥ 99%", o.goodput * 100.0),
-                );
-                check(
-                    o.back.is_some_and(|s| s <= 10),
-                    format!("G4 {name}: back in {}", secs(o.back)),
-                );
-                check(o.queued.is_zero(), format!("G4 {name}: queued {:?}", o.queued));
+                for (ok, what) in o.g4(&column_name(column)) {
+                    check(ok, what);
+                }
             }
             cells.push(format!(
                 "{:.2}/{:.2}× {:.0}% {} q{:.0}s",

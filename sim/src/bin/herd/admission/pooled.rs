@@ -99,44 +99,16 @@ pub(crate) fn run() -> Vec<String> {
                 continue;
             }
             let (rate, k) = column;
-            check(
-                o.first_10_20 < 0.5,
-                format!("G1 {label}: {:.3} < 0.5 within 10 s", o.first_10_20),
-            );
-            if rate >= 10.0 {
-                check(
-                    o.first_after <= 0.10,
-                    format!("G1 {label}: {:.3} ≤ 0.10 after", o.first_after),
-                );
-                check(
-                    o.all_after <= 0.12,
-                    format!("G1 {label}: {:.3} ≤ 0.12 with retries", o.all_after),
-                );
-            }
-            check(o.back.is_some_and(|s| s <= 10), format!("G2 {label}: back in {}", secs(o.back)));
-            check(
-                o.refused_after <= 0.01,
-                format!("G2 {label}: {:.2}% refused ≤ 1%", o.refused_after * 100.0),
-            );
-            check(load >= 0.98, format!("G3 {label}: load {load:.3} ≥ 0.98×"));
-            check(kept >= 0.99, format!("G3 {label}: successes {:.2}% ≥ 99%", kept * 100.0));
+            let mut checks = o.g1(&label, rate);
+            checks.extend(o.g2(&label));
+            checks.push((load >= 0.98, format!("G3 {label}: load {load:.3} ≥ 0.98×")));
+            checks
+                .push((kept >= 0.99, format!("G3 {label}: successes {:.2}% ≥ 99%", kept * 100.0)));
             if k >= 10 {
-                check(
-                    g4.first_per_accepted <= 3.2,
-                    format!(
-                        "G4 {label}: first attempts {:.2}× accepted ≤ 3.2×",
-                        g4.first_per_accepted
-                    ),
-                );
-                check(
-                    g4.goodput >= 0.99,
-                    format!("G4 {label}: goodput {:.1}% ≥ 99%", g4.goodput * 100.0),
-                );
-                check(
-                    g4.back.is_some_and(|s| s <= 10),
-                    format!("G4 {label}: back in {}", secs(g4.back)),
-                );
-                check(g4.queued.is_zero(), format!("G4 {label}: queued {:?}", g4.queued));
+                checks.extend(g4.g4(&label));
+            }
+            for (ok, what) in checks {
+                check(ok, what);
             }
             check(quiet == 0, format!("G5 {label}: {quiet} refused at 0.5/s"));
         }
