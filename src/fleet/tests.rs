@@ -492,15 +492,21 @@ async fn the_fleet_s_rejections_can_throttle_a_process_that_was_turned_away_by_n
     assert!(status.pooled >= 300, "{status:?}");
 }
 
-#[tokio::test]
-async fn totals_that_went_back_or_jumped_or_are_not_counts_are_ignored_and_counted() {
+/// A process served 200s, its host in the books with one answer counted
+/// and pooled: the host's first answer puts it there, the next ones count.
+async fn pooling() -> (Arc<MemoryStore>, ManualClock, Process, FleetHost) {
     let (store, clock) = setup();
     let a = process(&store, &clock, RetryConfig::default(), &[200]);
     let host = FleetHost::new("http", "api.fleet.test", None, None);
-    // A host's first answer puts it in the books; the next ones count.
     assert_eq!(post(&a).await, Some(200));
     assert_eq!(post(&a).await, Some(200));
     a.fleet.sync().await.unwrap();
+    (store, clock, a, host)
+}
+
+#[tokio::test]
+async fn totals_that_went_back_or_jumped_or_are_not_counts_are_ignored_and_counted() {
+    let (store, clock, a, host) = pooling().await;
     let tally = |accepted, rejected| Tally { accepted, rejected };
     assert_eq!(store.totals.lock().unwrap()[&host], tally(1, 0), "A's answer, added");
     // The totals were lost, and started again below what A read.
@@ -522,13 +528,7 @@ async fn totals_that_went_back_or_jumped_or_are_not_counts_are_ignored_and_count
 
 #[tokio::test]
 async fn answers_are_pooled_once_a_second_however_often_rounds_run() {
-    let (store, clock) = setup();
-    let a = process(&store, &clock, RetryConfig::default(), &[200]);
-    let host = FleetHost::new("http", "api.fleet.test", None, None);
-    // A host's first answer puts it in the books; the next ones count.
-    assert_eq!(post(&a).await, Some(200));
-    assert_eq!(post(&a).await, Some(200));
-    a.fleet.sync().await.unwrap();
+    let (store, clock, a, host) = pooling().await;
     assert_eq!(post(&a).await, Some(200));
     clock.advance(Duration::from_millis(999));
     a.fleet.sync().await.unwrap();

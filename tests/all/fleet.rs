@@ -151,11 +151,10 @@ async fn a_key_that_is_not_a_pause_is_ignored_and_counted() {
     let b = process(&redis, "fleet-1");
     assert_eq!(call(&b, &server).await, Ok(200));
     let host = format!("http://127.0.0.1:{}", server.address().port());
-    let mut raw =
-        redis::Client::open(redis.url()).unwrap().get_multiplexed_async_connection().await.unwrap();
+    let mut conn = raw(&redis).await;
     // No time-to-live: not a pause.
     let key = format!("fleet-1:pause:{{{host}}}");
-    redis::cmd("SET").arg(&key).arg("forever").query_async::<()>(&mut raw).await.unwrap();
+    redis::cmd("SET").arg(&key).arg("forever").query_async::<()>(&mut conn).await.unwrap();
     b.fleet.sync().await.unwrap();
     assert_eq!(call(&b, &server).await, Ok(200));
     // An hour: over the cap of 30 s.
@@ -164,7 +163,7 @@ async fn a_key_that_is_not_a_pause_is_ignored_and_counted() {
         .arg(1)
         .arg("PX")
         .arg(3_600_000)
-        .query_async::<()>(&mut raw)
+        .query_async::<()>(&mut conn)
         .await
         .unwrap();
     b.fleet.sync().await.unwrap();
