@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use super::{FleetHost, FleetStore, PauseLeft, ProbeClaim, StoreError, StoreFuture, Tally};
+use super::{FleetHost, FleetStore, Heard, PauseLeft, ProbeClaim, StoreError, StoreFuture, Tally};
 use crate::clock::{Clock, ManualClock};
 
 /// Pauses in memory, measured on `clock`; `down` fails every call, and
@@ -24,6 +24,9 @@ pub(super) struct MemoryStore {
     /// Yields after adding, before the reply: another round can run
     /// meanwhile.
     pub(super) tallies_slow: Mutex<bool>,
+    /// Each pause written, as the feed tells it: the host's name and its
+    /// length.
+    pub(super) feed: tokio::sync::broadcast::Sender<(String, PauseLeft)>,
 }
 
 impl MemoryStore {
@@ -38,6 +41,7 @@ impl MemoryStore {
             tallies_down: Mutex::new(false),
             tallies_lost: Mutex::new(false),
             tallies_slow: Mutex::new(false),
+            feed: tokio::sync::broadcast::channel(64).0,
         }
     }
 
@@ -56,6 +60,8 @@ impl FleetStore for std::sync::Arc<MemoryStore> {
                 let end = now + *left;
                 let kept = ends.entry(host.clone()).or_insert(end);
                 *kept = (*kept).max(end);
+                // None listening is no failure.
+                let _ = self.feed.send((host.as_str().to_owned(), PauseLeft::Left(*left)));
             }
             Ok(())
         })
@@ -100,6 +106,17 @@ impl FleetStore for std::sync::Arc<MemoryStore> {
                 }
             };
             Ok(claims.iter().map(claim).collect())
+        })
+    }
+
+    fn listen<'a>(&'a self, heard: &'a Heard) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            let mut feed = self.feed.subscribe();
+            loop {
+                let (name, left) =
+                    feed.recv().await.map_err(|_| StoreError::new("the feed broke", None))?;
+                heard(&name, left);
+            }
         })
     }
 

@@ -8,11 +8,16 @@
 //! When a process pauses a host at its server's request (a `429` or `503`
 //! with a `Retry-After` within the cap, a predicate's
 //! [`server_asked`](crate::Verdict::server_asked), the rate-limit headers),
-//! the pause is queued for the fleet. A background task, started by
-//! [`Fleet::spawn`], runs a round every interval (500 ms by default):
+//! the pause is queued for the fleet. The fleet's background tasks,
+//! started by [`Fleet::spawn`], write it to the store at once, extending
+//! the host's shared pause, never shortening it; and with a store that has
+//! a feed ([`FleetStore::listen`]: Redis's publish and subscribe), every
+//! process that called the host lately takes the pause up the moment it is
+//! written. The feed is the quick way, not the only one: a round runs
+//! every interval (500 ms by default), and
 //!
-//! 1. it writes the queued pauses to the store, each extending the host's
-//!    shared pause, never shortening it;
+//! 1. it writes the pauses still queued (the store failed, or the rounds
+//!    run by [`Fleet::sync`] alone);
 //! 2. it reads, for every host this process called lately, the time left
 //!    of the host's shared pause, and pauses the host here for that long,
 //!    as if this process had been told (a longer pause of its own holds).
@@ -35,8 +40,9 @@
 //!    processes' answers since it last looked. Each host's throttle takes
 //!    them in beside its own (see below).
 //!
-//! So every process holds new calls to a host within an interval and a
-//! round trip of the first `429`, and waits as long as the server asked,
+//! So every process holds new calls to a host within a round trip or two of
+//! the first `429` (within an interval and a round trip, when the feed is
+//! down or the store has none), and waits as long as the server asked,
 //! measured by the store: no two processes' clocks need to agree. When the
 //! pause ends, one request goes from the whole fleet, not one from each
 //! process; the price is the claim's time, which the other processes wait
@@ -245,7 +251,27 @@ pub trait FleetStore: Send + Sync + 'static {
         &'a self,
         tallies: &'a [(FleetHost, Tally)],
     ) -> StoreFuture<'a, Vec<Option<Tally>>>;
+
+    /// Listens for the pauses every process of the fleet writes with
+    /// [`extend_pauses`](Self::extend_pauses), this one's too, and tells
+    /// `heard` of each as it is written: the host as the store names it
+    /// ([`FleetHost::as_str`]), and the pause's length from then on
+    /// ([`PauseLeft::Garbage`], with any name, for news it cannot read). So
+    /// a pause reaches every process in a round trip, not at its next
+    /// round. The future runs as long as the store can listen; an error
+    /// ends it, and the fleet listens again a second later.
+    ///
+    /// A store that cannot listen keeps this default, which ends at once
+    /// with `Ok(())`: its pauses are shared by the rounds alone.
+    fn listen<'a>(&'a self, heard: &'a Heard) -> StoreFuture<'a, ()> {
+        let _ = heard;
+        Box::pin(std::future::ready(Ok(())))
+    }
 }
+
+/// What a store's feed tells of a pause ([`FleetStore::listen`]): the
+/// host as the store names it, and what is left of its pause.
+pub type Heard = dyn Fn(&str, PauseLeft) + Send + Sync;
 
 /// Answers from one host, as the throttles of a fleet pool them:
 /// accepted, and rejected (see [`RetryConfig`](crate::RetryConfig)'s
@@ -342,6 +368,15 @@ const MOST_POOLED: u64 = 1_000_000;
 /// The least time between two poolings of a member's evidence.
 const POOL_EVERY: Duration = Duration::from_secs(1);
 
+/// How long after its feed failed a fleet listens again, and how often,
+/// while it listens, it looks whether it is still there.
+const LISTEN_AGAIN: Duration = Duration::from_secs(1);
+
+/// News from the store's feed taken up between two rounds at most; past
+/// it, news is ignored (and counted) until the next round: a feed that
+/// floods costs the process little.
+const MOST_NEWS: u64 = 1_000;
+
 /// A fleet of processes sharing their hosts' pauses through a
 /// [`FleetStore`]. Cheap to clone: clones are one fleet.
 ///
@@ -353,7 +388,10 @@ pub struct Fleet {
 }
 
 struct Inner {
-    store: Box<dyn FleetStore>,
+    store: Arc<dyn FleetStore>,
+    /// Woken when a pause is queued, for the background task to write it
+    /// at once.
+    wake: Arc<tokio::sync::Notify>,
     /// Names this process's claims in the store: random, as process ids
     /// repeat from one container to the next.
     token: String,
@@ -366,6 +404,11 @@ struct Inner {
     members: Mutex<Vec<Member>>,
     /// Each member's pooling of evidence, by its number.
     pools: Mutex<HashMap<usize, Pool>>,
+    /// Each member's hosts in use at the last round, by the names the
+    /// store knows them by: what the store's feed is heard for.
+    known: Mutex<HashMap<usize, HashMap<String, FleetHost>>>,
+    /// News heard from the store's feed since the last round.
+    news: AtomicU64,
     /// Whether the last round reached the store; [`UNKNOWN`] before the
     /// first.
     state: AtomicU8,
@@ -426,6 +469,7 @@ struct Counts {
     dropped: AtomicU64,
     failed_rounds: AtomicU64,
     held_for_probe: AtomicU64,
+    heard: AtomicU64,
     pooled: AtomicU64,
     throttled_by_fleet: AtomicU64,
 }
@@ -441,12 +485,16 @@ pub struct FleetStatus {
     /// Pauses another process took on that this one took up (each host a
     /// round, while it is paused for longer than this process knew).
     pub received: u64,
+    /// Of those, the pauses taken up the moment they were written, from
+    /// the store's feed ([`FleetStore::listen`]), rather than read by a
+    /// round.
+    pub heard: u64,
     /// Values read from the store and ignored: a pause of no length, one
     /// longer than the cap, or garbage.
     pub ignored: u64,
     /// Pauses dropped from a full queue before they reached the store.
     pub dropped: u64,
-    /// Rounds the store failed.
+    /// Rounds the store failed, and writes of pauses between rounds.
     pub failed_rounds: u64,
     /// Pauses this process held past their end because another process
     /// claimed their probe.
@@ -489,13 +537,16 @@ impl Fleet {
 
     fn with_host_key(store: impl FleetStore, host_key: Option<HostKey>) -> Self {
         let inner = Inner {
-            store: Box::new(store),
+            store: Arc::new(store),
+            wake: Arc::new(tokio::sync::Notify::new()),
             token: format!("{:016x}", rand::random::<u64>()),
             host_key,
             interval_ms: AtomicU64::new(millis(Self::DEFAULT_INTERVAL)),
             outbox: Mutex::new(VecDeque::new()),
             members: Mutex::new(Vec::new()),
             pools: Mutex::default(),
+            known: Mutex::default(),
+            news: AtomicU64::new(0),
             state: AtomicU8::new(UNKNOWN),
             counts: Counts::default(),
             #[cfg(feature = "tracing")]
@@ -516,31 +567,29 @@ impl Fleet {
             dropped: read(&counts.dropped),
             failed_rounds: read(&counts.failed_rounds),
             held_for_probe: read(&counts.held_for_probe),
+            heard: read(&counts.heard),
             pooled: read(&counts.pooled),
             throttled_by_fleet: read(&counts.throttled_by_fleet),
         }
     }
 
-    /// Runs a round every `interval` on the current Tokio runtime, until
-    /// the returned task is dropped or the fleet is (every clone of it).
-    /// Each call starts a loop of its own: call it once.
+    /// Runs a round every `interval` (at least 10 ms, at most a day) on
+    /// the current Tokio runtime, until the returned task is dropped or
+    /// the fleet is (every clone of it).
+    /// A pause this process takes on is written at once, between rounds;
+    /// and, with a store that has a feed ([`FleetStore::listen`]), so is
+    /// every pause another process writes taken up here the moment it is
+    /// written. Each call starts a loop of its own: call it once.
     ///
     /// # Panics
     ///
     /// Outside a Tokio runtime, as `tokio::spawn` does.
     pub fn spawn(&self, interval: Duration) -> FleetTask {
-        let fleet = Arc::downgrade(&self.inner);
-        let interval = interval.max(Duration::from_millis(10));
+        let interval = interval.clamp(Duration::from_millis(10), Duration::from_secs(86_400));
         self.inner.interval_ms.store(millis(interval), Ordering::Relaxed);
-        let task = tokio::spawn(async move {
-            loop {
-                let Some(inner) = fleet.upgrade() else { return };
-                // A failed round is counted and told; the next one tries again.
-                let _ = Fleet { inner }.sync().await;
-                tokio::time::sleep(interval).await;
-            }
-        });
-        FleetTask(task)
+        let rounds = tokio::spawn(rounds(Arc::downgrade(&self.inner), self.inner.wake.clone()));
+        let feed = tokio::spawn(listen(Arc::downgrade(&self.inner), self.inner.store.clone()));
+        FleetTask { rounds, feed }
     }
 
     /// One round: writes the pauses queued since the last one, then takes
@@ -558,7 +607,21 @@ impl Fleet {
     /// queue (warn), and each pause taken up from the fleet or held for
     /// another process's probe (debug).
     pub async fn sync(&self) -> Result<(), StoreError> {
+        self.inner.news.store(0, Ordering::Relaxed);
         let round = self.round().await;
+        self.settle(round)
+    }
+
+    /// Writes the pauses queued since the last round, as a round does
+    /// first.
+    async fn flush(&self) -> Result<(), StoreError> {
+        let flushed = self.write_queued().await;
+        self.settle(flushed)
+    }
+
+    /// Takes the state a round (or a flush) leaves, `Ok(true)` if it asked
+    /// the store anything, and tells of a change.
+    fn settle(&self, round: Result<bool, StoreError>) -> Result<(), StoreError> {
         let state = match round {
             // Nothing to write or read: the store was not asked, and the
             // state stands.
@@ -587,26 +650,12 @@ impl Fleet {
 
     /// A round; `Ok(true)` if it asked the store anything.
     async fn round(&self) -> Result<bool, StoreError> {
-        let queued: Vec<Queued> = lock(&self.inner.outbox).drain(..).collect();
-        #[cfg(feature = "tracing")]
-        {
-            let dropped = self.inner.counts.dropped.load(Ordering::Relaxed);
-            let told = self.inner.dropped_told.swap(dropped, Ordering::Relaxed);
-            if dropped > told {
-                let lost = dropped.saturating_sub(told);
-                tracing::warn!(target: TARGET, lost, "pauses dropped from the fleet's full queue before they reached the store");
-            }
-        }
-        let pauses = self.left_of(queued);
-        let mut asked = !pauses.is_empty();
-        if !pauses.is_empty() {
-            self.inner.store.extend_pauses(&pauses).await?;
-            let published = u64::try_from(pauses.len()).unwrap_or(u64::MAX);
-            self.inner.counts.published.fetch_add(published, Ordering::Relaxed);
-        }
-        for (ledger, clock, cap) in self.members() {
+        let mut asked = self.write_queued().await?;
+        for (member, (ledger, clock, cap)) in self.members_numbered() {
             let hosts: Vec<FleetHost> =
                 ledger.hosts_in_use(clock.now()).iter().map(|host| self.host(host)).collect();
+            let names = hosts.iter().map(|host| (host.as_str().to_owned(), host.clone()));
+            lock(&self.inner.known).insert(member, names.collect());
             if hosts.is_empty() {
                 continue;
             }
@@ -624,6 +673,52 @@ impl Fleet {
             asked |= self.pool(member, &ledger, &*clock).await?;
         }
         Ok(asked)
+    }
+
+    /// Writes the queued pauses to the store; `Ok(true)` if there were any.
+    async fn write_queued(&self) -> Result<bool, StoreError> {
+        let queued: Vec<Queued> = lock(&self.inner.outbox).drain(..).collect();
+        #[cfg(feature = "tracing")]
+        {
+            let dropped = self.inner.counts.dropped.load(Ordering::Relaxed);
+            let told = self.inner.dropped_told.swap(dropped, Ordering::Relaxed);
+            if dropped > told {
+                let lost = dropped.saturating_sub(told);
+                tracing::warn!(target: TARGET, lost, "pauses dropped from the fleet's full queue before they reached the store");
+            }
+        }
+        let pauses = self.left_of(queued);
+        if pauses.is_empty() {
+            return Ok(false);
+        }
+        self.inner.store.extend_pauses(&pauses).await?;
+        let published = u64::try_from(pauses.len()).unwrap_or(u64::MAX);
+        self.inner.counts.published.fetch_add(published, Ordering::Relaxed);
+        Ok(true)
+    }
+
+    /// Takes up a pause the store's feed told of, for every member that
+    /// called the host lately (as the last round found).
+    fn hear(&self, name: &str, left: PauseLeft) {
+        let counts = &self.inner.counts;
+        if self.inner.news.fetch_add(1, Ordering::Relaxed) >= MOST_NEWS {
+            counts.ignored.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        if left == PauseLeft::Garbage {
+            counts.ignored.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let known: Vec<(usize, FleetHost)> = lock(&self.inner.known)
+            .iter()
+            .filter_map(|(member, names)| Some((*member, names.get(name)?.clone())))
+            .collect();
+        for (member, host) in known {
+            let Some((ledger, clock, cap)) = self.member(member) else { continue };
+            if self.take_up(&ledger, clock.now(), cap, &host, left) {
+                counts.heard.fetch_add(1, Ordering::Relaxed);
+            }
+        }
     }
 
     /// Pools a member's evidence with the fleet's, at most once a
@@ -780,9 +875,11 @@ impl Fleet {
             .collect()
     }
 
-    /// The members whose middleware is still there.
-    fn members(&self) -> Vec<Live> {
-        self.members_numbered().into_iter().map(|(_, member)| member).collect()
+    /// Member `member`, if its middleware is still there.
+    fn member(&self, member: usize) -> Option<Live> {
+        let members = lock(&self.inner.members);
+        let member = members.get(member)?;
+        Some((member.ledger.upgrade()?, member.clock.clone(), member.cap))
     }
 
     /// [`members`](Self::members), each with its number.
@@ -797,7 +894,8 @@ impl Fleet {
             .collect()
     }
 
-    /// Takes up what the store holds of `host`'s pause at `now`.
+    /// Takes up what the store holds of `host`'s pause at `now`; `true`
+    /// if it is a longer pause than this process knew.
     fn take_up(
         &self,
         ledger: &Ledger,
@@ -805,22 +903,24 @@ impl Fleet {
         cap: Duration,
         host: &FleetHost,
         left: PauseLeft,
-    ) {
+    ) -> bool {
         let counts = &self.inner.counts;
         let left = match left {
-            PauseLeft::None => return,
+            PauseLeft::None => return false,
             PauseLeft::Left(left) if !left.is_zero() && left <= cap => left,
             PauseLeft::Left(_) | PauseLeft::Garbage => {
                 counts.ignored.fetch_add(1, Ordering::Relaxed);
-                return;
+                return false;
             }
         };
-        let Some(url) = host.url() else { return };
-        if ledger.pause_from_fleet(&url, left, now) {
+        let Some(url) = host.url() else { return false };
+        let longer = ledger.pause_from_fleet(&url, left, now);
+        if longer {
             counts.received.fetch_add(1, Ordering::Relaxed);
             #[cfg(feature = "tracing")]
             tracing::debug!(target: TARGET, host = %host, left_ms = millis(left), "a pause from the fleet");
         }
+        longer
     }
 
     /// Adds a middleware's books to the fleet: the pauses it takes on are
@@ -867,16 +967,76 @@ impl Fleetward for Link {
             fleet.counts.dropped.fetch_add(1, Ordering::Relaxed);
         }
         outbox.push_back(Queued { host, asked, at, member: self.member });
+        drop(outbox);
+        fleet.wake.notify_one();
     }
 }
 
-/// The fleet's background task: dropping it stops the rounds.
+/// The rounds of the fleet whose inner part `fleet` is, one every
+/// interval, and the queued pauses written whenever `wake` is woken in
+/// between; until the fleet is dropped.
+async fn rounds(fleet: Weak<Inner>, wake: Arc<tokio::sync::Notify>) {
+    loop {
+        let Some(inner) = fleet.upgrade() else { return };
+        let fleet_now = Fleet { inner };
+        // A failed round is counted and told; the next one tries again.
+        let _ = fleet_now.sync().await;
+        let now = tokio::time::Instant::now();
+        // Never `now`: the interval is at most a day.
+        let next = now.checked_add(fleet_now.interval()).unwrap_or(now);
+        drop(fleet_now);
+        while tokio::time::timeout_at(next, wake.notified()).await.is_ok() {
+            let Some(inner) = fleet.upgrade() else { return };
+            let _ = Fleet { inner }.flush().await;
+        }
+    }
+}
+
+/// Listens to `store`'s feed for the fleet whose inner part `fleet` is,
+/// and listens again a while after the feed fails; until the fleet is
+/// dropped, or the store has no feed.
+async fn listen(fleet: Weak<Inner>, store: Arc<dyn FleetStore>) {
+    let hearer = fleet.clone();
+    let heard = move |name: &str, left: PauseLeft| {
+        if let Some(inner) = hearer.upgrade() {
+            Fleet { inner }.hear(name, left);
+        }
+    };
+    loop {
+        let mut feed = store.listen(&heard);
+        let ended = loop {
+            match tokio::time::timeout(LISTEN_AGAIN, &mut feed).await {
+                Ok(ended) => break ended,
+                Err(_) if fleet.strong_count() == 0 => return,
+                Err(_) => {}
+            }
+        };
+        if ended.is_ok() {
+            return;
+        }
+        #[cfg(feature = "tracing")]
+        if let Err(error) = &ended {
+            tracing::debug!(target: TARGET, %error, "the store's feed failed: pauses are shared by the rounds until it is back");
+        }
+        drop(feed);
+        tokio::time::sleep(LISTEN_AGAIN).await;
+        if fleet.strong_count() == 0 {
+            return;
+        }
+    }
+}
+
+/// The fleet's background tasks: dropping it stops them.
 #[derive(Debug)]
-pub struct FleetTask(tokio::task::JoinHandle<()>);
+pub struct FleetTask {
+    rounds: tokio::task::JoinHandle<()>,
+    feed: tokio::task::JoinHandle<()>,
+}
 
 impl Drop for FleetTask {
     fn drop(&mut self) {
-        self.0.abort();
+        self.rounds.abort();
+        self.feed.abort();
     }
 }
 

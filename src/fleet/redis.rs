@@ -10,6 +10,11 @@
 //! - **Reading** is `PTTL key`: the time left, measured by Redis, so the
 //!   processes' clocks never need to agree. A key with no time-to-live (one
 //!   something else wrote) is garbage, and ignored.
+//! - **News of a pause.** Each pause written is also published on the
+//!   channel `{prefix}:pauses`, as `ms name`; every process subscribes to
+//!   it on a connection of its own, and takes the pause up the moment it
+//!   is written. A message it cannot read is ignored. The subscription is
+//!   pinged every few seconds, and made again when it fails.
 //! - **Pooling answers** is `HINCRBY` on `{prefix}:tally:{host}`, fields
 //!   `accepted` and `rejected`: running totals that each process adds its
 //!   answers to and reads back in the same command, so what it reads
@@ -32,7 +37,7 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
-use super::{FleetHost, FleetStore, PauseLeft, ProbeClaim, StoreError, StoreFuture, Tally};
+use super::{FleetHost, FleetStore, Heard, PauseLeft, ProbeClaim, StoreError, StoreFuture, Tally};
 
 /// The longest a round waits for Redis to connect or to answer.
 const PATIENCE: Duration = Duration::from_secs(1);
@@ -57,8 +62,10 @@ const TALLY_KEPT: Duration = Duration::from_secs(600);
 /// # }
 /// ```
 pub struct RedisStore {
+    client: redis::Client,
     connection: ConnectionManager,
     prefix: String,
+    patience: Duration,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -139,8 +146,13 @@ impl RedisStore {
             .set_number_of_retries(1)
             .set_max_delay(patience);
         let connection =
-            ConnectionManager::new_lazy_with_config(client, config).map_err(bad_url)?;
-        Ok(Self { connection, prefix: prefix.to_owned() })
+            ConnectionManager::new_lazy_with_config(client.clone(), config).map_err(bad_url)?;
+        Ok(Self { client, connection, prefix: prefix.to_owned(), patience })
+    }
+
+    /// The channel every pause written is published on.
+    fn channel(&self) -> String {
+        format!("{}:pauses", self.prefix)
     }
 
     /// The key of `host`'s pause.
@@ -207,7 +219,65 @@ fn pause_left(reply: i64) -> PauseLeft {
     }
 }
 
+/// How often a quiet subscription is pinged: a connection lost without a
+/// word (a partition, a Redis stopped) is found in about this time, and
+/// subscribed again.
+const KEEPALIVE: Duration = Duration::from_secs(5);
+
+/// A pause as it is published: its milliseconds, then the host's name.
+fn news(ms: i64, host: &FleetHost) -> String {
+    format!("{ms} {}", host.as_str())
+}
+
+/// A published pause as the fleet hears it: the host's name, and the
+/// pause, or garbage for a message that is not one.
+fn heard(payload: &[u8]) -> (&str, PauseLeft) {
+    let read = || {
+        let (ms, name) = std::str::from_utf8(payload).ok()?.split_once(' ')?;
+        let ms: u64 = ms.parse().ok()?;
+        Some((name, PauseLeft::Left(Duration::from_millis(ms))))
+    };
+    read().unwrap_or(("", PauseLeft::Garbage))
+}
+
+impl RedisStore {
+    /// Subscribes to the fleet's channel and tells `heard` of each pause
+    /// published on it, until the subscription fails.
+    async fn subscribe(&self, heard: &Heard) -> Result<(), StoreError> {
+        use futures_util::StreamExt;
+        let patient =
+            |what: &'static str| move |_: tokio::time::error::Elapsed| StoreError::new(what, None);
+        let connecting = self.client.get_async_pubsub();
+        let pubsub = tokio::time::timeout(self.patience, connecting)
+            .await
+            .map_err(patient("Redis did not connect in time"))?
+            .map_err(failed)?;
+        let (mut sink, mut messages) = pubsub.split();
+        tokio::time::timeout(self.patience, sink.subscribe(self.channel()))
+            .await
+            .map_err(patient("Redis did not subscribe in time"))?
+            .map_err(failed)?;
+        loop {
+            match tokio::time::timeout(KEEPALIVE, messages.next()).await {
+                Ok(Some(message)) => {
+                    let (name, left) = self::heard(message.get_payload_bytes());
+                    heard(name, left);
+                }
+                Ok(None) => return Err(StoreError::new("Redis ended the subscription", None)),
+                Err(_) => tokio::time::timeout(self.patience, sink.ping::<()>())
+                    .await
+                    .map_err(patient("Redis did not answer a ping in time"))?
+                    .map_err(failed)?,
+            }
+        }
+    }
+}
+
 impl FleetStore for RedisStore {
+    fn listen<'a>(&'a self, heard: &'a Heard) -> StoreFuture<'a, ()> {
+        Box::pin(self.subscribe(heard))
+    }
+
     fn extend_pauses<'a>(&'a self, pauses: &'a [(FleetHost, Duration)]) -> StoreFuture<'a, ()> {
         Box::pin(async move {
             let mut pipe = redis::pipe();
@@ -215,6 +285,7 @@ impl FleetStore for RedisStore {
                 let (key, ms) = (self.key(host), millis(*left));
                 pipe.cmd("SET").arg(&key).arg(1).arg("NX").arg("PX").arg(ms).ignore();
                 pipe.cmd("PEXPIRE").arg(&key).arg(ms).arg("GT").ignore();
+                pipe.cmd("PUBLISH").arg(self.channel()).arg(news(ms, host)).ignore();
             }
             self.query::<()>(&pipe).await
         })
@@ -352,6 +423,18 @@ mod tests {
         assert_eq!(count(&Value::Int(-1)), None);
         assert_eq!(count(&Value::BulkString(b"42".to_vec())), None);
         assert_eq!(count(&Value::Nil), None);
+    }
+
+    #[test]
+    fn a_published_pause_is_heard_as_written_and_anything_else_as_garbage() {
+        let host = FleetHost::new("https", "api.test", None, None);
+        let news = news(1500, &host);
+        assert_eq!(news, "1500 https://api.test:443");
+        let left = PauseLeft::Left(Duration::from_millis(1500));
+        assert_eq!(heard(news.as_bytes()), ("https://api.test:443", left));
+        for garbage in [&b""[..], b"1500", b"-5 https://a.test:443", b"soon a.test", b"\xff a"] {
+            assert_eq!(heard(garbage).1, PauseLeft::Garbage, "{garbage:?}");
+        }
     }
 
     #[test]

@@ -655,3 +655,106 @@ async fn a_round_with_nothing_to_ask_the_store_says_nothing_of_it() {
     assert!(a.fleet.sync().await.is_err());
     assert_eq!(a.fleet.status().failed_rounds, 1);
 }
+
+/// Yields until `done` holds, a thousand times at most: for a spawned
+/// task, on this test's one thread, to get as far as it can go.
+async fn until(done: impl Fn() -> bool) -> bool {
+    for _ in 0..1000 {
+        if done() {
+            return true;
+        }
+        tokio::task::yield_now().await;
+    }
+    done()
+}
+
+/// Long enough that no round but a task's first runs in a test.
+const HOUR: Duration = Duration::from_secs(3600);
+
+#[tokio::test]
+async fn a_pause_is_written_when_it_is_taken_on_not_at_the_next_round() {
+    let (store, clock) = setup();
+    let a = process(&store, &clock, RetryConfig::default(), &[200, 429]);
+    assert_eq!(call(&a).await, Ok(200));
+    // The task's first round: the host is in use, so it asks the store.
+    let _task = a.fleet.spawn(HOUR);
+    assert!(until(|| a.fleet.status().connected).await);
+    assert_eq!(call(&a).await, Ok(429));
+    assert!(until(|| a.fleet.status().published == 1).await, "{:?}", a.fleet.status());
+    let host = FleetHost::new("http", "api.fleet.test", None, None);
+    let left = store.pauses_left(std::slice::from_ref(&host)).await.unwrap();
+    assert_eq!(left, [PauseLeft::Left(Duration::from_secs(2))]);
+}
+
+#[tokio::test]
+async fn a_pause_reaches_the_others_from_the_store_s_feed_the_moment_it_is_written() {
+    let (store, clock) = setup();
+    let a = process(&store, &clock, RetryConfig::default(), &[200, 429]);
+    let b = process(&store, &clock, RetryConfig::default(), &[200]);
+    let c = process(&store, &clock, RetryConfig::default(), &[200]);
+    assert_eq!((call(&a).await, call(&b).await), (Ok(200), Ok(200)));
+    // B's task: its first round finds the host in use, then it listens.
+    let _task = b.fleet.spawn(HOUR);
+    assert!(until(|| b.fleet.status().connected && store.feed.receiver_count() == 1).await);
+    // C has not called the host: the news is not for it.
+    let _other = c.fleet.spawn(HOUR);
+    assert!(until(|| store.feed.receiver_count() == 2).await);
+    assert_eq!(call(&a).await, Ok(429));
+    clock.advance(Duration::from_millis(300));
+    a.fleet.sync().await.unwrap();
+    assert!(until(|| b.fleet.status().heard == 1).await, "{:?}", b.fleet.status());
+    assert_eq!(call(&b).await, Err(Duration::from_millis(1700)), "held with no round of B's");
+    assert_eq!(b.server.seen(), 1);
+    assert_eq!(b.fleet.status().received, 1);
+    assert_eq!(call(&c).await, Ok(200));
+    assert_eq!(c.fleet.status().heard, 0);
+}
+
+#[tokio::test]
+async fn news_that_is_garbage_past_the_cap_or_a_flood_is_ignored_and_counted() {
+    let (store, clock) = setup();
+    let b = process(&store, &clock, RetryConfig::default(), &[200]);
+    assert_eq!(call(&b).await, Ok(200));
+    b.fleet.sync().await.unwrap();
+    let host = FleetHost::new("http", "api.fleet.test", None, None);
+    b.fleet.hear("", PauseLeft::Garbage);
+    b.fleet.hear(host.as_str(), PauseLeft::Left(Duration::from_secs(3600)));
+    b.fleet.hear(host.as_str(), PauseLeft::None);
+    b.fleet.hear("http://unknown.test:80", PauseLeft::Left(Duration::from_secs(2)));
+    assert_eq!((b.fleet.status().ignored, b.fleet.status().heard), (2, 0));
+    assert_eq!(call(&b).await, Ok(200));
+    // News past the most a round takes is ignored until the next round.
+    for _ in 4..MOST_NEWS {
+        b.fleet.hear("http://unknown.test:80", PauseLeft::Left(Duration::from_secs(2)));
+    }
+    b.fleet.hear(host.as_str(), PauseLeft::Left(Duration::from_secs(2)));
+    assert_eq!((b.fleet.status().ignored, b.fleet.status().heard), (3, 0));
+    assert_eq!(call(&b).await, Ok(200));
+    b.fleet.sync().await.unwrap();
+    b.fleet.hear(host.as_str(), PauseLeft::Left(Duration::from_secs(2)));
+    assert_eq!(b.fleet.status().heard, 1);
+    assert_eq!(call(&b).await, Err(Duration::from_secs(2)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_feed_is_listened_to_again_after_it_fails_and_left_when_the_fleet_is_dropped() {
+    let (store, clock) = setup();
+    let fleet = Fleet::new(store.clone());
+    let ledger = Arc::new(crate::budget::Ledger::new(None, 3, true, false).unwrap());
+    fleet.join(&ledger, Arc::new(clock.clone()), Duration::from_secs(60)).unwrap();
+    let feed = tokio::spawn(listen(Arc::downgrade(&fleet.inner), fleet.inner.store.clone()));
+    assert!(until(|| store.feed.receiver_count() == 1).await);
+    // Overrun: the receiver lags, its feed fails, and it listens again a
+    // second later.
+    for n in 0..100 {
+        let _ = store.feed.send((format!("h{n}"), PauseLeft::None));
+    }
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(store.feed.receiver_count(), 0, "the failed feed is left");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(store.feed.receiver_count(), 1, "and listened to again");
+    drop((fleet, ledger));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(feed.is_finished(), "no fleet, no listening");
+    assert_eq!(store.feed.receiver_count(), 0);
+}

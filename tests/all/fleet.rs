@@ -391,10 +391,16 @@ async fn a_fleet_that_hashes_host_names_writes_none_to_redis() {
     };
     let (a, b) = (hashed([7; 16]), hashed([7; 16]));
     assert_eq!((call(&a, &server).await, call(&b, &server).await), (Ok(200), Ok(200)));
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut news = client.get_async_pubsub().await.unwrap();
+    news.subscribe("fleet-1:pauses").await.unwrap();
     assert_eq!(call(&a, &server).await, Ok(429));
     a.fleet.sync().await.unwrap();
     b.fleet.sync().await.unwrap();
     assert!(is_the_pause(call(&b, &server).await), "shared under the one key");
+    let published = futures_util::StreamExt::next(&mut news.on_message()).await.unwrap();
+    let published: String = published.get_payload().unwrap();
+    assert!(published.contains(" host:") && !published.contains("127.0.0.1"), "{published}");
     let keys: Vec<String> =
         redis::cmd("KEYS").arg("*").query_async(&mut raw(&redis).await).await.unwrap();
     assert!(!keys.is_empty());
@@ -402,6 +408,57 @@ async fn a_fleet_that_hashes_host_names_writes_none_to_redis() {
         keys.iter().all(|key| key.starts_with("fleet-1:") && !key.contains("127.0.0.1")),
         "{keys:?}"
     );
+}
+
+/// Waits, yielding, until `done` holds: at most ten seconds (in real time:
+/// Redis and the fleet's tasks run in it), then fails with `what`.
+async fn until<F: std::future::Future<Output = bool>>(what: &str, done: impl Fn() -> F) {
+    let give_up = std::time::Instant::now() + Duration::from_secs(10);
+    while !done().await {
+        assert!(std::time::Instant::now() < give_up, "never: {what}");
+        tokio::task::yield_now().await;
+    }
+}
+
+/// The processes listening to the pauses of the fleet named `prefix`.
+async fn listening(redis: &RedisServer, prefix: &str) -> u64 {
+    let channel = format!("{prefix}:pauses");
+    let reply: Result<(String, u64), _> =
+        redis::cmd("PUBSUB").arg("NUMSUB").arg(&channel).query_async(&mut raw(redis).await).await;
+    reply.map_or(0, |(_, count)| count)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_reaches_every_process_the_moment_it_is_written_and_again_after_a_restart() {
+    let mut redis = RedisServer::start();
+    let server = MockServer::start().await;
+    let limited = ResponseTemplate::new(429).insert_header("retry-after", "2");
+    let ok = ResponseTemplate::new(200);
+    script(&server, "/r", vec![ok.clone(), ok.clone(), limited.clone(), limited, ok]).await;
+    let (a, b) = (process(&redis, "fleet-1"), process(&redis, "fleet-1"));
+    assert_eq!((call(&a, &server).await, call(&b, &server).await), (Ok(200), Ok(200)));
+    // Rounds an hour apart: after each task's first, none runs in this test.
+    let hour = Duration::from_secs(3600);
+    let (_ta, _tb) = (a.fleet.spawn(hour), b.fleet.spawn(hour));
+    until("both listen", || async { listening(&redis, "fleet-1").await == 2 }).await;
+    until("B's first round", || async { b.fleet.status().connected }).await;
+    assert_eq!(call(&a, &server).await, Ok(429));
+    until("B hears A's pause", || async { b.fleet.status().heard == 1 }).await;
+    let held = call(&b, &server).await;
+    assert!(is_the_pause(held), "{held:?}");
+    assert_eq!(hits(&server).await, 3, "B's call was not sent");
+
+    // A restart ends the subscriptions; each process subscribes again.
+    redis.stop();
+    redis.restart();
+    until("both listen again", || async { listening(&redis, "fleet-1").await == 2 }).await;
+    b.clock.advance(Duration::from_secs(2));
+    a.clock.advance(Duration::from_secs(2));
+    assert_eq!(call(&a, &server).await, Ok(429), "A's probe, asked to wait again");
+    until("B hears A's new pause", || async { b.fleet.status().heard == 2 }).await;
+    let held = call(&b, &server).await;
+    assert!(is_the_pause(held), "{held:?}");
+    assert_eq!(b.fleet.status().received, 2);
 }
 
 /// A proxy before `redis`, and the URL to reach Redis through it.
