@@ -94,6 +94,7 @@ fn main() {
     let mut admission_only = false;
     let mut spike_only = false;
     let mut pooled_only = false;
+    let mut quota_only = false;
     let mut partial_only = false;
     while let Some(arg) = args.next() {
         let mut number = |name: &str| -> usize {
@@ -106,6 +107,7 @@ fn main() {
             "--admission" => admission_only = true,
             "--spike" => spike_only = true,
             "--pooled" => pooled_only = true,
+            "--quota" => quota_only = true,
             "--partial" => partial_only = true,
             "--clients" => clients = number("--clients").max(1),
             "--processes" => processes = number("--processes").max(1),
@@ -121,7 +123,7 @@ fn main() {
             _ if arg.starts_with("--") => {
                 eprintln!(
                     "usage: herd [chart.svg] [--clients N] [--processes P] [--reserve R] \
-                     [--admission] [--spike] [--pooled] [--partial]\n\
+                     [--admission] [--spike] [--pooled] [--quota] [--partial]\n\
                      \x20 chart.svg      write the outage-then-recovery load chart there\n\
                      \x20 --clients N    clients of the outage tables (default 1000)\n\
                      \x20 --processes P  processes they are spread over (default 1)\n\
@@ -130,6 +132,7 @@ fn main() {
                      \x20 --admission    run the admission goals (G1–G5, spike ends) alone\n\
                      \x20 --spike        run the admission's spike-ends table alone\n\
                      \x20 --pooled       run the pooled-evidence table (a fleet's store) alone\n\
+                     \x20 --quota        run the shared-quota table (a fleet's pauses) alone\n\
                      \x20 --partial      run the partial-failure tables alone\n\
                      Then the contention, spread, fleet-grid, partial-failure and admission \
                      tables; exits 1 if a check fails."
@@ -141,6 +144,9 @@ fn main() {
     }
     if spike_only {
         finish(admission::run_spike());
+    }
+    if quota_only {
+        finish(admission::run_quota());
     }
     if pooled_only {
         finish(admission::run_pooled());
@@ -226,6 +232,7 @@ fn main() {
     println!();
     failures.extend(admission::run_goals());
     failures.extend(admission::run_pooled());
+    failures.extend(admission::run_quota());
     finish(failures);
 }
 

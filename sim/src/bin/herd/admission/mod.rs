@@ -25,6 +25,7 @@
 
 mod models;
 mod pooled;
+mod quota;
 mod store;
 
 use std::sync::{Arc, Mutex};
@@ -338,4 +339,5 @@ mod spike;
 
 pub(crate) use goals::run_goals;
 pub(crate) use pooled::run as run_pooled;
+pub(crate) use quota::run_all as run_quota;
 pub(crate) use spike::run as run_spike;

@@ -12,9 +12,9 @@ use std::time::Duration;
 
 /// The stores: one near (2 ms a command, none lost), one far and lossy
 /// (50 ms, one command in ten lost).
-const MODELS: [StoreModel; 2] = [
-    StoreModel { delay: Duration::from_millis(2), lost_per_mille: 0 },
-    StoreModel { delay: Duration::from_millis(50), lost_per_mille: 100 },
+pub(super) const MODELS: [StoreModel; 2] = [
+    StoreModel { delay: Duration::from_millis(2), lost_per_mille: 0, feed: true },
+    StoreModel { delay: Duration::from_millis(50), lost_per_mille: 100, feed: true },
 ];
 
 /// Calls a second per process, and processes.

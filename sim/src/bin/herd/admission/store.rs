@@ -8,22 +8,27 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use reqwest_safe_retry::fleet::{
-    FleetHost, FleetStore, PauseLeft, ProbeClaim, StoreError, StoreFuture, Tally,
+    FleetHost, FleetStore, Heard, PauseLeft, ProbeClaim, StoreError, StoreFuture, Tally,
 };
+use tokio::sync::broadcast;
 use tokio::time::Instant;
 
 /// A store's delay on each command, and the share of commands lost, in
-/// thousandths.
+/// thousandths; and whether it tells the fleet of each pause written (as
+/// Redis's publish and subscribe does), each news as delayed and as often
+/// lost as a command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct StoreModel {
     pub(crate) delay: Duration,
     pub(crate) lost_per_mille: u32,
+    pub(crate) feed: bool,
 }
 
 impl StoreModel {
     pub(crate) fn name(self) -> String {
         let lost = f64::from(self.lost_per_mille) / 10.0;
-        format!("+{} ms, {lost}% lost", self.delay.as_millis())
+        let feed = if self.feed { "" } else { ", no feed" };
+        format!("+{} ms, {lost}% lost{feed}", self.delay.as_millis())
     }
 }
 
@@ -41,26 +46,34 @@ pub(crate) struct SimStore {
     model: StoreModel,
     held: Arc<Mutex<Held>>,
     commands: Arc<AtomicU64>,
+    news: broadcast::Sender<(String, Duration)>,
 }
 
 impl SimStore {
     pub(crate) fn new(model: StoreModel) -> Self {
-        Self { model, held: Arc::default(), commands: Arc::default() }
+        let news = broadcast::channel(1024).0;
+        Self { model, held: Arc::default(), commands: Arc::default(), news }
     }
 
     /// Waits the model's delay, then fails if this command is one of those
-    /// lost: drawn from a count of commands, so every run loses the same.
+    /// lost.
     async fn reach(&self) -> Result<std::sync::MutexGuard<'_, Held>, StoreError> {
         tokio::time::sleep(self.model.delay).await;
+        if self.lost() {
+            return Err(StoreError::new("lost", None));
+        }
+        Ok(self.held.lock().expect("no panics while held"))
+    }
+
+    /// Whether the next command (or news) is one of those lost: drawn from
+    /// a count of them, so every run loses the same.
+    fn lost(&self) -> bool {
         let n = self.commands.fetch_add(1, Ordering::Relaxed);
         let mut h = n.wrapping_mul(0x9E37_79B9_7F4A_7C15);
         h ^= h >> 29;
         h = h.wrapping_mul(0xBF58_476D_1CE4_E5B9);
         h ^= h >> 32;
-        if h % 1000 < u64::from(self.model.lost_per_mille) {
-            return Err(StoreError::new("lost", None));
-        }
-        Ok(self.held.lock().expect("no panics while held"))
+        h % 1000 < u64::from(self.model.lost_per_mille)
     }
 }
 
@@ -73,6 +86,8 @@ impl FleetStore for SimStore {
                 let end = now + *left;
                 let kept = held.ends.entry(host.clone()).or_insert(end);
                 *kept = (*kept).max(end);
+                // None listening is no failure.
+                let _ = self.news.send((host.as_str().to_owned(), *left));
             }
             Ok(())
         })
@@ -107,6 +122,26 @@ impl FleetStore for SimStore {
                 }
             };
             Ok(claims.iter().map(&mut claim).collect())
+        })
+    }
+
+    fn listen<'a>(&'a self, heard: &'a Heard) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            if !self.model.feed {
+                return Ok(());
+            }
+            let mut news = self.news.subscribe();
+            loop {
+                let (host, left) =
+                    news.recv().await.map_err(|_| StoreError::new("news lagged", None))?;
+                // On its way: each news reaches each process after the
+                // model's delay, or never. (Later news waits behind it, as
+                // on one connection.)
+                tokio::time::sleep(self.model.delay).await;
+                if !self.lost() {
+                    heard(&host, PauseLeft::Left(left.saturating_sub(self.model.delay)));
+                }
+            }
         })
     }
 
