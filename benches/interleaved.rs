@@ -23,7 +23,9 @@
 //! one stack and prints nothing: run it under `valgrind --tool=callgrind` for two values
 //! of N, and the difference of the instruction counts over the difference
 //! of the calls is the instructions per call, a figure the machine's load
-//! does not move.
+//! does not move. With the `fleet` feature, `--only fleet` is ours in a
+//! fleet whose store answers at once (connected, no host paused), its
+//! rounds running: what a configured fleet adds to a call.
 
 mod support;
 
@@ -131,6 +133,8 @@ fn summary(own: &[Duration], peer: &[Duration]) -> (f64, [f64; 3]) {
 
 fn main() {
     let mut args = std::env::args().skip(1);
+    #[cfg(feature = "fleet")]
+    let mut only_fleet = false;
     let (mut rounds_n, mut n, mut only, mut hosts) = (41usize, 2000u64, None, None);
     let (mut grid, mut cores, mut callers) = (false, false, None);
     while let Some(arg) = args.next() {
@@ -144,12 +148,29 @@ fn main() {
             "--cores" => cores = true,
             "--only" => {
                 let name = value();
+                #[cfg(feature = "fleet")]
+                if name == "fleet" {
+                    only_fleet = true;
+                    continue;
+                }
                 only = Some(STACKS.into_iter().find(|s| s.name() == name).expect("a stack's name"));
             }
             // `cargo bench` passes `--bench`; anything else is a mistake.
             "--bench" => {}
             other => panic!("unknown argument {other}"),
         }
+    }
+    #[cfg(feature = "fleet")]
+    if only_fleet {
+        let runtime = runtime(callers.unwrap_or(1), 2);
+        let fleet = reqwest_safe_retry::fleet::Fleet::new(support::at_once::AtOnce);
+        let _rounds = runtime
+            .block_on(async { fleet.spawn(reqwest_safe_retry::fleet::Fleet::DEFAULT_INTERVAL) });
+        let client = support::ours(true).with_fleet(&fleet).client(reqwest::Client::builder());
+        let client = client.expect("a client").with(Scripted::new(&[200])).build();
+        let callers = callers.unwrap_or(1);
+        runtime.block_on(spread(&client, &urls(hosts.unwrap_or(1)), callers, n));
+        return;
     }
     if let Some(stack) = only {
         let callers = callers.unwrap_or(1);

@@ -58,19 +58,61 @@ impl Stack {
                 ),
             ),
             Stack::Ours | Stack::OursNoBudget => {
-                let mut config = RetryConfig::builder().with_backoff(
-                    Backoff::default().with_initial(Duration::ZERO).with_max(Duration::ZERO),
-                );
-                if self == Stack::OursNoBudget {
-                    config = config.with_budget(None);
-                }
-                let retry = RetryMiddleware::new(config.build().expect("a valid configuration"));
-                retry.client(client).expect("a client")
+                ours(self == Stack::Ours).client(client).expect("a client")
             }
         };
         match last {
             Some(last) => builder.with(last).build(),
             None => builder.build(),
+        }
+    }
+}
+
+/// Ours, the default with zero-length waits, and with its budget or none.
+pub fn ours(budget: bool) -> RetryMiddleware {
+    let mut config = RetryConfig::builder()
+        .with_backoff(Backoff::default().with_initial(Duration::ZERO).with_max(Duration::ZERO));
+    if !budget {
+        config = config.with_budget(None);
+    }
+    RetryMiddleware::new(config.build().expect("a valid configuration"))
+}
+
+#[cfg(feature = "fleet")]
+pub mod at_once {
+    use std::future::ready;
+    use std::time::Duration;
+
+    use reqwest_safe_retry::fleet::{
+        FleetHost, FleetStore, PauseLeft, ProbeClaim, StoreFuture, Tally,
+    };
+
+    /// A fleet's store that answers every command at once: no host paused,
+    /// every probe this process's, each tally the first.
+    pub struct AtOnce;
+
+    impl FleetStore for AtOnce {
+        fn extend_pauses<'a>(&'a self, _: &'a [(FleetHost, Duration)]) -> StoreFuture<'a, ()> {
+            Box::pin(ready(Ok(())))
+        }
+
+        fn pauses_left<'a>(&'a self, hosts: &'a [FleetHost]) -> StoreFuture<'a, Vec<PauseLeft>> {
+            Box::pin(ready(Ok(vec![PauseLeft::None; hosts.len()])))
+        }
+
+        fn claim_probes<'a>(
+            &'a self,
+            _: &'a str,
+            claims: &'a [(FleetHost, Duration)],
+        ) -> StoreFuture<'a, Vec<ProbeClaim>> {
+            Box::pin(ready(Ok(vec![ProbeClaim::Won; claims.len()])))
+        }
+
+        fn add_tallies<'a>(
+            &'a self,
+            tallies: &'a [(FleetHost, Tally)],
+        ) -> StoreFuture<'a, Vec<Option<Tally>>> {
+            Box::pin(ready(Ok(tallies.iter().map(|(_, tally)| Some(*tally)).collect())))
         }
     }
 }
