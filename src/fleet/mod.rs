@@ -368,6 +368,11 @@ const MOST_POOLED: u64 = 1_000_000;
 /// The least time between two poolings of a member's evidence.
 const POOL_EVERY: Duration = Duration::from_secs(1);
 
+/// How long a pause may wait in the queue before its wait says that no
+/// round runs.
+#[cfg(feature = "tracing")]
+const UNSENT: Duration = Duration::from_secs(10);
+
 /// How long after its feed failed a fleet listens again, and how often,
 /// while it listens, it looks whether it is still there.
 const LISTEN_AGAIN: Duration = Duration::from_secs(1);
@@ -409,6 +414,11 @@ struct Inner {
     known: Mutex<HashMap<usize, HashMap<String, FleetHost>>>,
     /// News heard from the store's feed since the last round.
     news: AtomicU64,
+    /// The tasks of the last [`Fleet::spawn`], stopped by the next.
+    tasks: Mutex<Option<[tokio::task::AbortHandle; 2]>>,
+    /// Whether a pause queued longer than [`UNSENT`] was told of.
+    #[cfg(feature = "tracing")]
+    idle_told: std::sync::atomic::AtomicBool,
     /// Whether the last round reached the store; [`UNKNOWN`] before the
     /// first.
     state: AtomicU8,
@@ -547,6 +557,9 @@ impl Fleet {
             pools: Mutex::default(),
             known: Mutex::default(),
             news: AtomicU64::new(0),
+            tasks: Mutex::new(None),
+            #[cfg(feature = "tracing")]
+            idle_told: std::sync::atomic::AtomicBool::new(false),
             state: AtomicU8::new(UNKNOWN),
             counts: Counts::default(),
             #[cfg(feature = "tracing")]
@@ -579,7 +592,8 @@ impl Fleet {
     /// A pause this process takes on is written at once, between rounds;
     /// and, with a store that has a feed ([`FleetStore::listen`]), so is
     /// every pause another process writes taken up here the moment it is
-    /// written. Each call starts a loop of its own: call it once.
+    /// written. A fleet runs one such loop: calling `spawn` again stops
+    /// the last one's tasks and starts new ones.
     ///
     /// # Panics
     ///
@@ -587,8 +601,13 @@ impl Fleet {
     pub fn spawn(&self, interval: Duration) -> FleetTask {
         let interval = interval.clamp(Duration::from_millis(10), Duration::from_secs(86_400));
         self.inner.interval_ms.store(millis(interval), Ordering::Relaxed);
+        let mut tasks = lock(&self.inner.tasks);
+        for task in tasks.iter().flatten() {
+            task.abort();
+        }
         let rounds = tokio::spawn(rounds(Arc::downgrade(&self.inner), self.inner.wake.clone()));
         let feed = tokio::spawn(listen(Arc::downgrade(&self.inner), self.inner.store.clone()));
+        *tasks = Some([rounds.abort_handle(), feed.abort_handle()]);
         FleetTask { rounds, feed }
     }
 
@@ -965,6 +984,15 @@ impl Fleetward for Link {
         if outbox.len() >= OUTBOX {
             outbox.pop_front();
             fleet.counts.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+        // A round empties the queue, failed or not: a pause queued this
+        // long ago says no round runs.
+        #[cfg(feature = "tracing")]
+        if outbox.front().is_some_and(|oldest| {
+            oldest.member == self.member && at.saturating_duration_since(oldest.at) > UNSENT
+        }) && !fleet.idle_told.swap(true, Ordering::Relaxed)
+        {
+            tracing::warn!(target: TARGET, "pauses wait in the fleet's queue: no round runs (call Fleet::spawn)");
         }
         outbox.push_back(Queued { host, asked, at, member: self.member });
         drop(outbox);

@@ -758,3 +758,51 @@ async fn the_feed_is_listened_to_again_after_it_fails_and_left_when_the_fleet_is
     assert!(feed.is_finished(), "no fleet, no listening");
     assert_eq!(store.feed.receiver_count(), 0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_second_spawn_stops_the_first_one_s_tasks() {
+    let (store, clock) = setup();
+    *store.down.lock().unwrap() = true;
+    let fleet = Fleet::new(store.clone());
+    let ledger = Arc::new(crate::budget::Ledger::new(None, 3, true, false).unwrap());
+    fleet.join(&ledger, Arc::new(clock.clone()), Duration::from_secs(60)).unwrap();
+    let host = Url::parse("http://a.test/").unwrap();
+    assert!(ledger.pause(&host, Duration::from_secs(30), clock.now()));
+    let first = fleet.spawn(Duration::from_millis(100));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(fleet.status().failed_rounds, 1);
+    let _second = fleet.spawn(Duration::from_millis(100));
+    // One loop: rounds at 50, 150, 250 and 350 ms, none of the first's.
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    assert_eq!(fleet.status().failed_rounds, 5);
+    drop(first);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(fleet.status().failed_rounds, 6, "the first's handle stops nothing now");
+}
+
+#[cfg(feature = "tracing")]
+#[tokio::test]
+async fn a_pause_left_ten_seconds_in_the_queue_tells_that_no_round_runs() {
+    let (store, clock) = setup();
+    let fleet = Fleet::new(store);
+    let ledger = Arc::new(crate::budget::Ledger::new(None, 3, true, false).unwrap());
+    let member = fleet.join(&ledger, Arc::new(clock.clone()), Duration::from_secs(60)).unwrap();
+    let link = Link { fleet: Arc::downgrade(&fleet.inner), member };
+    let events = events_of(async {
+        let pause = |host: &str| {
+            link.paused("http", host, None, Duration::from_secs(30), clock.now());
+        };
+        pause("a.test");
+        clock.advance(Duration::from_secs(10));
+        pause("b.test");
+        assert!(!fleet.inner.idle_told.load(Ordering::Relaxed), "ten seconds is not yet long");
+        clock.advance(Duration::from_millis(1));
+        pause("c.test");
+        pause("d.test");
+        fleet.sync().await.unwrap();
+        clock.advance(Duration::from_secs(11));
+        pause("e.test");
+    })
+    .await;
+    assert_eq!(events.matches("no round runs").count(), 1, "{events}");
+}
