@@ -92,7 +92,11 @@ pub mod at_once {
     pub struct AtOnce;
 
     impl FleetStore for AtOnce {
-        fn extend_pauses<'a>(&'a self, _: &'a [(FleetHost, Duration)]) -> StoreFuture<'a, ()> {
+        fn extend_pauses<'a>(
+            &'a self,
+            _: &'a str,
+            _: &'a [(FleetHost, Duration)],
+        ) -> StoreFuture<'a, ()> {
             Box::pin(ready(Ok(())))
         }
 

@@ -296,6 +296,7 @@ pub struct Gone;
 impl reqwest_safe_retry::fleet::FleetStore for Gone {
     fn extend_pauses<'a>(
         &'a self,
+        _: &'a str,
         _: &'a [(reqwest_safe_retry::fleet::FleetHost, std::time::Duration)],
     ) -> reqwest_safe_retry::fleet::StoreFuture<'a, ()> {
         gone()

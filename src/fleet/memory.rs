@@ -5,7 +5,9 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use super::{FleetHost, FleetStore, Heard, PauseLeft, ProbeClaim, StoreError, StoreFuture, Tally};
+use super::{
+    FleetHost, FleetStore, Heard, News, PauseLeft, ProbeClaim, StoreError, StoreFuture, Tally,
+};
 use crate::clock::{Clock, ManualClock};
 
 /// Pauses in memory, measured on `clock`; `down` fails every call, and
@@ -24,9 +26,9 @@ pub(super) struct MemoryStore {
     /// Yields after adding, before the reply: another round can run
     /// meanwhile.
     pub(super) tallies_slow: Mutex<bool>,
-    /// Each pause written, as the feed tells it: the host's name and its
-    /// length.
-    pub(super) feed: tokio::sync::broadcast::Sender<(String, PauseLeft)>,
+    /// Each pause written, as the feed tells it: the host's name, its
+    /// length and its writer's token.
+    pub(super) feed: tokio::sync::broadcast::Sender<(String, PauseLeft, String)>,
 }
 
 impl MemoryStore {
@@ -51,7 +53,11 @@ impl MemoryStore {
 }
 
 impl FleetStore for std::sync::Arc<MemoryStore> {
-    fn extend_pauses<'a>(&'a self, pauses: &'a [(FleetHost, Duration)]) -> StoreFuture<'a, ()> {
+    fn extend_pauses<'a>(
+        &'a self,
+        token: &'a str,
+        pauses: &'a [(FleetHost, Duration)],
+    ) -> StoreFuture<'a, ()> {
         Box::pin(async move {
             self.up()?;
             let now = self.clock.now();
@@ -61,7 +67,8 @@ impl FleetStore for std::sync::Arc<MemoryStore> {
                 let kept = ends.entry(host.clone()).or_insert(end);
                 *kept = (*kept).max(end);
                 // None listening is no failure.
-                let _ = self.feed.send((host.as_str().to_owned(), PauseLeft::Left(*left)));
+                let news = (host.as_str().to_owned(), PauseLeft::Left(*left), token.to_owned());
+                let _ = self.feed.send(news);
             }
             Ok(())
         })
@@ -113,9 +120,9 @@ impl FleetStore for std::sync::Arc<MemoryStore> {
         Box::pin(async move {
             let mut feed = self.feed.subscribe();
             loop {
-                let (name, left) =
+                let (host, left, writer) =
                     feed.recv().await.map_err(|_| StoreError::new("the feed broke", None))?;
-                heard(&name, left);
+                heard(News { host: &host, left, writer: &writer });
             }
         })
     }

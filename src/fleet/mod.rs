@@ -12,9 +12,11 @@
 //! started by [`Fleet::spawn`], write it to the store at once, extending
 //! the host's shared pause, never shortening it; and with a store that has
 //! a feed ([`FleetStore::listen`]: Redis's publish and subscribe), every
-//! process that called the host lately takes the pause up the moment it is
-//! written. The feed is the quick way, not the only one: a round runs
-//! every interval (500 ms by default), and
+//! other process that called the host lately (see below) takes the pause
+//! up the moment the news reaches it, for the length written: so it holds
+//! the host a little longer than asked, by the news's way from the store.
+//! The feed is the quick way, not the only one: a round runs every
+//! interval (500 ms by default), and
 //!
 //! 1. it writes the pauses still queued (the store failed, or the rounds
 //!    run by [`Fleet::sync`] alone);
@@ -43,7 +45,8 @@
 //! So every process holds new calls to a host within a round trip or two of
 //! the first `429` (within an interval and a round trip, when the feed is
 //! down or the store has none), and waits as long as the server asked,
-//! measured by the store: no two processes' clocks need to agree. When the
+//! measured by the store (and by the news's way from it, when the feed
+//! told it first): no two processes' clocks need to agree. When the
 //! pause ends, one request goes from the whole fleet, not one from each
 //! process; the price is the claim's time, which the other processes wait
 //! even when the probe is answered at once. (A process that won a claim
@@ -222,8 +225,14 @@ pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>>
 /// a time: never from a call.
 pub trait FleetStore: Send + Sync + 'static {
     /// Extends the pause of each host to at least its length from now,
-    /// measured by the store; a longer pause already there is kept.
-    fn extend_pauses<'a>(&'a self, pauses: &'a [(FleetHost, Duration)]) -> StoreFuture<'a, ()>;
+    /// measured by the store; a longer pause already there is kept. The
+    /// process that `token` names wrote them: a store with a feed tells
+    /// who ([`News::writer`]).
+    fn extend_pauses<'a>(
+        &'a self,
+        token: &'a str,
+        pauses: &'a [(FleetHost, Duration)],
+    ) -> StoreFuture<'a, ()>;
 
     /// What is left of each host's pause, in the order asked.
     fn pauses_left<'a>(&'a self, hosts: &'a [FleetHost]) -> StoreFuture<'a, Vec<PauseLeft>>;
@@ -254,24 +263,35 @@ pub trait FleetStore: Send + Sync + 'static {
 
     /// Listens for the pauses every process of the fleet writes with
     /// [`extend_pauses`](Self::extend_pauses), this one's too, and tells
-    /// `heard` of each as it is written: the host as the store names it
-    /// ([`FleetHost::as_str`]), and the pause's length from then on
-    /// ([`PauseLeft::Garbage`], with any name, for news it cannot read). So
-    /// a pause reaches every process in a round trip, not at its next
-    /// round. The future runs as long as the store can listen; an error
-    /// ends it, and the fleet listens again a second later.
+    /// `heard` of each as it is written ([`News`]). So a pause reaches
+    /// every process in a round trip, not at its next round. The future
+    /// runs as long as the store can listen; an error ends it, and the
+    /// fleet listens again a second later.
     ///
     /// A store that cannot listen keeps this default, which ends at once
-    /// with `Ok(())`: its pauses are shared by the rounds alone.
+    /// with `Ok(())` (and so should nothing else): its pauses are shared
+    /// by the rounds alone.
     fn listen<'a>(&'a self, heard: &'a Heard) -> StoreFuture<'a, ()> {
         let _ = heard;
         Box::pin(std::future::ready(Ok(())))
     }
 }
 
-/// What a store's feed tells of a pause ([`FleetStore::listen`]): the
-/// host as the store names it, and what is left of its pause.
-pub type Heard = dyn Fn(&str, PauseLeft) + Send + Sync;
+/// What a store's feed tells of each pause written
+/// ([`FleetStore::listen`]).
+pub type Heard = dyn Fn(News<'_>) + Send + Sync;
+
+/// A pause as a store's feed tells of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct News<'a> {
+    /// The host, as the store names it ([`FleetHost::as_str`]).
+    pub host: &'a str,
+    /// The pause's length when it was written; [`PauseLeft::Garbage`]
+    /// (with any host and writer) for news the store could not read.
+    pub left: PauseLeft,
+    /// The token of the process that wrote it.
+    pub writer: &'a str,
+}
 
 /// Answers from one host, as the throttles of a fleet pool them:
 /// accepted, and rejected (see [`RetryConfig`](crate::RetryConfig)'s
@@ -409,9 +429,9 @@ struct Inner {
     members: Mutex<Vec<Member>>,
     /// Each member's pooling of evidence, by its number.
     pools: Mutex<HashMap<usize, Pool>>,
-    /// Each member's hosts in use at the last round, by the names the
-    /// store knows them by: what the store's feed is heard for.
-    known: Mutex<HashMap<usize, HashMap<String, FleetHost>>>,
+    /// Each member's hosts in use, by the names the store knows them by:
+    /// what the store's feed is heard for.
+    known: Mutex<HashMap<usize, Known>>,
     /// News heard from the store's feed since the last round.
     news: AtomicU64,
     /// The tasks of the last [`Fleet::spawn`], stopped by the next.
@@ -426,6 +446,14 @@ struct Inner {
     /// The drops an event has told of.
     #[cfg(feature = "tracing")]
     dropped_told: AtomicU64,
+}
+
+/// A member's hosts in use as the store names them, and how many hosts
+/// its books held when they were listed.
+#[derive(Default)]
+struct Known {
+    names: HashMap<String, FleetHost>,
+    books: usize,
 }
 
 /// A pause waiting to be written: the host, the length asked, and when
@@ -671,10 +699,11 @@ impl Fleet {
     async fn round(&self) -> Result<bool, StoreError> {
         let mut asked = self.write_queued().await?;
         for (member, (ledger, clock, cap)) in self.members_numbered() {
+            let books = ledger.host_count();
             let hosts: Vec<FleetHost> =
                 ledger.hosts_in_use(clock.now()).iter().map(|host| self.host(host)).collect();
             let names = hosts.iter().map(|host| (host.as_str().to_owned(), host.clone()));
-            lock(&self.inner.known).insert(member, names.collect());
+            lock(&self.inner.known).insert(member, Known { names: names.collect(), books });
             if hosts.is_empty() {
                 continue;
             }
@@ -710,34 +739,58 @@ impl Fleet {
         if pauses.is_empty() {
             return Ok(false);
         }
-        self.inner.store.extend_pauses(&pauses).await?;
+        self.inner.store.extend_pauses(&self.inner.token, &pauses).await?;
         let published = u64::try_from(pauses.len()).unwrap_or(u64::MAX);
         self.inner.counts.published.fetch_add(published, Ordering::Relaxed);
         Ok(true)
     }
 
-    /// Takes up a pause the store's feed told of, for every member that
-    /// called the host lately (as the last round found).
-    fn hear(&self, name: &str, left: PauseLeft) {
+    /// Takes up a pause the store's feed told of, written by another
+    /// process, for every member that called the host lately.
+    fn hear(&self, news: News<'_>) {
         let counts = &self.inner.counts;
         if self.inner.news.fetch_add(1, Ordering::Relaxed) >= MOST_NEWS {
             counts.ignored.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        if left == PauseLeft::Garbage {
+        if news.left == PauseLeft::Garbage {
             counts.ignored.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        let known: Vec<(usize, FleetHost)> = lock(&self.inner.known)
-            .iter()
-            .filter_map(|(member, names)| Some((*member, names.get(name)?.clone())))
-            .collect();
-        for (member, host) in known {
-            let Some((ledger, clock, cap)) = self.member(member) else { continue };
-            if self.take_up(&ledger, clock.now(), cap, &host, left) {
+        // This process's own pause, back: it holds already, from when it
+        // was taken on, not from when the news came back.
+        if news.writer == self.inner.token {
+            return;
+        }
+        for (member, (ledger, clock, cap)) in self.members_numbered() {
+            let Some(host) = self.known(member, &ledger, &*clock, news.host) else { continue };
+            if self.take_up(&ledger, clock.now(), cap, &host, news.left) {
                 counts.heard.fetch_add(1, Ordering::Relaxed);
             }
         }
+    }
+
+    /// The host `name` names among member `member`'s hosts in use. The
+    /// list the last round made is listed again first if the books have
+    /// gained or lost a host since: a host called since the round is heard
+    /// for too, and a name no host of this process has costs a lookup.
+    fn known(
+        &self,
+        member: usize,
+        ledger: &Ledger,
+        clock: &dyn Clock,
+        name: &str,
+    ) -> Option<FleetHost> {
+        let mut known = lock(&self.inner.known);
+        let known = known.entry(member).or_default();
+        let books = ledger.host_count();
+        if !known.names.contains_key(name) && known.books != books {
+            let hosts = ledger.hosts_in_use(clock.now());
+            let hosts = hosts.iter().map(|host| self.host(host));
+            known.names = hosts.map(|host| (host.as_str().to_owned(), host)).collect();
+            known.books = books;
+        }
+        known.names.get(name).cloned()
     }
 
     /// Pools a member's evidence with the fleet's, at most once a
@@ -894,13 +947,6 @@ impl Fleet {
             .collect()
     }
 
-    /// Member `member`, if its middleware is still there.
-    fn member(&self, member: usize) -> Option<Live> {
-        let members = lock(&self.inner.members);
-        let member = members.get(member)?;
-        Some((member.ledger.upgrade()?, member.clock.clone(), member.cap))
-    }
-
     /// [`members`](Self::members), each with its number.
     fn members_numbered(&self) -> Vec<(usize, Live)> {
         let members = lock(&self.inner.members);
@@ -1013,7 +1059,12 @@ async fn rounds(fleet: Weak<Inner>, wake: Arc<tokio::sync::Notify>) {
         // Never `now`: the interval is at most a day.
         let next = now.checked_add(fleet_now.interval()).unwrap_or(now);
         drop(fleet_now);
-        while tokio::time::timeout_at(next, wake.notified()).await.is_ok() {
+        // Writes between rounds never hold the next round back: pauses
+        // queued faster than a write takes would, were the time not looked
+        // at before each wait (a pending wake wins over a passed deadline).
+        while tokio::time::Instant::now() < next
+            && tokio::time::timeout_at(next, wake.notified()).await.is_ok()
+        {
             let Some(inner) = fleet.upgrade() else { return };
             let _ = Fleet { inner }.flush().await;
         }
@@ -1025,9 +1076,9 @@ async fn rounds(fleet: Weak<Inner>, wake: Arc<tokio::sync::Notify>) {
 /// dropped, or the store has no feed.
 async fn listen(fleet: Weak<Inner>, store: Arc<dyn FleetStore>) {
     let hearer = fleet.clone();
-    let heard = move |name: &str, left: PauseLeft| {
+    let heard = move |news: News<'_>| {
         if let Some(inner) = hearer.upgrade() {
-            Fleet { inner }.hear(name, left);
+            Fleet { inner }.hear(news);
         }
     };
     loop {

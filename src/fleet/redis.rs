@@ -13,8 +13,9 @@
 //! - **News of a pause.** Each pause written is also published on the
 //!   channel `{prefix}:pauses`, as `ms name`; every process subscribes to
 //!   it on a connection of its own, and takes the pause up the moment it
-//!   is written. A message it cannot read is ignored. The subscription is
-//!   pinged every few seconds, and made again when it fails.
+//!   is written. A message it cannot read is ignored. A quiet subscription
+//!   is pinged every five patiences (5 s by default), and made again when
+//!   it fails.
 //! - **Pooling answers** is `HINCRBY` on `{prefix}:tally:{host}`, fields
 //!   `accepted` and `rejected`: running totals that each process adds its
 //!   answers to and reads back in the same command, so what it reads
@@ -37,7 +38,9 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
-use super::{FleetHost, FleetStore, Heard, PauseLeft, ProbeClaim, StoreError, StoreFuture, Tally};
+use super::{
+    FleetHost, FleetStore, Heard, News, PauseLeft, ProbeClaim, StoreError, StoreFuture, Tally,
+};
 
 /// The longest a round waits for Redis to connect or to answer.
 const PATIENCE: Duration = Duration::from_secs(1);
@@ -219,25 +222,27 @@ fn pause_left(reply: i64) -> PauseLeft {
     }
 }
 
-/// How often a quiet subscription is pinged: a connection lost without a
-/// word (a partition, a Redis stopped) is found in about this time, and
-/// subscribed again.
-const KEEPALIVE: Duration = Duration::from_secs(5);
+/// How many patiences a subscription may be quiet before it is pinged
+/// (5 s, by default): a connection lost without a word (a partition, a
+/// Redis stopped) is found in about this time, and subscribed again.
+const KEEPALIVE: u32 = 5;
 
-/// A pause as it is published: its milliseconds, then the host's name.
-fn news(ms: i64, host: &FleetHost) -> String {
-    format!("{ms} {}", host.as_str())
+/// A pause as it is published: its milliseconds, its writer's token,
+/// then the host's name.
+fn news(ms: i64, token: &str, host: &FleetHost) -> String {
+    format!("{ms} {token} {}", host.as_str())
 }
 
-/// A published pause as the fleet hears it: the host's name, and the
-/// pause, or garbage for a message that is not one.
-fn heard(payload: &[u8]) -> (&str, PauseLeft) {
+/// A published pause as the fleet hears it, or garbage for a message that
+/// is not one.
+fn heard(payload: &[u8]) -> News<'_> {
     let read = || {
-        let (ms, name) = std::str::from_utf8(payload).ok()?.split_once(' ')?;
+        let (ms, rest) = std::str::from_utf8(payload).ok()?.split_once(' ')?;
+        let (writer, host) = rest.split_once(' ')?;
         let ms: u64 = ms.parse().ok()?;
-        Some((name, PauseLeft::Left(Duration::from_millis(ms))))
+        Some(News { host, left: PauseLeft::Left(Duration::from_millis(ms)), writer })
     };
-    read().unwrap_or(("", PauseLeft::Garbage))
+    read().unwrap_or(News { host: "", left: PauseLeft::Garbage, writer: "" })
 }
 
 impl RedisStore {
@@ -257,11 +262,14 @@ impl RedisStore {
             .await
             .map_err(patient("Redis did not subscribe in time"))?
             .map_err(failed)?;
+        #[cfg(feature = "tracing")]
+        tracing::debug!(target: super::TARGET, "subscribed to the fleet's feed of pauses");
         loop {
-            match tokio::time::timeout(KEEPALIVE, messages.next()).await {
+            match tokio::time::timeout(self.patience.saturating_mul(KEEPALIVE), messages.next())
+                .await
+            {
                 Ok(Some(message)) => {
-                    let (name, left) = self::heard(message.get_payload_bytes());
-                    heard(name, left);
+                    heard(self::heard(message.get_payload_bytes()));
                 }
                 Ok(None) => return Err(StoreError::new("Redis ended the subscription", None)),
                 Err(_) => tokio::time::timeout(self.patience, sink.ping::<()>())
@@ -278,14 +286,18 @@ impl FleetStore for RedisStore {
         Box::pin(self.subscribe(heard))
     }
 
-    fn extend_pauses<'a>(&'a self, pauses: &'a [(FleetHost, Duration)]) -> StoreFuture<'a, ()> {
+    fn extend_pauses<'a>(
+        &'a self,
+        token: &'a str,
+        pauses: &'a [(FleetHost, Duration)],
+    ) -> StoreFuture<'a, ()> {
         Box::pin(async move {
             let mut pipe = redis::pipe();
             for (host, left) in pauses {
                 let (key, ms) = (self.key(host), millis(*left));
                 pipe.cmd("SET").arg(&key).arg(1).arg("NX").arg("PX").arg(ms).ignore();
                 pipe.cmd("PEXPIRE").arg(&key).arg(ms).arg("GT").ignore();
-                pipe.cmd("PUBLISH").arg(self.channel()).arg(news(ms, host)).ignore();
+                pipe.cmd("PUBLISH").arg(self.channel()).arg(news(ms, token, host)).ignore();
             }
             self.query::<()>(&pipe).await
         })
@@ -428,12 +440,15 @@ mod tests {
     #[test]
     fn a_published_pause_is_heard_as_written_and_anything_else_as_garbage() {
         let host = FleetHost::new("https", "api.test", None, None);
-        let news = news(1500, &host);
-        assert_eq!(news, "1500 https://api.test:443");
+        let news = news(1500, "ab12", &host);
+        assert_eq!(news, "1500 ab12 https://api.test:443");
         let left = PauseLeft::Left(Duration::from_millis(1500));
-        assert_eq!(heard(news.as_bytes()), ("https://api.test:443", left));
-        for garbage in [&b""[..], b"1500", b"-5 https://a.test:443", b"soon a.test", b"\xff a"] {
-            assert_eq!(heard(garbage).1, PauseLeft::Garbage, "{garbage:?}");
+        let expected = News { host: "https://api.test:443", left, writer: "ab12" };
+        assert_eq!(heard(news.as_bytes()), expected);
+        let garbage: [&[u8]; 6] =
+            [b"", b"1500", b"1500 ab12", b"-5 ab12 https://a.test:443", b"soon a b", b"\xff a b"];
+        for garbage in garbage {
+            assert_eq!(heard(garbage).left, PauseLeft::Garbage, "{garbage:?}");
         }
     }
 

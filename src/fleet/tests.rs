@@ -184,7 +184,7 @@ async fn what_the_store_holds_past_the_cap_or_not_a_pause_is_ignored_and_counted
     let b = process(&store, &clock, config, &[200]);
     assert_eq!(call(&b).await, Ok(200));
     let host = FleetHost::new("http", "api.fleet.test", None, None);
-    store.extend_pauses(&[(host.clone(), Duration::from_secs(3600))]).await.unwrap();
+    store.extend_pauses("another", &[(host.clone(), Duration::from_secs(3600))]).await.unwrap();
     b.fleet.sync().await.unwrap();
     assert_eq!(call(&b).await, Ok(200), "an hour is over the cap: ignored");
     store.garbage.lock().unwrap().push(host);
@@ -402,11 +402,11 @@ async fn a_pause_read_back_within_50_ms_of_the_process_s_own_end_is_its_own() {
     let host = FleetHost::new("http", "api.fleet.test", None, None);
     assert_eq!(call(&a).await, Ok(429), "A's own pause, 2 s");
     // The store's end is 50 ms past A's: A's own pause come back.
-    store.extend_pauses(&[(host.clone(), Duration::from_millis(2050))]).await.unwrap();
+    store.extend_pauses("another", &[(host.clone(), Duration::from_millis(2050))]).await.unwrap();
     a.fleet.sync().await.unwrap();
     assert_eq!(a.fleet.status().received, 0);
     // More than 50 ms past what A knows now is another process's.
-    store.extend_pauses(&[(host, Duration::from_millis(2101))]).await.unwrap();
+    store.extend_pauses("another", &[(host, Duration::from_millis(2101))]).await.unwrap();
     a.fleet.sync().await.unwrap();
     assert_eq!(a.fleet.status().received, 1);
 }
@@ -710,6 +710,11 @@ async fn a_pause_reaches_the_others_from_the_store_s_feed_the_moment_it_is_writt
     assert_eq!(c.fleet.status().heard, 0);
 }
 
+/// News of a pause another process wrote.
+fn news(host: &str, left: PauseLeft) -> News<'_> {
+    News { host, left, writer: "another" }
+}
+
 #[tokio::test]
 async fn news_that_is_garbage_past_the_cap_or_a_flood_is_ignored_and_counted() {
     let (store, clock) = setup();
@@ -717,21 +722,26 @@ async fn news_that_is_garbage_past_the_cap_or_a_flood_is_ignored_and_counted() {
     assert_eq!(call(&b).await, Ok(200));
     b.fleet.sync().await.unwrap();
     let host = FleetHost::new("http", "api.fleet.test", None, None);
-    b.fleet.hear("", PauseLeft::Garbage);
-    b.fleet.hear(host.as_str(), PauseLeft::Left(Duration::from_secs(3600)));
-    b.fleet.hear(host.as_str(), PauseLeft::None);
-    b.fleet.hear("http://unknown.test:80", PauseLeft::Left(Duration::from_secs(2)));
+    b.fleet.hear(news("", PauseLeft::Garbage));
+    b.fleet.hear(news(host.as_str(), PauseLeft::Left(Duration::from_secs(3600))));
+    b.fleet.hear(news(host.as_str(), PauseLeft::None));
+    b.fleet.hear(news("http://unknown.test:80", PauseLeft::Left(Duration::from_secs(2))));
     assert_eq!((b.fleet.status().ignored, b.fleet.status().heard), (2, 0));
     assert_eq!(call(&b).await, Ok(200));
     // News past the most a round takes is ignored until the next round.
     for _ in 4..MOST_NEWS {
-        b.fleet.hear("http://unknown.test:80", PauseLeft::Left(Duration::from_secs(2)));
+        b.fleet.hear(news("http://unknown.test:80", PauseLeft::Left(Duration::from_secs(2))));
     }
-    b.fleet.hear(host.as_str(), PauseLeft::Left(Duration::from_secs(2)));
+    b.fleet.hear(news(host.as_str(), PauseLeft::Left(Duration::from_secs(2))));
     assert_eq!((b.fleet.status().ignored, b.fleet.status().heard), (3, 0));
     assert_eq!(call(&b).await, Ok(200));
     b.fleet.sync().await.unwrap();
-    b.fleet.hear(host.as_str(), PauseLeft::Left(Duration::from_secs(2)));
+    // Its own pause, back from the feed: held already, not heard again.
+    let token = b.fleet.inner.token.clone();
+    let own = PauseLeft::Left(Duration::from_secs(2));
+    b.fleet.hear(News { host: host.as_str(), left: own, writer: &token });
+    assert_eq!(call(&b).await, Ok(200));
+    b.fleet.hear(news(host.as_str(), PauseLeft::Left(Duration::from_secs(2))));
     assert_eq!(b.fleet.status().heard, 1);
     assert_eq!(call(&b).await, Err(Duration::from_secs(2)));
 }
@@ -747,12 +757,14 @@ async fn the_feed_is_listened_to_again_after_it_fails_and_left_when_the_fleet_is
     // Overrun: the receiver lags, its feed fails, and it listens again a
     // second later.
     for n in 0..100 {
-        let _ = store.feed.send((format!("h{n}"), PauseLeft::None));
+        let _ = store.feed.send((format!("h{n}"), PauseLeft::None, "other".to_owned()));
     }
     tokio::time::sleep(Duration::from_millis(10)).await;
     assert_eq!(store.feed.receiver_count(), 0, "the failed feed is left");
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(store.feed.receiver_count(), 1, "and listened to again");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(store.feed.receiver_count(), 1, "a quiet feed is listened to on");
     drop((fleet, ledger));
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(feed.is_finished(), "no fleet, no listening");
@@ -805,4 +817,103 @@ async fn a_pause_left_ten_seconds_in_the_queue_tells_that_no_round_runs() {
     })
     .await;
     assert_eq!(events.matches("no round runs").count(), 1, "{events}");
+}
+
+/// A store whose writes take 50 ms of Tokio's time, counting its reads
+/// (one a round).
+struct SlowWrites {
+    inner: Arc<MemoryStore>,
+    reads: Arc<AtomicUsize>,
+}
+
+impl FleetStore for SlowWrites {
+    fn extend_pauses<'a>(
+        &'a self,
+        token: &'a str,
+        pauses: &'a [(FleetHost, Duration)],
+    ) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            self.inner.extend_pauses(token, pauses).await
+        })
+    }
+
+    fn pauses_left<'a>(&'a self, hosts: &'a [FleetHost]) -> StoreFuture<'a, Vec<PauseLeft>> {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        self.inner.pauses_left(hosts)
+    }
+
+    fn claim_probes<'a>(
+        &'a self,
+        token: &'a str,
+        claims: &'a [(FleetHost, Duration)],
+    ) -> StoreFuture<'a, Vec<ProbeClaim>> {
+        self.inner.claim_probes(token, claims)
+    }
+
+    fn add_tallies<'a>(
+        &'a self,
+        tallies: &'a [(FleetHost, Tally)],
+    ) -> StoreFuture<'a, Vec<Option<Tally>>> {
+        self.inner.add_tallies(tallies)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn pauses_queued_faster_than_they_are_written_hold_no_round_back() {
+    let (store, clock) = setup();
+    let reads = Arc::new(AtomicUsize::new(0));
+    let fleet = Fleet::new(SlowWrites { inner: store, reads: reads.clone() });
+    let ledger = Arc::new(crate::budget::Ledger::new(None, 3, true, false).unwrap());
+    fleet.join(&ledger, Arc::new(clock.clone()), Duration::from_secs(60)).unwrap();
+    let _task = fleet.spawn(Duration::from_millis(100));
+    // 25 pauses a second for two seconds, each written in 50 ms.
+    for n in 0..50 {
+        let host = Url::parse(&format!("http://h{n}.test/")).unwrap();
+        assert!(ledger.pause(&host, Duration::from_secs(30), clock.now()));
+        tokio::time::sleep(Duration::from_millis(40)).await;
+    }
+    let rounds = reads.load(Ordering::Relaxed);
+    assert!(rounds >= 10, "two seconds at an interval of 100 ms: {rounds} round(s)");
+    assert!(fleet.status().published >= 45, "{:?}", fleet.status());
+}
+
+#[tokio::test]
+async fn a_host_first_called_since_the_last_round_is_heard_for() {
+    let (store, clock) = setup();
+    let a = process(&store, &clock, RetryConfig::default(), &[200, 429]);
+    let b = process(&store, &clock, RetryConfig::default(), &[200]);
+    assert_eq!(call(&a).await, Ok(200));
+    // B's task: its first round finds no host in use; then it listens.
+    let _task = b.fleet.spawn(HOUR);
+    assert!(until(|| store.feed.receiver_count() == 1).await);
+    assert_eq!(call(&b).await, Ok(200), "B calls the host: it is in B's books now");
+    assert_eq!(call(&a).await, Ok(429));
+    a.fleet.sync().await.unwrap();
+    assert!(until(|| b.fleet.status().heard == 1).await, "{:?}", b.fleet.status());
+    assert_eq!(call(&b).await, Err(Duration::from_secs(2)));
+}
+
+#[tokio::test]
+async fn hashed_host_names_are_heard_from_the_feed() {
+    let (store, clock) = setup();
+    let hashed = |statuses: &[u16]| {
+        let fleet = Fleet::with_hashed_hosts(store.clone(), [9; 16]);
+        let server = Server::new(statuses);
+        let middleware = RetryMiddleware::new(RetryConfig::default())
+            .with_fleet(&fleet)
+            .with_clock(clock.clone())
+            .with_jitter_source(crate::jitter::FixedJitter::BOTTOM);
+        let client =
+            ClientBuilder::new(reqwest::Client::new()).with(middleware).with(server.clone());
+        Process { client: client.build(), fleet, server }
+    };
+    let (a, b) = (hashed(&[200, 429]), hashed(&[200]));
+    assert_eq!((call(&a).await, call(&b).await), (Ok(200), Ok(200)));
+    let (_ta, _tb) = (a.fleet.spawn(HOUR), b.fleet.spawn(HOUR));
+    assert!(until(|| b.fleet.status().connected && store.feed.receiver_count() == 2).await);
+    assert_eq!(call(&a).await, Ok(429));
+    assert!(until(|| b.fleet.status().heard == 1).await, "{:?}", b.fleet.status());
+    assert_eq!(call(&b).await, Err(Duration::from_secs(2)));
+    assert_eq!(a.fleet.status().received, 0, "A's own pause, back, is not another's");
 }

@@ -330,7 +330,7 @@ impl<V: HostState> Hosts<V> {
     }
 
     /// Hosts in the table.
-    #[cfg(test)]
+    #[cfg(any(test, feature = "fleet"))]
     pub(crate) fn len(&self) -> usize {
         self.shards.iter().map(|shard| read(shard).hosts.len()).sum()
     }

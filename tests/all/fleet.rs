@@ -398,7 +398,9 @@ async fn a_fleet_that_hashes_host_names_writes_none_to_redis() {
     a.fleet.sync().await.unwrap();
     b.fleet.sync().await.unwrap();
     assert!(is_the_pause(call(&b, &server).await), "shared under the one key");
-    let published = futures_util::StreamExt::next(&mut news.on_message()).await.unwrap();
+    let mut messages = news.on_message();
+    let next = futures_util::StreamExt::next(&mut messages);
+    let published = tokio::time::timeout(Duration::from_secs(10), next).await.unwrap().unwrap();
     let published: String = published.get_payload().unwrap();
     assert!(published.contains(" host:") && !published.contains("127.0.0.1"), "{published}");
     let keys: Vec<String> =
@@ -459,6 +461,38 @@ async fn a_pause_reaches_every_process_the_moment_it_is_written_and_again_after_
     let held = call(&b, &server).await;
     assert!(is_the_pause(held), "{held:?}");
     assert_eq!(b.fleet.status().received, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_feed_that_falls_silent_is_pinged_found_gone_and_subscribed_again() {
+    let redis = RedisServer::start();
+    let server = MockServer::start().await;
+    let limited = ResponseTemplate::new(429).insert_header("retry-after", "2");
+    let ok = ResponseTemplate::new(200);
+    script(&server, "/r", vec![ok.clone(), ok.clone(), limited.clone(), limited, ok]).await;
+    let (proxy, url) = proxied(&redis).await;
+    // B reaches Redis through the proxy, with a patience of 200 ms: its
+    // quiet feed is pinged after a second.
+    let (a, b) = (process(&redis, "fleet-1"), patient_process(&url, Duration::from_millis(200)));
+    assert_eq!((call(&a, &server).await, call(&b, &server).await), (Ok(200), Ok(200)));
+    let _tb = b.fleet.spawn(Duration::from_secs(3600));
+    until("B listens", || async { listening(&redis, "fleet-1").await == 1 }).await;
+    assert_eq!(call(&a, &server).await, Ok(429));
+    a.fleet.sync().await.unwrap();
+    until("B hears A's pause", || async { b.fleet.status().heard == 1 }).await;
+    // The connection stays open, and nothing comes back: a partition. The
+    // ping finds it, and B leaves the connection (the proxy closes it).
+    proxy.hold();
+    until("the feed is found gone", || async { listening(&redis, "fleet-1").await == 0 }).await;
+    proxy.release();
+    until("B listens again", || async { listening(&redis, "fleet-1").await == 1 }).await;
+    // It hears A's next pause, with no round of its own.
+    a.clock.advance(Duration::from_secs(2));
+    b.clock.advance(Duration::from_secs(2));
+    assert_eq!(call(&a, &server).await, Ok(429), "A's probe, asked to wait again");
+    a.fleet.sync().await.unwrap();
+    until("B hears A's next pause", || async { b.fleet.status().heard == 2 }).await;
+    assert!(is_the_pause(call(&b, &server).await));
 }
 
 /// A proxy before `redis`, and the URL to reach Redis through it.

@@ -246,6 +246,12 @@ impl Ledger {
         before.is_none_or(|before| after > before.saturating_add(FLEET_SLACK_MS))
     }
 
+    /// How many hosts the books know.
+    #[cfg(feature = "fleet")]
+    pub(crate) fn host_count(&self) -> usize {
+        self.hosts.len()
+    }
+
     /// Every host the books know (the hosts this process called lately):
     /// its scheme, name and port, and what is left at `now` of a pause in
     /// force, if one is.

@@ -26,10 +26,10 @@ use crate::support::redis_server::RedisServer;
 /// by spaces.
 const WORKER: &str = "REQWEST_SAFE_RETRY_FLEET_WORKER";
 const WORKERS: usize = 20;
-/// Each worker's calls, one every [`GAP`]: some twenty-five seconds, the
-/// fleet's forty calls a second.
-const CALLS: u32 = 50;
-const GAP: Duration = Duration::from_millis(500);
+/// Each worker's calls, one every [`GAP`]: some twenty seconds, the
+/// fleet's hundred calls a second.
+const CALLS: u32 = 100;
+const GAP: Duration = Duration::from_millis(200);
 /// Requests the limiter takes between two pauses.
 const QUOTA: u32 = 40;
 const PAUSE: Duration = Duration::from_secs(2);

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use reqwest_safe_retry::fleet::{
-    FleetHost, FleetStore, Heard, PauseLeft, ProbeClaim, StoreError, StoreFuture, Tally,
+    FleetHost, FleetStore, Heard, News, PauseLeft, ProbeClaim, StoreError, StoreFuture, Tally,
 };
 use tokio::sync::broadcast;
 use tokio::time::Instant;
@@ -46,7 +46,7 @@ pub(crate) struct SimStore {
     model: StoreModel,
     held: Arc<Mutex<Held>>,
     commands: Arc<AtomicU64>,
-    news: broadcast::Sender<(String, Duration)>,
+    news: broadcast::Sender<(String, Duration, String)>,
 }
 
 impl SimStore {
@@ -78,7 +78,11 @@ impl SimStore {
 }
 
 impl FleetStore for SimStore {
-    fn extend_pauses<'a>(&'a self, pauses: &'a [(FleetHost, Duration)]) -> StoreFuture<'a, ()> {
+    fn extend_pauses<'a>(
+        &'a self,
+        token: &'a str,
+        pauses: &'a [(FleetHost, Duration)],
+    ) -> StoreFuture<'a, ()> {
         Box::pin(async move {
             let mut held = self.reach().await?;
             let now = Instant::now();
@@ -87,7 +91,7 @@ impl FleetStore for SimStore {
                 let kept = held.ends.entry(host.clone()).or_insert(end);
                 *kept = (*kept).max(end);
                 // None listening is no failure.
-                let _ = self.news.send((host.as_str().to_owned(), *left));
+                let _ = self.news.send((host.as_str().to_owned(), *left, token.to_owned()));
             }
             Ok(())
         })
@@ -132,14 +136,15 @@ impl FleetStore for SimStore {
             }
             let mut news = self.news.subscribe();
             loop {
-                let (host, left) =
+                let (host, left, writer) =
                     news.recv().await.map_err(|_| StoreError::new("news lagged", None))?;
                 // On its way: each news reaches each process after the
                 // model's delay, or never. (Later news waits behind it, as
                 // on one connection.)
                 tokio::time::sleep(self.model.delay).await;
                 if !self.lost() {
-                    heard(&host, PauseLeft::Left(left.saturating_sub(self.model.delay)));
+                    let left = PauseLeft::Left(left.saturating_sub(self.model.delay));
+                    heard(News { host: &host, left, writer: &writer });
                 }
             }
         })
