@@ -218,10 +218,7 @@ async fn a_middleware_that_does_not_pause_stays_out_and_one_joins_one_fleet() {
 #[test]
 fn the_queue_keeps_the_newest_pauses_and_counts_what_it_drops() {
     let (store, clock) = setup();
-    let fleet = Fleet::new(store);
-    let ledger =
-        Arc::new(crate::budget::Ledger::new(None, 3, true, false).expect("books for the pauses"));
-    let member = fleet.join(&ledger, Arc::new(clock.clone()), Duration::from_secs(60)).unwrap();
+    let (fleet, _ledger, member) = member_of(Fleet::new(store), &clock);
     let link = Link { fleet: Arc::downgrade(&fleet.inner), member };
     let now = clock.now();
     for n in 0..OUTBOX + 6 {
@@ -349,9 +346,7 @@ async fn events_of(run: impl std::future::Future<Output = ()>) -> String {
 #[tokio::test]
 async fn the_fleet_tells_each_change_of_its_store_once_and_what_its_queue_dropped() {
     let (store, clock) = setup();
-    let fleet = Fleet::new(store.clone());
-    let ledger = Arc::new(crate::budget::Ledger::new(None, 3, true, false).unwrap());
-    let member = fleet.join(&ledger, Arc::new(clock.clone()), Duration::from_secs(60)).unwrap();
+    let (fleet, ledger, member) = member_of(Fleet::new(store.clone()), &clock);
     let link = Link { fleet: Arc::downgrade(&fleet.inner), member };
     // A host in the books, so that every round reads the store.
     let host = Url::parse("http://a.test/").unwrap();
@@ -381,9 +376,7 @@ async fn the_fleet_tells_each_change_of_its_store_once_and_what_its_queue_droppe
 async fn rounds_run_every_interval_while_the_task_is_kept_and_stop_when_it_is_dropped() {
     let (store, clock) = setup();
     *store.down.lock().unwrap() = true;
-    let fleet = Fleet::new(store.clone());
-    let ledger = Arc::new(crate::budget::Ledger::new(None, 3, true, false).unwrap());
-    fleet.join(&ledger, Arc::new(clock.clone()), Duration::from_secs(60)).unwrap();
+    let (fleet, ledger, _) = member_of(Fleet::new(store.clone()), &clock);
     let host = Url::parse("http://a.test/").unwrap();
     assert!(ledger.pause(&host, Duration::from_secs(30), clock.now()));
     let task = fleet.spawn(Duration::from_millis(100));
@@ -656,6 +649,14 @@ async fn a_round_with_nothing_to_ask_the_store_says_nothing_of_it() {
     assert_eq!(a.fleet.status().failed_rounds, 1);
 }
 
+/// `fleet`, with one member: books of their own on `clock`, a cap of a
+/// minute. Returns the fleet, the books and the member's number.
+fn member_of(fleet: Fleet, clock: &ManualClock) -> (Fleet, Arc<crate::budget::Ledger>, usize) {
+    let ledger = Arc::new(crate::budget::Ledger::new(None, 3, true, false).unwrap());
+    let member = fleet.join(&ledger, Arc::new(clock.clone()), Duration::from_secs(60)).unwrap();
+    (fleet, ledger, member)
+}
+
 /// Yields until `done` holds, a thousand times at most: for a spawned
 /// task, on this test's one thread, to get as far as it can go.
 async fn until(done: impl Fn() -> bool) -> bool {
@@ -749,9 +750,7 @@ async fn news_that_is_garbage_past_the_cap_or_a_flood_is_ignored_and_counted() {
 #[tokio::test(start_paused = true)]
 async fn the_feed_is_listened_to_again_after_it_fails_and_left_when_the_fleet_is_dropped() {
     let (store, clock) = setup();
-    let fleet = Fleet::new(store.clone());
-    let ledger = Arc::new(crate::budget::Ledger::new(None, 3, true, false).unwrap());
-    fleet.join(&ledger, Arc::new(clock.clone()), Duration::from_secs(60)).unwrap();
+    let (fleet, ledger, _) = member_of(Fleet::new(store.clone()), &clock);
     let feed = tokio::spawn(listen(Arc::downgrade(&fleet.inner), fleet.inner.store.clone()));
     assert!(until(|| store.feed.receiver_count() == 1).await);
     // Overrun: the receiver lags, its feed fails, and it listens again a
@@ -775,9 +774,7 @@ async fn the_feed_is_listened_to_again_after_it_fails_and_left_when_the_fleet_is
 async fn a_second_spawn_stops_the_first_one_s_tasks() {
     let (store, clock) = setup();
     *store.down.lock().unwrap() = true;
-    let fleet = Fleet::new(store.clone());
-    let ledger = Arc::new(crate::budget::Ledger::new(None, 3, true, false).unwrap());
-    fleet.join(&ledger, Arc::new(clock.clone()), Duration::from_secs(60)).unwrap();
+    let (fleet, ledger, _) = member_of(Fleet::new(store.clone()), &clock);
     let host = Url::parse("http://a.test/").unwrap();
     assert!(ledger.pause(&host, Duration::from_secs(30), clock.now()));
     let first = fleet.spawn(Duration::from_millis(100));
@@ -796,9 +793,7 @@ async fn a_second_spawn_stops_the_first_one_s_tasks() {
 #[tokio::test]
 async fn a_pause_left_ten_seconds_in_the_queue_tells_that_no_round_runs() {
     let (store, clock) = setup();
-    let fleet = Fleet::new(store);
-    let ledger = Arc::new(crate::budget::Ledger::new(None, 3, true, false).unwrap());
-    let member = fleet.join(&ledger, Arc::new(clock.clone()), Duration::from_secs(60)).unwrap();
+    let (fleet, _ledger, member) = member_of(Fleet::new(store), &clock);
     let link = Link { fleet: Arc::downgrade(&fleet.inner), member };
     let events = events_of(async {
         let pause = |host: &str| {
@@ -863,9 +858,8 @@ impl FleetStore for SlowWrites {
 async fn pauses_queued_faster_than_they_are_written_hold_no_round_back() {
     let (store, clock) = setup();
     let reads = Arc::new(AtomicUsize::new(0));
-    let fleet = Fleet::new(SlowWrites { inner: store, reads: reads.clone() });
-    let ledger = Arc::new(crate::budget::Ledger::new(None, 3, true, false).unwrap());
-    fleet.join(&ledger, Arc::new(clock.clone()), Duration::from_secs(60)).unwrap();
+    let (fleet, ledger, _) =
+        member_of(Fleet::new(SlowWrites { inner: store, reads: reads.clone() }), &clock);
     let _task = fleet.spawn(Duration::from_millis(100));
     // 25 pauses a second for two seconds, each written in 50 ms.
     for n in 0..50 {
