@@ -915,3 +915,21 @@ async fn hashed_host_names_are_heard_from_the_feed() {
     assert_eq!(call(&b).await, Err(Duration::from_secs(2)));
     assert_eq!(a.fleet.status().received, 0, "A's own pause, back, is not another's");
 }
+
+#[tokio::test]
+async fn names_are_listed_again_only_when_the_books_gained_or_lost_a_host() {
+    let (store, clock) = setup();
+    let b = process(&store, &clock, RetryConfig::default(), &[200]);
+    assert_eq!(call(&b).await, Ok(200));
+    b.fleet.sync().await.unwrap();
+    let host = FleetHost::new("http", "api.fleet.test", None, None);
+    // A list that misses a host of the same books is not made again for
+    // the news (so a flood of names no host has costs a lookup each).
+    lock(&b.fleet.inner.known).get_mut(&0).unwrap().names.clear();
+    b.fleet.hear(news(host.as_str(), PauseLeft::Left(Duration::from_secs(2))));
+    assert_eq!(b.fleet.status().heard, 0);
+    // Books that changed are listed again.
+    lock(&b.fleet.inner.known).get_mut(&0).unwrap().books = 0;
+    b.fleet.hear(news(host.as_str(), PauseLeft::Left(Duration::from_secs(2))));
+    assert_eq!(b.fleet.status().heard, 1);
+}
