@@ -72,6 +72,16 @@ async fn limiter() -> MockServer {
     server
 }
 
+/// A server answering 200, 200, then a 429 asking for 2 s twice (the
+/// second for the probe), then 200.
+async fn limiter_twice() -> MockServer {
+    let server = MockServer::start().await;
+    let limited = ResponseTemplate::new(429).insert_header("retry-after", "2");
+    let ok = ResponseTemplate::new(200);
+    script(&server, "/r", vec![ok.clone(), ok.clone(), limited.clone(), limited, ok]).await;
+    server
+}
+
 /// `held` is a pause of at most 2 s and more than 1.5 s: Redis measures
 /// the pause in real time, the processes on their manual clocks.
 fn is_the_pause(held: Result<u16, Duration>) -> bool {
@@ -433,10 +443,7 @@ async fn listening(redis: &RedisServer, prefix: &str) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pause_reaches_every_process_the_moment_it_is_written_and_again_after_a_restart() {
     let mut redis = RedisServer::start();
-    let server = MockServer::start().await;
-    let limited = ResponseTemplate::new(429).insert_header("retry-after", "2");
-    let ok = ResponseTemplate::new(200);
-    script(&server, "/r", vec![ok.clone(), ok.clone(), limited.clone(), limited, ok]).await;
+    let server = limiter_twice().await;
     let (a, b) = (process(&redis, "fleet-1"), process(&redis, "fleet-1"));
     assert_eq!((call(&a, &server).await, call(&b, &server).await), (Ok(200), Ok(200)));
     // Rounds an hour apart: after each task's first, none runs in this test.
@@ -466,10 +473,7 @@ async fn a_pause_reaches_every_process_the_moment_it_is_written_and_again_after_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_feed_that_falls_silent_is_pinged_found_gone_and_subscribed_again() {
     let redis = RedisServer::start();
-    let server = MockServer::start().await;
-    let limited = ResponseTemplate::new(429).insert_header("retry-after", "2");
-    let ok = ResponseTemplate::new(200);
-    script(&server, "/r", vec![ok.clone(), ok.clone(), limited.clone(), limited, ok]).await;
+    let server = limiter_twice().await;
     let (proxy, url) = proxied(&redis).await;
     // B reaches Redis through the proxy, with a patience of 200 ms: its
     // quiet feed is pinged after a second.
