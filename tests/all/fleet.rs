@@ -15,7 +15,6 @@ use wiremock::{MockServer, ResponseTemplate};
 use crate::support::redis_server::RedisServer;
 use crate::support::slow_proxy::SlowProxy;
 
-mod processes;
 use crate::support::*;
 
 /// One process of a fleet named `prefix` on `redis`, calling through the
