@@ -374,11 +374,7 @@ async fn the_fleet_tells_each_change_of_its_store_once_and_what_its_queue_droppe
 
 #[tokio::test(start_paused = true)]
 async fn rounds_run_every_interval_while_the_task_is_kept_and_stop_when_it_is_dropped() {
-    let (store, clock) = setup();
-    *store.down.lock().unwrap() = true;
-    let (fleet, ledger, _) = member_of(Fleet::new(store.clone()), &clock);
-    let host = Url::parse("http://a.test/").unwrap();
-    assert!(ledger.pause(&host, Duration::from_secs(30), clock.now()));
+    let (fleet, _ledger) = failing_rounds();
     let task = fleet.spawn(Duration::from_millis(100));
     // Tokio's paused time: rounds at 0, 100, 200 and 300 ms.
     tokio::time::sleep(Duration::from_millis(350)).await;
@@ -657,6 +653,18 @@ fn member_of(fleet: Fleet, clock: &ManualClock) -> (Fleet, Arc<crate::budget::Le
     (fleet, ledger, member)
 }
 
+/// A fleet on a store that is down, with one member whose books hold a
+/// host paused for 30 s: every round asks the store, and fails (counted
+/// in `failed_rounds`). Keep the books: the fleet holds them weakly.
+fn failing_rounds() -> (Fleet, Arc<crate::budget::Ledger>) {
+    let (store, clock) = setup();
+    *store.down.lock().unwrap() = true;
+    let (fleet, ledger, _) = member_of(Fleet::new(store), &clock);
+    let host = Url::parse("http://a.test/").unwrap();
+    assert!(ledger.pause(&host, Duration::from_secs(30), clock.now()));
+    (fleet, ledger)
+}
+
 /// Yields until `done` holds, a thousand times at most: for a spawned
 /// task, on this test's one thread, to get as far as it can go.
 async fn until(done: impl Fn() -> bool) -> bool {
@@ -772,11 +780,7 @@ async fn the_feed_is_listened_to_again_after_it_fails_and_left_when_the_fleet_is
 
 #[tokio::test(start_paused = true)]
 async fn a_second_spawn_stops_the_first_one_s_tasks() {
-    let (store, clock) = setup();
-    *store.down.lock().unwrap() = true;
-    let (fleet, ledger, _) = member_of(Fleet::new(store.clone()), &clock);
-    let host = Url::parse("http://a.test/").unwrap();
-    assert!(ledger.pause(&host, Duration::from_secs(30), clock.now()));
+    let (fleet, _ledger) = failing_rounds();
     let first = fleet.spawn(Duration::from_millis(100));
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!(fleet.status().failed_rounds, 1);
