@@ -23,7 +23,9 @@
 //! one stack and prints nothing: run it under `valgrind --tool=callgrind` for two values
 //! of N, and the difference of the instruction counts over the difference
 //! of the calls is the instructions per call, a figure the machine's load
-//! does not move. With the `fleet` feature, `--only fleet` is ours in a
+//! does not move. `--only "reqwest-safe-retry, no books"` is ours with no
+//! books kept per host (no budget, no throttle, no shared pause), for
+//! that figure alone. With the `fleet` feature, `--only fleet` is ours in a
 //! fleet whose store answers at once (connected, no host paused), its
 //! rounds running: what a configured fleet adds to a call.
 
@@ -153,7 +155,8 @@ fn main() {
                     only_fleet = true;
                     continue;
                 }
-                only = Some(STACKS.into_iter().find(|s| s.name() == name).expect("a stack's name"));
+                let mut named = STACKS.into_iter().chain([Stack::OursNoBooks]);
+                only = Some(named.find(|s| s.name() == name).expect("a stack's name"));
             }
             // `cargo bench` passes `--bench`; anything else is a mistake.
             "--bench" => {}

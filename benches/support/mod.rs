@@ -16,7 +16,7 @@ use reqwest_middleware::{ClientBuilder, ClientWithMiddleware, Middleware, Next};
 use reqwest_retry::RetryTransientMiddleware;
 use reqwest_retry::policies::ExponentialBackoff;
 use reqwest_safe_retry::Backoff;
-use reqwest_safe_retry::{RetryConfig, RetryMiddleware};
+use reqwest_safe_retry::{RetryAfter, RetryConfig, RetryConfigBuilder, RetryMiddleware};
 
 /// Which retry layer sits in the stack.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,6 +26,9 @@ pub enum Stack {
     Ours,
     /// Ours with the retry budget off, to show what the budget costs.
     OursNoBudget,
+    /// Ours with no books kept per host (no budget, no throttle, no shared
+    /// pause), to show what the call's path costs without them.
+    OursNoBooks,
 }
 
 impl Stack {
@@ -37,6 +40,7 @@ impl Stack {
             Stack::Peer => "reqwest-retry",
             Stack::Ours => "reqwest-safe-retry",
             Stack::OursNoBudget => "reqwest-safe-retry, no budget",
+            Stack::OursNoBooks => "reqwest-safe-retry, no books",
         }
     }
 
@@ -60,6 +64,7 @@ impl Stack {
             Stack::Ours | Stack::OursNoBudget => {
                 ours(self == Stack::Ours).client(client).expect("a client")
             }
+            Stack::OursNoBooks => no_books().client(client).expect("a client"),
         };
         match last {
             Some(last) => builder.with(last).build(),
@@ -70,12 +75,27 @@ impl Stack {
 
 /// Ours, the default with zero-length waits, and with its budget or none.
 pub fn ours(budget: bool) -> RetryMiddleware {
-    let mut config = RetryConfig::builder()
-        .with_backoff(Backoff::default().with_initial(Duration::ZERO).with_max(Duration::ZERO));
+    let mut config = zero_waits();
     if !budget {
         config = config.with_budget(None);
     }
     RetryMiddleware::new(config.build().expect("a valid configuration"))
+}
+
+/// Ours with zero-length waits and no books per host: no budget, no
+/// throttle, no pause shared by a host's calls.
+fn no_books() -> RetryMiddleware {
+    let config = zero_waits()
+        .with_budget(None)
+        .with_throttling(false)
+        .with_retry_after(RetryAfter::default().with_pause(false));
+    RetryMiddleware::new(config.build().expect("a valid configuration"))
+}
+
+/// The default settings with zero-length waits.
+fn zero_waits() -> RetryConfigBuilder {
+    RetryConfig::builder()
+        .with_backoff(Backoff::default().with_initial(Duration::ZERO).with_max(Duration::ZERO))
 }
 
 #[cfg(feature = "fleet")]
