@@ -1,4 +1,4 @@
-//! The three stacks compared by the benchmarks, the in-process server they
+//! The stacks compared by the benchmarks, the in-process server they
 //! call when no network is wanted, and a hyper server on loopback when it is.
 
 #![allow(dead_code, unreachable_pub, missing_docs)]
