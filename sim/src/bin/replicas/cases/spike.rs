@@ -1,0 +1,101 @@
+//! A spike that ends: a token bucket of 10 requests a second (`503` above
+//! it); the processes offer 100 calls a second in all for 20 s, after 10 s
+//! at the rate that follows, then 5 or 10 calls a second in all for 10 s.
+
+use super::{Goals, Options, arrived, columns, off_and_on, percent, started, success, table};
+use crate::harness::{Run, Spec};
+use crate::server::Rule;
+
+const CAPACITY: f64 = 10.0;
+const SPIKE: f64 = 100.0;
+const BEFORE_MS: u64 = 10_000;
+const SPIKE_MS: u64 = 20_000;
+const AFTER_MS: u64 = 10_000;
+/// Calls a second in all after the spike.
+const FALLS: [f64; 2] = [5.0, 10.0];
+/// The load's goal: requests ÷ accepted during the spike.
+const LOAD_GOAL: f64 = 3.2;
+
+/// Requests ÷ accepted during the spike, the share of calls started 2 to
+/// 10 s after it that succeeded, and the share of spike calls throttled.
+fn figures(run: &Run) -> (f64, Option<f64>, Option<f64>) {
+    let (from, to) = (BEFORE_MS as f64, (BEFORE_MS + SPIKE_MS) as f64);
+    let (all, ok) = arrived(&run.arrivals, from, to);
+    let after = success(started(&run.calls, to + 2_000.0, to + AFTER_MS as f64));
+    let spike: Vec<_> = started(&run.calls, from, to).collect();
+    let throttled = spike.iter().filter(|c| c.outcome == "throttled").count();
+    let throttled = (!spike.is_empty()).then(|| throttled as f64 / spike.len() as f64);
+    (all as f64 / ok.max(1) as f64, after, throttled)
+}
+
+pub(super) fn run(options: &Options) -> Vec<String> {
+    let mut goals = Goals::new();
+    for fall in FALLS {
+        let mut rows: Vec<(String, Vec<String>)> = [
+            "spike: requests ÷ accepted",
+            "spike: calls throttled",
+            "calls started 2–10 s after that succeed",
+        ]
+        .iter()
+        .map(|name| ((*name).to_owned(), Vec::new()))
+        .collect();
+        for &processes in &options.processes {
+            for _ in 0..options.runs {
+                let p = processes as f64;
+                let spec = Spec {
+                    processes,
+                    fleet: false,
+                    rule: Rule::Bucket { rate: CAPACITY, depth: CAPACITY, until_ms: None },
+                    stages: vec![
+                        (BEFORE_MS, fall / p),
+                        (SPIKE_MS, SPIKE / p),
+                        (AFTER_MS, fall / p),
+                    ],
+                    return_if_paused: false,
+                    linger_ms: 15_000,
+                    faults: Vec::new(),
+                    hostile: None,
+                };
+                let (off, on) = off_and_on(&spec);
+                let (off, on) = (figures(&off), figures(&on));
+                for (load, after, throttled) in [off, on] {
+                    rows[0].1.push(format!("{load:.2}×"));
+                    rows[1].1.push(percent(throttled));
+                    rows[2].1.push(percent(after));
+                }
+                let label = format!("spike falling to {fall}/s, P={processes}");
+                for ((load, after, _), fleet) in [(off, "off"), (on, "on")] {
+                    goals.check(
+                        load <= LOAD_GOAL,
+                        format!("{label}, fleet {fleet}: spike load {load:.2}× ≤ {LOAD_GOAL}×"),
+                    );
+                    let after = after.unwrap_or(1.0);
+                    goals.check(
+                        after >= 0.99,
+                        format!(
+                            "{label}, fleet {fleet}: {:.1}% of the calls after it succeed, ≥ 99%",
+                            after * 100.0
+                        ),
+                    );
+                }
+                goals.check(
+                    on.0 <= off.0 + 0.15,
+                    format!(
+                        "{label}: the fleet's load no worse than alone ({:.2}× against {:.2}×)",
+                        on.0, off.0
+                    ),
+                );
+            }
+        }
+        table(
+            &format!(
+                "A spike that ends: {CAPACITY} req/s taken (503 above); {SPIKE} calls/s in all for {} s, then {fall} calls/s",
+                SPIKE_MS / 1000
+            ),
+            &columns(options),
+            &rows,
+        );
+        goals.print();
+    }
+    goals.missed()
+}
