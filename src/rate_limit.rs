@@ -78,8 +78,12 @@ use http::{HeaderMap, HeaderValue};
 pub struct ReturnIfPaused;
 
 /// The call's host is paused at its server's request, and the call did not
-/// wait: its deadline would pass first, or it carries [`ReturnIfPaused`].
-/// Nothing was sent in the attempt it would have made.
+/// wait: its deadline would pass first, it carries [`ReturnIfPaused`], or
+/// it has already waited on its host's pauses as long as the `Retry-After`
+/// cap allows in all (see [`RetryAfter::cap`](crate::retry_after::RetryAfter::cap);
+/// one backoff spread beyond it), as when a pause is renewed again and
+/// again, or another process's probe never settles. Nothing was sent in
+/// the attempt it would have made.
 ///
 /// It comes inside [`reqwest_middleware::Error::Middleware`]:
 ///

@@ -74,6 +74,10 @@ pub(crate) struct Policy<'a> {
     /// The last backoff picked, which decorrelated jitter grows from.
     previous_wait: Duration,
     total_wait: Duration,
+    /// The part of `total_wait` spent on host pauses, the ones the call's
+    /// own answers set and the ones it found, which the `Retry-After` cap
+    /// bounds (with one spread).
+    paused_wait: Duration,
 }
 
 impl<'a> Policy<'a> {
@@ -103,6 +107,7 @@ impl<'a> Policy<'a> {
             redirected: false,
             previous_wait: config.backoff.initial(),
             total_wait: Duration::ZERO,
+            paused_wait: Duration::ZERO,
         }
     }
 
@@ -268,9 +273,16 @@ impl<'a> Policy<'a> {
         }
         let after = chosen.after.max(held.floor());
         steps::fits_deadline(spent, after)?;
+        // A wait the call's own answer paused its host for counts towards
+        // the most a call waits on pauses; past it, the answer is final.
+        let paused_wait = match paused {
+            true => self.paused_for(after).ok_or(StopReason::HostPaused)?,
+            false => self.paused_wait,
+        };
         if !chosen.paced && !self.lease.spend() {
             return Err(StopReason::BudgetExhausted);
         }
+        self.paused_wait = paused_wait;
         Ok((after, retryable.reason))
     }
 

@@ -64,7 +64,9 @@ impl<'a> Policy<'a> {
     ) -> std::result::Result<Option<Duration>, HeldBack> {
         let clock = &*self.shared.clock;
         let first = self.attempts == 0 && extensions.get::<SkipThrottling>().is_none();
-        let wait = match ledger.gate(request.url(), || clock.now(), first) {
+        let passage = ledger.gate(request.url(), || clock.now(), first);
+        let for_pause = matches!(passage, Passage::Paused(_));
+        let wait = match passage {
             Passage::Open => return Ok(None),
             Passage::Throttled(throttled) => return Err(HeldBack::Throttled(throttled)),
             Passage::Probe(turn) => {
@@ -74,12 +76,36 @@ impl<'a> Policy<'a> {
             Passage::Paused(left) => left.saturating_add(self.spread()),
             Passage::Probing => self.spread().max(MIN_LOOK_AGAIN),
         };
+        // Only the wait for a pause's end counts towards the most a call
+        // waits on pauses: a probe of this process's own in flight ends
+        // with its answer, and nothing outside the process can renew it.
+        let paused_wait = match for_pause {
+            true => self.paused_for(wait),
+            false => Some(self.paused_wait),
+        };
         let own_choice = extensions.get::<ReturnIfPaused>().is_some();
-        if own_choice || steps::fits_deadline(self.spent(), wait).is_err() {
+        let Some(paused_wait) = paused_wait.filter(|_| !own_choice) else {
+            return Err(HeldBack::Paused(HostPaused::new(wait, self.attempts)));
+        };
+        if steps::fits_deadline(self.spent(), wait).is_err() {
             return Err(HeldBack::Paused(HostPaused::new(wait, self.attempts)));
         }
+        self.paused_wait = paused_wait;
         self.total_wait = self.total_wait.saturating_add(wait);
         Ok(Some(wait))
+    }
+
+    /// What the call will have waited on its host's pauses once it waits
+    /// `wait` more, if that is within the most it may: the `Retry-After`
+    /// cap, and one spread, for the pauses its own answers set, the ones
+    /// it found and their renewals together. A pause renewed without end,
+    /// or a fleet's probe claimed and never settled (by a member gone, or
+    /// by anyone who can write to the store), holds a call no longer than
+    /// one honoured `Retry-After` would.
+    pub(super) fn paused_for(&self, wait: Duration) -> Option<Duration> {
+        let config = &self.shared.config;
+        let most = config.retry_after.cap().saturating_add(config.backoff.ceiling(0));
+        Some(self.paused_wait.saturating_add(wait)).filter(|total| *total <= most)
     }
 
     /// A call's own spread after a pause, as for `Retry-After`: a random

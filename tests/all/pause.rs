@@ -452,3 +452,50 @@ async fn a_403_taken_as_a_rate_limit_pauses_the_host_even_when_not_retried() {
     assert!((3 * S..=3 * S + 500 * MS).contains(&paused.wait()), "{paused:?}");
     assert_eq!(arrivals.len(), 1);
 }
+
+/// A pause renewed again and again: each call waits on pauses no longer
+/// than the `Retry-After` cap in all (with one spread), its own answers'
+/// pauses included, then ends with `HostPaused`: with its last answer if
+/// that answer renewed the pause, else with the error.
+#[tokio::test(start_paused = true)]
+async fn a_call_waits_on_renewed_pauses_no_longer_than_the_cap_in_all() {
+    let arrivals = Arrivals::new();
+    // Every answer for the first 200 s asks for 20 s more.
+    let server =
+        server(&arrivals, |_, at| if at < 200 * S { (429, Some(20)) } else { (200, None) }).await;
+    let client = quick_start(RetryConfig::default());
+    let url = server.url("/r");
+    let calls: Vec<_> = (0..5)
+        .map(|i| {
+            let (client, url) = (client.clone(), url.clone());
+            tokio::spawn(async move {
+                tokio::time::sleep(i * 100 * MS).await;
+                let started = Instant::now();
+                let result = client.get(url).send().await;
+                (started.elapsed(), result)
+            })
+        })
+        .collect();
+    let cap = RetryAfter::default().cap();
+    for call in calls {
+        let (waited, result) = call.await.unwrap();
+        assert!(waited <= cap + S, "no longer than the cap and a spread: {waited:?}");
+        let stop = match result {
+            Ok(response) => {
+                assert_eq!(response.status(), 429, "the call's own last answer");
+                RetryReport::from_response(&response).stop
+            }
+            // Held back before its next attempt, a pause renewed by
+            // another's answer in the way.
+            Err(error) => {
+                assert!(held_back(Err(error)).attempts() <= 1);
+                assert!(waited >= 19 * S, "it waited out the first pause: {waited:?}");
+                StopReason::HostPaused
+            }
+        };
+        assert_eq!(stop, StopReason::HostPaused);
+    }
+    // The first call's answer, one probe at the pause's end, and at most
+    // one more as the renewed pause ends.
+    assert!(arrivals.len() <= 3, "{:?}", sorted(&arrivals));
+}
