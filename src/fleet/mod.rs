@@ -918,9 +918,15 @@ impl Fleet {
         }
         let asked_at = clock.now();
         let claims = self.inner.store.claim_probes(&self.inner.token, &ending).await?;
-        for ((host, _), claim) in ending.iter().zip(claims) {
+        // Another member claims what this one would: a probe's window past
+        // a pause's end, the pause it read from the store. A claim that
+        // outlasts ours by more than a round is no probe's.
+        let slack = self.interval();
+        for ((host, asked), claim) in ending.iter().zip(claims) {
             let ProbeClaim::Lost(left) = claim else { continue };
-            let Some(url) = host.url().filter(|_| left <= cap.saturating_add(window)) else {
+            let plausible =
+                left <= asked.saturating_add(slack) && left <= cap.saturating_add(window);
+            let Some(url) = host.url().filter(|_| plausible) else {
                 self.inner.counts.ignored.fetch_add(1, Ordering::Relaxed);
                 continue;
             };

@@ -284,6 +284,33 @@ async fn a_store_that_cannot_tell_who_probes_leaves_each_process_as_alone() {
     assert_eq!(call(&a).await, Ok(200), "A probes, as alone");
 }
 
+/// A claim within the cap, but longer than a probe of the pause this
+/// process reads would claim by more than a round: no probe's, ignored;
+/// one a round long past what it would claim is held to.
+#[tokio::test]
+async fn a_claim_that_outlasts_the_probe_s_own_by_more_than_a_round_is_ignored() {
+    let (store, clock) = setup();
+    let a = process(&store, &clock, RetryConfig::default(), &[200, 429, 200]);
+    assert_eq!(call(&a).await, Ok(200));
+    assert_eq!(call(&a).await, Ok(429), "a 2 s pause");
+    clock.advance(Duration::from_millis(1500));
+    // A's own claim would last 0.5 s + the 2 s window; another's lasts 5 s.
+    let host = FleetHost::new("http", "api.fleet.test", None, None);
+    let claim = |left: Duration| {
+        let end = clock.now() + left;
+        store.claims.lock().unwrap().insert(host.clone(), ("another".to_owned(), end));
+    };
+    claim(Duration::from_millis(5_000));
+    a.fleet.sync().await.unwrap();
+    assert_eq!((a.fleet.status().held_for_probe, a.fleet.status().ignored), (0, 1));
+    // One round past what A would claim: another's probe, held to.
+    claim(Duration::from_millis(3_000));
+    a.fleet.sync().await.unwrap();
+    assert_eq!((a.fleet.status().held_for_probe, a.fleet.status().ignored), (1, 1));
+    clock.advance(Duration::from_millis(500));
+    assert_eq!(call(&a).await, Err(Duration::from_millis(2_500)), "held for the other's probe");
+}
+
 #[tokio::test]
 async fn the_process_that_holds_a_probe_s_claim_is_not_held_by_it_however_many_rounds_it_runs() {
     let (store, clock) = setup();
