@@ -104,7 +104,7 @@ pub mod at_once {
     use std::time::Duration;
 
     use reqwest_safe_retry::fleet::{
-        FleetHost, FleetStore, PauseLeft, ProbeClaim, StoreFuture, Tally,
+        FleetHost, FleetStore, MemberTally, PauseLeft, ProbeClaim, StoreFuture, Tally,
     };
 
     /// A fleet's store that answers every command at once: no host paused,
@@ -132,11 +132,14 @@ pub mod at_once {
             Box::pin(ready(Ok(vec![ProbeClaim::Won; claims.len()])))
         }
 
-        fn add_tallies<'a>(
+        fn share_tallies<'a>(
             &'a self,
+            member: &'a str,
             tallies: &'a [(FleetHost, Tally)],
-        ) -> StoreFuture<'a, Vec<Option<Tally>>> {
-            Box::pin(ready(Ok(tallies.iter().map(|(_, tally)| Some(*tally)).collect())))
+        ) -> StoreFuture<'a, Vec<Option<Vec<MemberTally>>>> {
+            let own =
+                |tally: &Tally| vec![MemberTally { member: member.to_owned(), tally: *tally }];
+            Box::pin(ready(Ok(tallies.iter().map(|(_, tally)| Some(own(tally))).collect())))
         }
     }
 }

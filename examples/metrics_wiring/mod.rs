@@ -318,11 +318,14 @@ impl reqwest_safe_retry::fleet::FleetStore for Gone {
         gone()
     }
 
-    fn add_tallies<'a>(
+    fn share_tallies<'a>(
         &'a self,
+        _: &'a str,
         _: &'a [(reqwest_safe_retry::fleet::FleetHost, reqwest_safe_retry::fleet::Tally)],
-    ) -> reqwest_safe_retry::fleet::StoreFuture<'a, Vec<Option<reqwest_safe_retry::fleet::Tally>>>
-    {
+    ) -> reqwest_safe_retry::fleet::StoreFuture<
+        'a,
+        Vec<Option<Vec<reqwest_safe_retry::fleet::MemberTally>>>,
+    > {
         gone()
     }
 }

@@ -1,12 +1,13 @@
 //! A fleet's store in memory, for the unit tests: pauses kept as ends on a
 //! clock of their own, as a store that measures time-to-live would.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::{
-    FleetHost, FleetStore, Heard, News, PauseLeft, ProbeClaim, StoreError, StoreFuture, Tally,
+    FleetHost, FleetStore, Heard, MemberTally, News, PauseLeft, ProbeClaim, StoreError,
+    StoreFuture, Tally,
 };
 use crate::clock::{Clock, ManualClock};
 
@@ -18,7 +19,8 @@ pub(super) struct MemoryStore {
     pub(super) claims: Mutex<HashMap<FleetHost, (String, Instant)>>,
     pub(super) down: Mutex<bool>,
     pub(super) garbage: Mutex<Vec<FleetHost>>,
-    pub(super) totals: Mutex<HashMap<FleetHost, Tally>>,
+    /// Each host's totals, member by member.
+    pub(super) totals: Mutex<HashMap<FleetHost, BTreeMap<String, Tally>>>,
     /// Fails the pooling of answers alone.
     pub(super) tallies_down: Mutex<bool>,
     /// Adds the answers, then fails as if the reply were lost.
@@ -127,10 +129,11 @@ impl FleetStore for std::sync::Arc<MemoryStore> {
         })
     }
 
-    fn add_tallies<'a>(
+    fn share_tallies<'a>(
         &'a self,
-        tallies: &'a [(FleetHost, Tally)],
-    ) -> StoreFuture<'a, Vec<Option<Tally>>> {
+        member: &'a str,
+        written: &'a [(FleetHost, Tally)],
+    ) -> StoreFuture<'a, Vec<Option<Vec<MemberTally>>>> {
         Box::pin(async move {
             self.up()?;
             if *self.tallies_down.lock().unwrap() {
@@ -145,12 +148,15 @@ impl FleetStore for std::sync::Arc<MemoryStore> {
                     if garbage.contains(host) {
                         return None;
                     }
-                    let total = totals.entry(host.clone()).or_default();
-                    total.accepted += tally.accepted;
-                    total.rejected += tally.rejected;
-                    Some(*total)
+                    let members = totals.entry(host.clone()).or_default();
+                    members.insert(member.to_owned(), *tally);
+                    let read = members.iter().map(|(member, tally)| MemberTally {
+                        member: member.clone(),
+                        tally: *tally,
+                    });
+                    Some(read.collect())
                 };
-                tallies.iter().map(add).collect()
+                written.iter().map(add).collect()
             };
             if slow {
                 for _ in 0..3 {
@@ -158,6 +164,18 @@ impl FleetStore for std::sync::Arc<MemoryStore> {
                 }
             }
             if lost { Err(StoreError::new("the reply was lost", None)) } else { Ok(added) }
+        })
+    }
+}
+
+impl MemoryStore {
+    /// Every member's totals for `host`, summed.
+    pub(super) fn total(&self, host: &FleetHost) -> Tally {
+        let totals = self.totals.lock().unwrap();
+        let members = totals.get(host).into_iter().flat_map(BTreeMap::values);
+        members.fold(Tally::default(), |sum, tally| Tally {
+            accepted: sum.accepted + tally.accepted,
+            rejected: sum.rejected + tally.rejected,
         })
     }
 }

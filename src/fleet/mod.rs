@@ -37,10 +37,10 @@
 //!
 //! 4. once a second at most, it adds this process's answers from each host
 //!    in the books (accepted, and rejected, as the throttle counts them)
-//!    to the fleet's running totals, and reads them back in the same step:
-//!    what they grew by beyond this process's own addition is the other
-//!    processes' answers since it last looked. Each host's throttle takes
-//!    them in beside its own (see below).
+//!    to running totals of its own in the store, and reads back every
+//!    member's: what each other member's grew by is its answers since this
+//!    one last looked. Each host's throttle takes them in beside its own
+//!    (see below).
 //!
 //! So every process holds new calls to a host within a round trip or two of
 //! the first `429` (within an interval and a round trip, when the feed is
@@ -68,14 +68,21 @@
 //! every process's throttle that the host is up: overloaded, perhaps, but
 //! not down, so no process probes it on its own. What stays this process's
 //! own: a run of rejections that says the host is down, and the rule that a
-//! process calling less than about once a second is never throttled. [`FleetStatus::pooled`] counts the answers taken in,
-//! and [`FleetStatus::throttled_by_fleet`] the times they had a process
-//! start throttling a host its own answers had not.
+//! process calling less than about once a second is never throttled.
+//! [`FleetStatus::pooled`] counts the answers taken in, and
+//! [`FleetStatus::throttled_by_fleet`] the times they had a process start
+//! throttling a host its own answers had not.
 //!
-//! A reading of the totals that is below the last (they were lost, or a
-//! restarted store started them again), or that grew by more than a
-//! million answers of either kind, is not believed: it is ignored, counted,
-//! and the next reading counts from it.
+//! Each member is believed no further than one process's plausible word:
+//! what another member's totals grew by in a pooling counts for at most
+//! twice this member's own answers in it, and two more, so a writer in the
+//! store moves the pooled share no further than one more process answered
+//! at this one's rate could. A member whose totals went back (they were
+//! lost, or a restarted store started them again) counts from the new
+//! reading, and is counted as ignored; a member new since the last reading
+//! counts from its first; 256 members are read at most. A writer who makes
+//! up many members counts as many: the bound is one member's word, not the
+//! fleet's.
 //!
 //! What reaches the store is a host's scheme, name and port, a length of
 //! time and counts of answers: no request, no header, no body, no path.
@@ -133,11 +140,13 @@ use crate::clock::Clock;
 mod memory;
 #[cfg(feature = "redis")]
 mod redis;
+mod tally;
 #[cfg(all(test, feature = "test-util"))]
 mod tests;
 
 #[cfg(feature = "redis")]
 pub use self::redis::RedisStore;
+pub use self::tally::{MemberTally, Tally};
 
 /// A host as a fleet names it in its store: `scheme://name:port`, the port
 /// written even when it is the scheme's default, so that every process
@@ -249,17 +258,21 @@ pub trait FleetStore: Send + Sync + 'static {
         claims: &'a [(FleetHost, Duration)],
     ) -> StoreFuture<'a, Vec<ProbeClaim>>;
 
-    /// Adds each host's tally to the fleet's running totals for the host
-    /// (kept as long as some process adds to them, every few minutes at
-    /// least), and returns the totals just after the addition, in the
-    /// order given: `None` for a host whose totals are not counts (a key
-    /// something else wrote), which is ignored, and counted. Each host's
-    /// addition and reading must be one step, so that a process can tell
-    /// its own answers from the others'.
-    fn add_tallies<'a>(
+    /// Sets `member`'s running totals for each host (every answer it has
+    /// counted from the host since it joined; `member` is a name of its
+    /// own in the fleet), kept as long as some member writes the host's,
+    /// every few minutes at least; and returns every member's totals for
+    /// the host just after, its own included, in the order given: `None`
+    /// for a host whose totals cannot be read (a key something else
+    /// wrote), which is ignored, and counted. A member whose totals are
+    /// not counts is left out of the reading. Writing the same totals
+    /// twice changes nothing, so a round whose reply was lost costs
+    /// nothing.
+    fn share_tallies<'a>(
         &'a self,
-        tallies: &'a [(FleetHost, Tally)],
-    ) -> StoreFuture<'a, Vec<Option<Tally>>>;
+        member: &'a str,
+        totals: &'a [(FleetHost, Tally)],
+    ) -> StoreFuture<'a, Vec<Option<Vec<MemberTally>>>>;
 
     /// Listens for the pauses every process of the fleet writes with
     /// [`extend_pauses`](Self::extend_pauses), this one's too, and tells
@@ -291,35 +304,6 @@ pub struct News<'a> {
     pub left: PauseLeft,
     /// The token of the process that wrote it.
     pub writer: &'a str,
-}
-
-/// Answers from one host, as the throttles of a fleet pool them:
-/// accepted, and rejected (see [`RetryConfig`](crate::RetryConfig)'s
-/// throttling for which are which).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Tally {
-    /// Answers the host accepted.
-    pub accepted: u64,
-    /// Answers that turned the attempt away: `429`, `502`, `503`, `504`,
-    /// refused connections and timeouts.
-    pub rejected: u64,
-}
-
-impl Tally {
-    /// What `self`, a running total read back, holds beyond `before` and
-    /// `added`, this process's own addition: the other processes' answers
-    /// since `before` was read. `None` when it holds less (the totals were
-    /// lost, and started again) or more than [`MOST_POOLED`] of either: a
-    /// total that says nothing believable of the time since.
-    fn beyond(self, before: Tally, added: Tally) -> Option<Tally> {
-        let more = |now: u64, was: u64, own: u64| {
-            now.checked_sub(was.checked_add(own)?).filter(|more| *more <= MOST_POOLED)
-        };
-        Some(Tally {
-            accepted: more(self.accepted, before.accepted, added.accepted)?,
-            rejected: more(self.rejected, before.rejected, added.rejected)?,
-        })
-    }
 }
 
 /// Who sends the probe when a host's pause ends.
@@ -379,11 +363,6 @@ const DEGRADED: u8 = 2;
 
 /// Pauses queued for the store at most; past it the oldest are dropped.
 const OUTBOX: usize = 1024;
-
-/// The other processes' answers from one host, of either kind, that one
-/// pooling takes in at most: more is not believed (a fleet of a thousand
-/// processes each answered a thousand times a second sends as many).
-const MOST_POOLED: u64 = 1_000_000;
 
 /// The least time between two poolings of a member's evidence.
 const POOL_EVERY: Duration = Duration::from_secs(1);
@@ -481,7 +460,10 @@ struct Member {
 #[derive(Default)]
 struct Pool {
     at: Option<Instant>,
-    totals: HashMap<FleetHost, Tally>,
+    /// The other members' totals for each host, as last read.
+    totals: HashMap<FleetHost, HashMap<String, Tally>>,
+    /// This member's own running totals for each host in its books.
+    own: HashMap<FleetHost, Tally>,
     busy: bool,
 }
 
@@ -795,12 +777,10 @@ impl Fleet {
 
     /// Pools a member's evidence with the fleet's, at most once a
     /// [`POOL_EVERY`] (or a round, if rounds are further apart): adds the
-    /// answers it got from each host since it last did to the fleet's
-    /// totals, and takes in, for each host, the other processes' answers
-    /// since then, as the totals read back tell them.
-    ///
-    /// The first reading of a host's totals, and one that is not believed
-    /// ([`Tally::beyond`]), only sets where the next one counts from.
+    /// answers it got from each host since it last did to its running
+    /// totals, writes them to the store, and takes in, for each host, the other members' answers
+    /// since then, as their totals read back tell them ([`tally::read`]:
+    /// the first reading of a host's only sets where the next counts from).
     /// Returns whether it asked the store.
     async fn pool(
         &self,
@@ -821,40 +801,53 @@ impl Fleet {
             pool.busy = true;
         }
         let _done = Done { fleet: self, member };
-        let tallies: Vec<(FleetHost, Tally)> = ledger
+        let added: Vec<(FleetHost, Tally)> = ledger
             .take_evidence(now)
             .into_iter()
             .map(|(host, (accepted, rejected))| {
                 (self.host(&host), Tally { accepted: accepted.into(), rejected: rejected.into() })
             })
             .collect();
-        if tallies.is_empty() {
+        if added.is_empty() {
             lock(&self.inner.pools).entry(member).or_default().at = Some(now);
             return Ok(false);
         }
-        let added = self.inner.store.add_tallies(&tallies).await;
+        // This member's running totals, kept for the hosts in its books.
+        let totals: Vec<(FleetHost, Tally)> = {
+            let mut pools = lock(&self.inner.pools);
+            let own = &mut pools.entry(member).or_default().own;
+            let mut kept = HashMap::with_capacity(added.len());
+            let totals = added.iter().map(|(host, tally)| {
+                let total = own.get(host).copied().unwrap_or_default().plus(*tally);
+                kept.insert(host.clone(), total);
+                (host.clone(), total)
+            });
+            let totals = totals.collect();
+            *own = kept;
+            totals
+        };
+        let name = format!("{}-{member}", self.inner.token);
+        let read = self.inner.store.share_tallies(&name, &totals).await;
         let now = clock.now();
         let mut pools = lock(&self.inner.pools);
         let pool = pools.entry(member).or_default();
         // Hosts the books no longer hold are dropped with them; after a
-        // failure, every host is: the store may have added these answers
-        // and lost only its reply, so the next reading counts from itself.
-        // The answers are lost to the fleet, never counted twice.
-        let before = std::mem::take(&mut pool.totals);
-        let totals = added?;
+        // failure, every host is, and the next reading counts from itself:
+        // the answers of the others since are lost to it, never counted
+        // twice. Its own are in the totals it writes next.
+        let mut before = std::mem::take(&mut pool.totals);
+        let read = read?;
         pool.at = Some(now);
-        for ((host, added), total) in tallies.iter().zip(totals) {
-            let Some(total) = total else {
-                self.inner.counts.ignored.fetch_add(1, Ordering::Relaxed);
+        let ignored = &self.inner.counts.ignored;
+        for ((host, added), members) in added.iter().zip(read) {
+            let Some(members) = members else {
+                ignored.fetch_add(1, Ordering::Relaxed);
                 continue;
             };
-            pool.totals.insert(host.clone(), total);
-            let Some(&was) = before.get(host) else { continue };
-            let Some(others) = total.beyond(was, *added) else {
-                self.inner.counts.ignored.fetch_add(1, Ordering::Relaxed);
-                continue;
-            };
-            self.take_in(ledger, now, host, others);
+            let reading = tally::read(before.remove(host).as_ref(), members, &name, *added);
+            ignored.fetch_add(reading.ignored, Ordering::Relaxed);
+            pool.totals.insert(host.clone(), reading.totals);
+            self.take_in(ledger, now, host, reading.others);
         }
         Ok(true)
     }

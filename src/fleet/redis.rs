@@ -16,13 +16,18 @@
 //!   is written. A message it cannot read is ignored. A quiet subscription
 //!   is pinged every five patiences (5 s by default), and made again when
 //!   it fails.
-//! - **Pooling answers** is `HINCRBY` on `{prefix}:tally:{host}`, fields
-//!   `accepted` and `rejected`: running totals that each process adds its
-//!   answers to and reads back in the same command, so what it reads
-//!   beyond its own addition is the other processes'. No clock, no
-//!   bucket: the key lives ten minutes past the last addition. A key of
-//!   another type, or a field that is not a number, fails its own
-//!   commands alone, and is ignored.
+//! - **Pooling answers** is a hash per host, `{prefix}:tally:{host}`,
+//!   with a field for each member of the fleet, named for it, holding
+//!   `accepted rejected written-at`: its running totals of answers, and
+//!   the wall-clock time it wrote them. Each member writes its own with
+//!   `HSET` and reads every member's back with `HGETALL` in the same
+//!   pipeline; writing the same totals again changes nothing. No bucket:
+//!   the key lives ten minutes past the last writing, and a member whose
+//!   last writing is older than that is taken out with `HDEL`, so members
+//!   that come and go leave no trail (only that needs the machines' clocks
+//!   to agree, to within minutes). A key of another type fails its own
+//!   commands alone and is ignored; a member's value that is not three
+//!   counts leaves that member out of the reading.
 //!
 //! Each round is one pipeline of writes and, per middleware in the fleet,
 //! one of reads and one of probe claims, each waiting at most a second (or
@@ -39,7 +44,8 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 use super::{
-    FleetHost, FleetStore, Heard, News, PauseLeft, ProbeClaim, StoreError, StoreFuture, Tally,
+    FleetHost, FleetStore, Heard, MemberTally, News, PauseLeft, ProbeClaim, StoreError,
+    StoreFuture, Tally,
 };
 
 /// The longest a round waits for Redis to connect or to answer.
@@ -341,40 +347,101 @@ impl FleetStore for RedisStore {
         })
     }
 
-    fn add_tallies<'a>(
+    fn share_tallies<'a>(
         &'a self,
-        tallies: &'a [(FleetHost, Tally)],
-    ) -> StoreFuture<'a, Vec<Option<Tally>>> {
+        member: &'a str,
+        totals: &'a [(FleetHost, Tally)],
+    ) -> StoreFuture<'a, Vec<Option<Vec<MemberTally>>>> {
         Box::pin(async move {
+            let now = wall_millis();
             let mut pipe = redis::pipe();
             // A key something else wrote fails its own commands, not the
             // round's.
             pipe.ignore_errors();
-            for (host, tally) in tallies {
+            for (host, tally) in totals {
                 let key = self.tally_key(host);
-                let add = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-                pipe.cmd("HINCRBY").arg(&key).arg("accepted").arg(add(tally.accepted));
-                pipe.cmd("HINCRBY").arg(&key).arg("rejected").arg(add(tally.rejected));
+                let value = format!("{} {} {now}", tally.accepted, tally.rejected);
+                pipe.cmd("HSET").arg(&key).arg(member).arg(value).ignore();
                 pipe.cmd("PEXPIRE").arg(&key).arg(millis(TALLY_KEPT)).ignore();
+                pipe.cmd("HGETALL").arg(&key);
             }
             let replies: Vec<redis::Value> = self.query(&pipe).await?;
-            if replies.len() != tallies.len().saturating_mul(2) {
+            if replies.len() != totals.len() {
                 return Err(StoreError::new("Redis answered a pipeline short", None));
             }
-            let total = |replies: &[redis::Value]| {
-                Some(Tally { accepted: count(&replies[0])?, rejected: count(&replies[1])? })
-            };
-            Ok(replies.chunks_exact(2).map(total).collect())
+            let mut quiet = redis::pipe();
+            let mut read = Vec::with_capacity(totals.len());
+            for ((host, _), reply) in totals.iter().zip(&replies) {
+                let Some((members, gone)) = members(reply, now) else {
+                    read.push(None);
+                    continue;
+                };
+                if !gone.is_empty() {
+                    quiet.cmd("HDEL").arg(self.tally_key(host)).arg(gone).ignore();
+                }
+                read.push(Some(members));
+            }
+            // Members quiet for the key's lifetime are taken out; that this
+            // fails matters to no reading.
+            if quiet.cmd_iter().next().is_some() {
+                let _ = self.query::<()>(&quiet).await;
+            }
+            Ok(read)
         })
     }
 }
 
-/// A total as `HINCRBY` answers it: a count, or `None` for anything else
-/// (an error for a key of another type or a field that is not a number,
-/// or a count below zero).
-fn count(reply: &redis::Value) -> Option<u64> {
-    match reply {
-        redis::Value::Int(n) => u64::try_from(*n).ok(),
+/// This machine's wall-clock time, in milliseconds since the Unix epoch
+/// (0 before it).
+fn wall_millis() -> u64 {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    since.map_or(0, |since| u64::try_from(since.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// The members' totals in a host's hash as `HGETALL` answers it at `now`
+/// (wall-clock milliseconds), and the members gone quiet: those whose last
+/// writing is older than the key's lifetime, left out. `None` for a reply
+/// that is not a hash (a key of another type). A member whose value is not
+/// three counts of zero or more is left out.
+fn members(reply: &redis::Value, now: u64) -> Option<(Vec<MemberTally>, Vec<&str>)> {
+    let pairs: Vec<(&redis::Value, &redis::Value)> = match reply {
+        redis::Value::Map(pairs) => pairs.iter().map(|(field, value)| (field, value)).collect(),
+        redis::Value::Array(items) if items.len() % 2 == 0 => {
+            items.chunks_exact(2).map(|pair| (&pair[0], &pair[1])).collect()
+        }
+        _ => return None,
+    };
+    let kept = millis(TALLY_KEPT).unsigned_abs();
+    let (mut members, mut gone) = (Vec::new(), Vec::new());
+    for (field, value) in pairs {
+        let (Some(member), Some((tally, at))) = (text(field), text(value).and_then(totals)) else {
+            continue;
+        };
+        if now.saturating_sub(at) > kept {
+            gone.push(member);
+        } else {
+            members.push(MemberTally { member: member.to_owned(), tally });
+        }
+    }
+    Some((members, gone))
+}
+
+/// A member's value in a host's hash: `accepted rejected written-at`.
+fn totals(value: &str) -> Option<(Tally, u64)> {
+    let mut numbers = value.split(' ').map(|n| n.parse::<u64>().ok());
+    let (Some(accepted), Some(rejected), Some(at), None) =
+        (numbers.next()?, numbers.next()?, numbers.next()?, numbers.next())
+    else {
+        return None;
+    };
+    Some((Tally { accepted, rejected }, at))
+}
+
+/// A reply's text, if it is a string.
+fn text(value: &redis::Value) -> Option<&str> {
+    match value {
+        redis::Value::BulkString(bytes) => std::str::from_utf8(bytes).ok(),
+        redis::Value::SimpleString(text) => Some(text),
         _ => None,
     }
 }
@@ -428,13 +495,34 @@ mod tests {
     }
 
     #[test]
-    fn a_total_is_a_count_of_zero_or_more_and_anything_else_is_none() {
+    fn a_hash_reads_as_its_members_counts_and_anything_else_as_none() {
         use redis::Value;
-        assert_eq!(count(&Value::Int(0)), Some(0));
-        assert_eq!(count(&Value::Int(42)), Some(42));
-        assert_eq!(count(&Value::Int(-1)), None);
-        assert_eq!(count(&Value::BulkString(b"42".to_vec())), None);
-        assert_eq!(count(&Value::Nil), None);
+        let bulk = |text: &str| Value::BulkString(text.as_bytes().to_vec());
+        let now = 1_000_000_000;
+        let (fresh, old) = (format!("4 2 {}", now - 1_000), format!("9 9 {}", now - 601_000));
+        let items = [
+            ("m1", fresh.as_str()),
+            ("m2", "1 -3 5"),
+            ("m3", "lots 1 5"),
+            ("m4", old.as_str()),
+            ("m5", "7 0 999999000"),
+            ("m6", "7 0"),
+            ("m7", "7 0 5 5"),
+        ];
+        let flat: Vec<Value> = items.iter().flat_map(|(f, v)| [bulk(f), bulk(v)]).collect();
+        let array = Value::Array(flat.clone());
+        let (members, gone) = super::members(&array, now).unwrap();
+        let read: Vec<_> = members
+            .iter()
+            .map(|m| (m.member.as_str(), m.tally.accepted, m.tally.rejected))
+            .collect();
+        assert_eq!(read, [("m1", 4, 2), ("m5", 7, 0)], "m4 gone quiet; the rest not counts");
+        assert_eq!(gone, ["m4"]);
+        let map = Value::Map(flat.chunks_exact(2).map(|p| (p[0].clone(), p[1].clone())).collect());
+        assert_eq!(super::members(&map, now).unwrap().0, members, "RESP3's map alike");
+        assert!(super::members(&Value::Array(Vec::new()), now).unwrap().0.is_empty());
+        assert!(super::members(&Value::Int(3), now).is_none());
+        assert!(super::members(&Value::Array(vec![bulk("m1")]), now).is_none(), "odd");
     }
 
     #[test]

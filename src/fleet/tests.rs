@@ -441,13 +441,13 @@ async fn post(process: &Process) -> Option<u16> {
 }
 
 /// Calls kept back from `slow`, a process calling once a second, over
-/// `secs` seconds of a host turning every attempt away, while `busy` calls
-/// it ten times a second; rounds run each second when `rounds`. Before,
-/// 20 s of the host accepting them all: long enough for `slow` to be
-/// called often enough to be throttled at all.
+/// `secs` seconds of a host turning every attempt away, while each of
+/// `others` calls it once a second too; rounds run each second when
+/// `rounds`. Before, 20 s of the host accepting them all: long enough for
+/// `slow` to be called often enough to be throttled at all.
 async fn kept_back(
     slow: &Process,
-    busy: &Process,
+    others: &[Process],
     secs: u32,
     clock: &ManualClock,
     rounds: bool,
@@ -455,50 +455,74 @@ async fn kept_back(
     let mut kept = 0;
     for t in 0..20 + secs {
         if t == 20 {
-            slow.server.then(&[503]);
-            busy.server.then(&[503]);
+            for process in std::iter::once(slow).chain(others) {
+                process.server.then(&[503]);
+            }
         }
         clock.advance(Duration::from_secs(1));
-        for _ in 0..10 {
-            let _ = post(busy).await;
+        for other in others {
+            let _ = post(other).await;
         }
         kept += u32::from(post(slow).await.is_none());
         if rounds {
-            slow.fleet.sync().await.unwrap();
-            busy.fleet.sync().await.unwrap();
+            for process in std::iter::once(slow).chain(others) {
+                process.fleet.sync().await.unwrap();
+            }
         }
     }
     kept
 }
 
+/// `n` processes on `store`, served 200s.
+fn processes(store: &Arc<MemoryStore>, clock: &ManualClock, n: usize) -> Vec<Process> {
+    (0..n).map(|_| process(store, clock, RetryConfig::default(), &[200])).collect()
+}
+
 #[tokio::test]
 async fn a_process_calling_once_a_second_throttles_on_the_fleet_s_answers_within_seconds() {
+    // Ten processes, each calling once a second: a fleet's evidence comes
+    // ten times as fast as one's own.
     let (store, clock) = setup();
     let a = process(&store, &clock, RetryConfig::default(), &[200]);
-    let b = process(&store, &clock, RetryConfig::default(), &[200]);
-    let pooled = kept_back(&a, &b, 12, &clock, true).await;
+    let others = processes(&store, &clock, 9);
+    let pooled = kept_back(&a, &others, 12, &clock, true).await;
     let (alone_store, alone_clock) = setup();
     let c = process(&alone_store, &alone_clock, RetryConfig::default(), &[200]);
-    let d = process(&alone_store, &alone_clock, RetryConfig::default(), &[200]);
-    let alone = kept_back(&c, &d, 12, &alone_clock, false).await;
-    // Deterministic (one manual clock, no spread): 3 against 1.
+    let alone_others = processes(&alone_store, &alone_clock, 9);
+    let alone = kept_back(&c, &alone_others, 12, &alone_clock, false).await;
+    // Deterministic (one manual clock, no spread): 2 against 1.
     assert!(alone <= 1, "alone, twelve answers prove little: {alone} kept back");
-    assert!(pooled >= alone + 2, "with the fleet's: {pooled} kept back, {alone} alone");
+    assert!(pooled > alone, "with the fleet's: {pooled} kept back, {alone} alone");
     assert!(a.fleet.status().pooled >= 100, "{:?}", a.fleet.status());
-    assert!(b.fleet.status().pooled >= 20, "A's answers reached B: {:?}", b.fleet.status());
+    assert!(
+        others[0].fleet.status().pooled >= 20,
+        "A's reached the others: {:?}",
+        others[0].fleet.status()
+    );
 }
 
 #[tokio::test]
 async fn the_fleet_s_rejections_can_throttle_a_process_that_was_turned_away_by_none() {
     let (store, clock) = setup();
     let a = process(&store, &clock, RetryConfig::default(), &[200]);
-    let b = process(&store, &clock, RetryConfig::default(), &[200]);
+    let b = processes(&store, &clock, 1);
     let _ = kept_back(&a, &b, 0, &clock, true).await;
     let host = FleetHost::new("http", "api.fleet.test", None, None);
-    // Others are turned away 30 times a second; A is served.
+    // Ten others, each turned away 3 times a second (one member is heard
+    // up to 4 answers a pooling, beside A's one); A is served.
+    let others = |rejected: u64| {
+        let mut totals = store.totals.lock().unwrap();
+        let members = totals.entry(host.clone()).or_default();
+        for n in 0..10 {
+            members.entry(format!("other-{n}")).or_default().rejected += rejected;
+        }
+    };
+    others(0);
+    clock.advance(Duration::from_secs(1));
+    a.fleet.sync().await.unwrap();
     for _ in 0..10 {
         clock.advance(Duration::from_secs(1));
-        store.totals.lock().unwrap().get_mut(&host).unwrap().rejected += 30;
+        others(3);
         // A's own answers, all accepted, make room for its calls: they go.
         assert_eq!(post(&a).await, Some(200));
         a.fleet.sync().await.unwrap();
@@ -520,25 +544,39 @@ async fn pooling() -> (Arc<MemoryStore>, ManualClock, Process, FleetHost) {
     (store, clock, a, host)
 }
 
+/// Sets `member`'s totals for `host` in `store`.
+fn set_member(store: &MemoryStore, host: &FleetHost, member: &str, tally: Tally) {
+    store.totals.lock().unwrap().entry(host.clone()).or_default().insert(member.to_owned(), tally);
+}
+
 #[tokio::test]
-async fn totals_that_went_back_or_jumped_or_are_not_counts_are_ignored_and_counted() {
+async fn a_member_s_totals_that_went_back_are_ignored_and_a_jump_counts_as_one_member_s_word() {
     let (store, clock, a, host) = pooling().await;
     let tally = |accepted, rejected| Tally { accepted, rejected };
-    assert_eq!(store.totals.lock().unwrap()[&host], tally(1, 0), "A's answer, added");
-    // The totals were lost, and started again below what A read.
-    store.totals.lock().unwrap().clear();
+    assert_eq!(store.total(&host), tally(1, 0), "A's answer, added");
+    // Another member's totals, first read: where the next reading counts
+    // from. Then they go back (lost, and started again): ignored.
+    set_member(&store, &host, "other", tally(5, 0));
     clock.advance(Duration::from_secs(1));
     a.fleet.sync().await.unwrap();
-    assert_eq!(a.fleet.status().ignored, 1, "went back");
-    store.totals.lock().unwrap().insert(host.clone(), tally(0, MOST_POOLED + 1));
+    set_member(&store, &host, "other", tally(2, 0));
     clock.advance(Duration::from_secs(1));
     a.fleet.sync().await.unwrap();
-    assert_eq!(a.fleet.status().ignored, 2, "more than is believable");
+    assert_eq!((a.fleet.status().ignored, a.fleet.status().pooled), (1, 0), "went back");
+    // A million rejections in a second, from one member, while A had
+    // three answers: one member is believed for twice A's and two more.
+    set_member(&store, &host, "other", tally(2, 1_000_000));
+    for _ in 0..3 {
+        assert_eq!(post(&a).await, Some(200));
+    }
+    clock.advance(Duration::from_secs(1));
+    a.fleet.sync().await.unwrap();
+    assert_eq!(a.fleet.status().pooled, 8, "{:?}", a.fleet.status());
     store.garbage.lock().unwrap().push(host);
     clock.advance(Duration::from_secs(1));
     a.fleet.sync().await.unwrap();
-    assert_eq!(a.fleet.status().ignored, 4, "not counts (and not a pause either)");
-    assert_eq!(a.fleet.status().pooled, 0);
+    assert_eq!(a.fleet.status().ignored, 3, "not counts (and not a pause either)");
+    assert_eq!(a.fleet.status().pooled, 8);
     assert_eq!(post(&a).await, Some(200), "and the calls go as ever");
 }
 
@@ -548,10 +586,10 @@ async fn answers_are_pooled_once_a_second_however_often_rounds_run() {
     assert_eq!(post(&a).await, Some(200));
     clock.advance(Duration::from_millis(999));
     a.fleet.sync().await.unwrap();
-    assert_eq!(store.totals.lock().unwrap()[&host].accepted, 1, "not a second yet");
+    assert_eq!(store.total(&host).accepted, 1, "not a second yet");
     clock.advance(Duration::from_millis(1));
     a.fleet.sync().await.unwrap();
-    assert_eq!(store.totals.lock().unwrap()[&host].accepted, 2);
+    assert_eq!(store.total(&host).accepted, 2);
 }
 
 #[tokio::test]
@@ -565,12 +603,13 @@ async fn a_pooling_whose_reply_is_lost_counts_nothing_twice() {
         p.fleet.sync().await.unwrap();
     }
     // A's replies are lost for ten seconds: Redis added its answers, A
-    // cannot know it did.
+    // cannot know it did. B is as busy, so that it believes all of A's.
     let mut sent = 0;
     for _ in 0..10 {
         clock.advance(Duration::from_secs(1));
         for _ in 0..10 {
             assert_eq!(post(&a).await, Some(200));
+            assert_eq!(post(&b).await, Some(200));
             sent += 1;
         }
         *store.tallies_lost.lock().unwrap() = true;
@@ -578,7 +617,7 @@ async fn a_pooling_whose_reply_is_lost_counts_nothing_twice() {
         *store.tallies_lost.lock().unwrap() = false;
         b.fleet.sync().await.unwrap();
     }
-    assert_eq!(store.totals.lock().unwrap()[&host].accepted, sent, "each answer added once");
+    assert_eq!(store.total(&host).accepted, 2 * sent, "each answer added once");
     assert_eq!(b.fleet.status().pooled, sent, "and taken in once by B");
     // A's next pooling reads from itself: it takes none of its own in.
     clock.advance(Duration::from_secs(1));
@@ -606,7 +645,7 @@ async fn two_rounds_at_once_pool_once() {
     let status = a.fleet.status();
     assert_eq!((status.pooled, status.ignored), (0, 0), "its own answers are its own: {status:?}");
     let host = FleetHost::new("http", "api.fleet.test", None, None);
-    assert_eq!(store.totals.lock().unwrap()[&host].accepted, 10);
+    assert_eq!(store.total(&host).accepted, 10);
 }
 
 /// A process as [`process`] makes it, its fleet hashing host names under
@@ -881,11 +920,12 @@ impl FleetStore for SlowWrites {
         self.inner.claim_probes(token, claims)
     }
 
-    fn add_tallies<'a>(
+    fn share_tallies<'a>(
         &'a self,
-        tallies: &'a [(FleetHost, Tally)],
-    ) -> StoreFuture<'a, Vec<Option<Tally>>> {
-        self.inner.add_tallies(tallies)
+        member: &'a str,
+        totals: &'a [(FleetHost, Tally)],
+    ) -> StoreFuture<'a, Vec<Option<Vec<MemberTally>>>> {
+        self.inner.share_tallies(member, totals)
     }
 }
 

@@ -275,24 +275,30 @@ async fn raw(redis: &RedisServer) -> redis::aio::MultiplexedConnection {
     redis::Client::open(redis.url()).unwrap().get_multiplexed_async_connection().await.unwrap()
 }
 
-/// The fleet's totals for `server`'s host in Redis: accepted, rejected.
+/// The key of the fleet's totals for `server`'s host in Redis.
+fn tally_key(server: &MockServer) -> String {
+    format!("fleet-1:tally:{{http://127.0.0.1:{}}}", server.address().port())
+}
+
+/// The fleet's totals for `server`'s host in Redis, every member's summed:
+/// accepted, rejected.
 async fn totals(redis: &RedisServer, server: &MockServer) -> (u64, u64) {
-    let key = format!("fleet-1:tally:{{http://127.0.0.1:{}}}", server.address().port());
-    let (accepted, rejected): (Option<u64>, Option<u64>) = redis::cmd("HMGET")
-        .arg(&key)
-        .arg("accepted")
-        .arg("rejected")
+    let members: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
+        .arg(tally_key(server))
         .query_async(&mut raw(redis).await)
         .await
         .unwrap();
-    (accepted.unwrap_or_default(), rejected.unwrap_or_default())
+    members.values().fold((0, 0), |(accepted, rejected), value| {
+        let numbers: Vec<u64> = value.split(' ').map(|n| n.parse().unwrap()).collect();
+        (accepted + numbers[0], rejected + numbers[1])
+    })
 }
 
 #[tokio::test]
 async fn through_redis_each_process_s_answers_reach_the_others_throttles() {
     let redis = RedisServer::start();
     let server = MockServer::start().await;
-    script_statuses(&server, "/r", &[200, 200, 200, 503, 200]).await;
+    script_statuses(&server, "/r", &[200, 200, 200, 503, 200, 200]).await;
     let (a, b) = (process(&redis, "fleet-1"), process(&redis, "fleet-1"));
     // Each process's first answer puts the host in its books.
     assert_eq!(call(&a, &server).await, Ok(200));
@@ -301,15 +307,33 @@ async fn through_redis_each_process_s_answers_reach_the_others_throttles() {
     b.fleet.sync().await.unwrap();
     assert_eq!(call(&a, &server).await, Ok(200));
     assert_eq!(call(&a, &server).await, Ok(200), "a 503, retried");
+    assert_eq!(call(&b, &server).await, Ok(200));
     a.clock.advance(Duration::from_secs(1));
     b.clock.advance(Duration::from_secs(1));
     a.fleet.sync().await.unwrap();
     b.fleet.sync().await.unwrap();
     let (accepted, rejected) = totals(&redis, &server).await;
-    assert_eq!((accepted, rejected), (2, 1), "A's answers since its first, added once");
+    assert_eq!((accepted, rejected), (3, 1), "the answers since each one's first, once each");
     let status = b.fleet.status();
     assert_eq!(status.pooled, 3, "B took in A's three: {status:?}");
     assert_eq!(a.fleet.status().pooled, 0, "A's own are not the fleet's to it");
+}
+
+/// Sets `member`'s value in the totals of `server`'s host, as anyone who
+/// can write to Redis could.
+async fn write_member(redis: &RedisServer, server: &MockServer, member: &str, value: &str) {
+    redis::cmd("HSET")
+        .arg(tally_key(server))
+        .arg(member)
+        .arg(value)
+        .query_async::<()>(&mut raw(redis).await)
+        .await
+        .unwrap();
+}
+
+/// The wall-clock time in Redis's terms, milliseconds since the epoch.
+fn wall_ms() -> u128 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis()
 }
 
 #[tokio::test]
@@ -319,27 +343,71 @@ async fn a_tally_key_of_another_type_or_not_counts_is_ignored_and_fails_no_round
     script_statuses(&server, "/r", &[200]).await;
     let a = process(&redis, "fleet-1");
     assert_eq!(call(&a, &server).await, Ok(200));
-    let key = format!("fleet-1:tally:{{http://127.0.0.1:{}}}", server.address().port());
+    let key = tally_key(&server);
     let mut raw = raw(&redis).await;
     redis::cmd("SET").arg(&key).arg("not a hash").query_async::<()>(&mut raw).await.unwrap();
     a.fleet.sync().await.unwrap();
     assert_eq!(a.fleet.status().ignored, 1, "a string where the totals go");
     redis::cmd("DEL").arg(&key).query_async::<()>(&mut raw).await.unwrap();
-    redis::cmd("HSET")
-        .arg(&key)
-        .arg("accepted")
-        .arg("many")
-        .query_async::<()>(&mut raw)
-        .await
-        .unwrap();
-    a.clock.advance(Duration::from_secs(1));
-    a.fleet.sync().await.unwrap();
-    assert_eq!(a.fleet.status().ignored, 2, "a field that is not a number");
+    // Members whose values are not counts, first read and read again
+    // grown: left out, nothing pooled.
+    for value in ["many 1 1", "1 -1 1", "1 1", "7"] {
+        write_member(&redis, &server, &format!("garbage {value}"), value).await;
+    }
+    for _ in 0..2 {
+        a.clock.advance(Duration::from_secs(1));
+        assert_eq!(call(&a, &server).await, Ok(200));
+        a.fleet.sync().await.unwrap();
+        write_member(&redis, &server, "garbage 7", "9").await;
+    }
+    let status = a.fleet.status();
+    assert_eq!((status.ignored, status.pooled), (1, 0), "{status:?}");
     // A probe's claim key of another type: the claim is unknown, the
     // round goes on.
-    let status = a.fleet.status();
     assert!(status.connected && status.failed_rounds == 0, "{status:?}");
     assert_eq!(call(&a, &server).await, Ok(200));
+}
+
+#[tokio::test]
+async fn a_member_inflated_in_redis_is_believed_no_further_than_one_process_s_word() {
+    let redis = RedisServer::start();
+    let server = MockServer::start().await;
+    script_statuses(&server, "/r", &[200]).await;
+    let a = process(&redis, "fleet-1");
+    assert_eq!(call(&a, &server).await, Ok(200));
+    // A member no process is: first read, then grown by a million
+    // rejections a second.
+    write_member(&redis, &server, "made-up", &format!("0 0 {}", wall_ms())).await;
+    a.fleet.sync().await.unwrap();
+    for n in 1..=5 {
+        a.clock.advance(Duration::from_secs(1));
+        assert_eq!(call(&a, &server).await, Ok(200));
+        let value = format!("0 {} {}", n * 1_000_000, wall_ms());
+        write_member(&redis, &server, "made-up", &value).await;
+        a.fleet.sync().await.unwrap();
+    }
+    // A had one answer a second: the made-up member is heard for four.
+    let status = a.fleet.status();
+    assert_eq!(status.pooled, 5 * 4, "{status:?}");
+    // Its totals go back: ignored, and counted from anew.
+    write_member(&redis, &server, "made-up", &format!("0 10 {}", wall_ms())).await;
+    a.clock.advance(Duration::from_secs(1));
+    a.fleet.sync().await.unwrap();
+    assert_eq!((a.fleet.status().ignored, a.fleet.status().pooled), (1, 20));
+    // A member whose last writing is older than the key's lifetime is
+    // taken out of Redis.
+    let old = wall_ms() - 11 * 60 * 1000;
+    write_member(&redis, &server, "long gone", &format!("5 5 {old}")).await;
+    a.clock.advance(Duration::from_secs(1));
+    assert_eq!(call(&a, &server).await, Ok(200));
+    a.fleet.sync().await.unwrap();
+    let left: Vec<String> = redis::cmd("HKEYS")
+        .arg(tally_key(&server))
+        .query_async(&mut raw(&redis).await)
+        .await
+        .unwrap();
+    assert!(!left.contains(&"long gone".to_owned()) && left.len() == 2, "{left:?}");
+    assert_eq!(call(&a, &server).await, Ok(200), "and calls go as ever");
 }
 
 /// How many times Redis ran each command since its statistics were reset.
@@ -374,15 +442,17 @@ async fn a_process_sends_five_commands_a_second_for_each_host_in_use() {
     let count = |name: &str| counts.get(name).copied().unwrap_or_default();
     // Each round reads the hosts' pauses; every other one pools answers.
     assert_eq!(count("pttl"), 10 * 2, "{counts:?}");
-    assert_eq!(count("hincrby"), 5 * 2 * 2, "{counts:?}");
-    assert_eq!(count("pexpire"), 5 * 2, "{counts:?}");
-    let total: u64 = ["pttl", "hincrby", "pexpire"].map(count).iter().sum();
+    for pooling in ["hset", "pexpire", "hgetall"] {
+        assert_eq!(count(pooling), 5 * 2, "{pooling}: {counts:?}");
+    }
+    let ours = ["pttl", "hset", "pexpire", "hgetall"];
+    let total: u64 = ours.map(count).iter().sum();
     assert_eq!(total, 5 * 5 * 2, "5 × H a second: {counts:?}");
     // Nothing else, but this test's own and a connection's handshake.
     let theirs = ["info", "config", "client", "hello", "select"];
     let others: Vec<&String> = counts
         .keys()
-        .filter(|name| !["pttl", "hincrby", "pexpire"].contains(&name.as_str()))
+        .filter(|name| !ours.contains(&name.as_str()))
         .filter(|name| !theirs.iter().any(|own| name.starts_with(own)))
         .collect();
     assert!(others.is_empty(), "{counts:?}");

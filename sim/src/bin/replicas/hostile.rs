@@ -12,13 +12,13 @@ pub(crate) enum Play {
     /// The host's keys as other types: a pause that is a hash or a string
     /// with no end, a claim that is a list, totals that are a string.
     Types,
-    /// Totals below zero, and at `i64::MAX`.
+    /// A member's totals below zero, at `i64::MAX`, and past `u64::MAX`.
     Extremes,
     /// The pause channel flooded: garbage, pauses over the cap, pauses of
     /// hosts nobody calls.
     Flood,
-    /// The host's rejected answers inflated by half a million a second:
-    /// each reading within the bound a store's reading is held to.
+    /// A made-up member whose rejected answers grow by half a million
+    /// each time it is written.
     Inflated,
     /// A short pause, and a claim on its probe that lasts 31 s.
     LongClaim,
@@ -33,9 +33,9 @@ impl Play {
     pub(crate) fn name(self) -> &'static str {
         match self {
             Play::Types => "keys of the wrong type",
-            Play::Extremes => "totals below zero and at i64::MAX",
+            Play::Extremes => "a member's totals below zero, at i64::MAX, past u64::MAX",
             Play::Flood => "the pause channel flooded",
-            Play::Inflated => "rejected answers inflated",
+            Play::Inflated => "a made-up member's rejections inflated",
             Play::LongClaim => "a probe claim of 31 s",
             Play::Renewed => "a 29 s pause renewed",
         }
@@ -91,12 +91,17 @@ pub(crate) async fn play(
                     command(&["DEL", &pause, &probe, &tally]),
                     command(&["ZADD", &pause, "1", "x"]),
                     command(&["SET", &probe, "12345"]),
-                    command(&["HSET", &tally, "accepted", "lots", "rejected", "many"]),
+                    command(&["HSET", &tally, "hostile", "lots many 1"]),
                 ],
             },
             Play::Extremes => {
-                let value = if round % 2 == 0 { "-5" } else { "9223372036854775807" };
-                vec![command(&["HSET", &tally, "accepted", value, "rejected", value])]
+                let value = match round % 3 {
+                    0 => "-5",
+                    1 => "9223372036854775807",
+                    _ => "18446744073709551616",
+                };
+                let value = format!("{value} {value} {}", wall_ms());
+                vec![command(&["HSET", &tally, "hostile", &value])]
             }
             Play::Flood => {
                 let mut flood = Vec::with_capacity(1000);
@@ -111,7 +116,10 @@ pub(crate) async fn play(
                 }
                 flood
             }
-            Play::Inflated => vec![command(&["HINCRBY", &tally, "rejected", "500000"])],
+            Play::Inflated => {
+                let value = format!("0 {} {}", round * 500_000, wall_ms());
+                vec![command(&["HSET", &tally, "hostile", &value])]
+            }
             Play::LongClaim if round == 0 => {
                 at(2_000).await;
                 vec![
@@ -140,4 +148,11 @@ pub(crate) async fn play(
             _ => tokio::time::sleep(Duration::from_millis(500)).await,
         }
     }
+}
+
+/// The wall-clock time, in milliseconds since the Unix epoch, as the
+/// fleet's members write it beside their totals.
+fn wall_ms() -> u128 {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    since.map_or(0, |since| since.as_millis())
 }

@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use reqwest_safe_retry::fleet::{
-    FleetHost, FleetStore, Heard, News, PauseLeft, ProbeClaim, StoreError, StoreFuture, Tally,
+    FleetHost, FleetStore, Heard, MemberTally, News, PauseLeft, ProbeClaim, StoreError,
+    StoreFuture, Tally,
 };
 use tokio::sync::broadcast;
 use tokio::time::Instant;
@@ -37,7 +38,8 @@ impl StoreModel {
 struct Held {
     ends: HashMap<FleetHost, Instant>,
     claims: HashMap<FleetHost, (String, Instant)>,
-    totals: HashMap<FleetHost, Tally>,
+    /// Each host's totals, member by member.
+    totals: HashMap<FleetHost, HashMap<String, Tally>>,
 }
 
 /// One run's store; every process's fleet holds a clone.
@@ -150,19 +152,22 @@ impl FleetStore for SimStore {
         })
     }
 
-    fn add_tallies<'a>(
+    fn share_tallies<'a>(
         &'a self,
-        tallies: &'a [(FleetHost, Tally)],
-    ) -> StoreFuture<'a, Vec<Option<Tally>>> {
+        member: &'a str,
+        totals: &'a [(FleetHost, Tally)],
+    ) -> StoreFuture<'a, Vec<Option<Vec<MemberTally>>>> {
         Box::pin(async move {
             let mut held = self.reach().await?;
             let mut add = |(host, tally): &(FleetHost, Tally)| {
-                let total = held.totals.entry(host.clone()).or_default();
-                total.accepted += tally.accepted;
-                total.rejected += tally.rejected;
-                Some(*total)
+                let members = held.totals.entry(host.clone()).or_default();
+                members.insert(member.to_owned(), *tally);
+                let read = members
+                    .iter()
+                    .map(|(member, tally)| MemberTally { member: member.clone(), tally: *tally });
+                Some(read.collect())
             };
-            Ok(tallies.iter().map(&mut add).collect())
+            Ok(totals.iter().map(&mut add).collect())
         })
     }
 }
