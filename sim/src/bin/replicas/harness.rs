@@ -55,6 +55,8 @@ pub(crate) struct Call {
     pub(crate) took: f64,
     /// `ok`, `s503`, `throttled`, `paused`, `connect`, ...
     pub(crate) outcome: String,
+    /// Attempts sent, as its report says.
+    pub(crate) attempts: u32,
 }
 
 impl Call {
@@ -159,6 +161,7 @@ async fn run_on(spec: &Spec) -> Run {
                     start: words[0].parse().unwrap_or(f64::NAN),
                     took: words[1].parse().unwrap_or(f64::NAN),
                     outcome: words[2].to_owned(),
+                    attempts: words.get(3).and_then(|n| n.parse().ok()).unwrap_or(0),
                 });
             } else if let Some(n) = line.strip_prefix("unfinished ") {
                 run.unfinished += n.parse::<usize>().unwrap_or(0);
