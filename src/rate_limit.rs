@@ -80,7 +80,7 @@ pub struct ReturnIfPaused;
 /// The call's host is paused at its server's request, and the call did not
 /// wait: its deadline would pass first, it carries [`ReturnIfPaused`], or
 /// it has already waited on its host's pauses as long as the `Retry-After`
-/// cap allows in all (see [`RetryAfter::cap`](crate::retry_after::RetryAfter::cap);
+/// cap allows in all (see [`RetryAfter::cap`](crate::RetryAfter::cap);
 /// one backoff spread beyond it), as when a pause is renewed again and
 /// again, or another process's probe never settles. Nothing was sent in
 /// the attempt it would have made.
