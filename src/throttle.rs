@@ -31,6 +31,10 @@
 //!   backend, not an overloaded one) is not throttled by chance.
 //! - **A total outage seen quickly.** [`STREAK`] rejections in a row, over
 //!   at least [`STREAK_MS`], halve the share with each further rejection.
+//!   A host that already turned most attempts away needs a run longer by
+//!   as much ([`RUN_FACTOR`] times its answers per accepted one): there a
+//!   run of ten comes by chance, and must not pass for an outage and its
+//!   end for a recovery.
 //!   The first accepted answer after such a run forgets the run's answers
 //!   and lets every call through again; the share is then rebuilt from the
 //!   answers that follow.
@@ -47,7 +51,9 @@
 //! - **Quiet callers are left alone.** A process sending fewer than
 //!   [`QUIET_PER_SEC`] calls a second to a host is never throttled: its
 //!   load cannot hurt, and its few answers prove nothing. The pace is
-//!   measured over about ten seconds, so a burst counts at its own pace.
+//!   measured over about ten seconds, so a burst counts at its own pace,
+//!   and over the time the books have had while younger, so a process
+//!   that starts at a steady pace is judged at it from its second call.
 //! - **Old news is dropped.** Books that no call asked and no answer
 //!   reached for [`STALE_MS`] start afresh: a host called again after a
 //!   long silence is judged on what it answers now.
@@ -101,8 +107,16 @@ pub(crate) const PROBE_MS: u64 = 2_500;
 /// Books neither asked nor told anything for this long, in milliseconds,
 /// are stale: they start afresh, and the host may be forgotten.
 pub(crate) const STALE_MS: u64 = 60_000;
-/// Rejections in a row that mean the host is down...
+/// Rejections in a row that mean the host is down, at the least...
 pub(crate) const STREAK: u32 = 10;
+/// ...and, for a host that already turned most attempts away, this many
+/// times the answers it took per accepted one before the run began: an
+/// overloaded host that accepts one attempt in seven makes runs of ten
+/// rejections one time in five, and such a run says nothing new. A run
+/// this long comes by chance about once in e⁴ (one in 55).
+pub(crate) const RUN_FACTOR: f64 = 4.0;
+/// The longest run of rejections ever needed to call a host down.
+pub(crate) const LONGEST_RUN: u32 = 100;
 /// ...when they span at least this long since the last accepted answer.
 pub(crate) const STREAK_MS: u64 = 6_000;
 /// Answers the ratio must rest on before it moves the share down: a few
@@ -184,13 +198,22 @@ pub(crate) struct Books {
     /// Attempts whose answer counted, and how many of them were accepted.
     answered: f64,
     accepted: f64,
+    /// What is left of [`PRIOR`] among the accepted answers, decayed as
+    /// they are: it weighs in the ratio, but was never an answer, so it
+    /// makes no room.
+    prior: f64,
     /// The share of first attempts let through, from [`FLOOR`] to 1.
     share: f64,
     /// Rejections since the last accepted answer, and when that was.
     rejections: u32,
+    /// How many of them mean the host is down: set as the run begins,
+    /// from the books then ([`RUN_FACTOR`]).
+    run_needed: u32,
     last_accepted: u64,
     /// When a first attempt was last let through.
     last_sent: u64,
+    /// When the first call was counted; `None` before it.
+    first_call: Option<u64>,
     /// The share earned by calls kept back since the last one let through:
     /// a call goes once it reaches one, so that the calls let through are
     /// spread evenly, not drawn at random.
@@ -221,10 +244,13 @@ impl Default for Books {
             calls: 0.0,
             answered: PRIOR,
             accepted: PRIOR,
+            prior: PRIOR,
             share: 1.0,
             rejections: 0,
+            run_needed: STREAK,
             last_accepted: 0,
             last_sent: 0,
+            first_call: None,
             credit: 0.0,
             last_rejected: None,
             last_answer: 0,
@@ -247,10 +273,11 @@ impl Books {
         // The fleet's accepted answers count for this process's part of
         // them: its part of the answers lately.
         let part = self.part();
-        let accepted = self.accepted + part * self.pooled_accepted;
+        let accepted = (self.accepted - self.prior).max(0.0) + part * self.pooled_accepted;
         let faded = accepted * (1.0 - answers);
         self.answered *= answers;
         self.accepted *= answers;
+        self.prior *= answers;
         self.pooled_answered *= answers;
         self.pooled_accepted *= answers;
         // What faded was accepted at `accepted / tau` a millisecond: room
@@ -277,9 +304,17 @@ impl Books {
     /// Calls a second as the call just counted finds them. Right after a
     /// call, the decayed count overstates a steady pace by about half a
     /// call (right before one, it understates it by as much), so half a
-    /// call is taken off.
+    /// call is taken off. Books younger than the count's time constant
+    /// have had less time to count calls in: the count is taken over the
+    /// time they had, with a second more, so that a first call alone is not
+    /// a burst, and a caller that starts at a steady pace is judged at it
+    /// from its second call, not after [`CALLS_TAU_MS`].
     fn pace(&self) -> f64 {
-        (self.calls - 0.5).max(0.0) * 1000.0 / CALLS_TAU_MS
+        let age = self.first_call.map_or(f64::INFINITY, |first| {
+            self.at.saturating_sub(first) as f64 + WEIGHT_MS * WEIGHT_CAP
+        });
+        let counted = 1.0 - (-age / CALLS_TAU_MS).exp();
+        (self.calls - 0.5).max(0.0) * 1000.0 / (CALLS_TAU_MS * counted)
     }
 
     /// Whether no call asked and no answer came for [`STALE_MS`]: what
@@ -312,7 +347,24 @@ impl Books {
     /// Whether rejections in a row have lasted long enough to call the
     /// host down.
     fn down(&self, now: u64) -> bool {
-        self.rejections >= STREAK && now.saturating_sub(self.last_accepted) >= STREAK_MS
+        self.rejections >= self.run_needed && now.saturating_sub(self.last_accepted) >= STREAK_MS
+    }
+
+    /// How many rejections in a row, from now, would mean the host is
+    /// down: [`STREAK`], or [`RUN_FACTOR`] times the answers per accepted
+    /// one in the books (this process's and its fleet's) if that is more,
+    /// up to [`LONGEST_RUN`]. Books with too few answers to say
+    /// ([`MIN_ANSWERS`]) need [`STREAK`].
+    fn run_needed(&self) -> u32 {
+        let answered = self.answered + self.pooled_answered;
+        let accepted = self.accepted + self.pooled_accepted;
+        if answered < MIN_ANSWERS {
+            return STREAK;
+        }
+        let run = (RUN_FACTOR * answered / accepted.max(f64::MIN_POSITIVE)).ceil();
+        let longest = f64::from(LONGEST_RUN);
+        // In range, so the cast loses nothing.
+        run.clamp(f64::from(STREAK), longest) as u32
     }
 
     /// The share of first attempts let through at `now`.
@@ -320,7 +372,7 @@ impl Books {
         if !self.down(now) {
             return self.share;
         }
-        let halvings = self.rejections.saturating_sub(STREAK).saturating_add(1);
+        let halvings = self.rejections.saturating_sub(self.run_needed).saturating_add(1);
         let streak = 0.5_f64.powi(i32::try_from(halvings).unwrap_or(i32::MAX));
         self.share.min(streak).max(FLOOR)
     }
@@ -330,6 +382,7 @@ impl Books {
     pub(crate) fn ask(&mut self, now: u64) -> bool {
         self.refresh(now);
         self.advance(now);
+        self.first_call.get_or_insert(now);
         self.calls += 1.0;
         let share = self.share(now);
         let goes = if share >= 1.0
@@ -371,6 +424,9 @@ impl Books {
             }
             Answer::Rejected => {
                 self.room = (self.room - ROOM).max(0.0);
+                if self.rejections == 0 {
+                    self.run_needed = self.run_needed();
+                }
                 self.rejections = self.rejections.saturating_add(1);
                 self.last_rejected = Some(now);
                 self.unshared.1 = self.unshared.1.saturating_add(1);
@@ -386,6 +442,7 @@ impl Books {
         if self.down(now) {
             self.answered = 0.0;
             self.accepted = 0.0;
+            self.prior = 0.0;
             self.pooled_answered = 0.0;
             self.pooled_accepted = 0.0;
             self.share = 1.0;
@@ -467,6 +524,8 @@ impl Books {
     /// count as a burst.
     pub(crate) fn fold(&mut self, now: u64, answers: u32) {
         self.unshared.0 = self.unshared.0.saturating_add(answers);
+        // Their calls were counted from the books' last update on.
+        self.first_call.get_or_insert(self.at);
         let spread = now.saturating_sub(self.at) as f64;
         let tau = self.tau();
         self.advance(now);

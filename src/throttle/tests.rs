@@ -319,16 +319,19 @@ fn a_caller_at_the_quiet_rate_is_throttled_and_one_below_it_is_not() {
     // Books at a share of a twentieth, a call asking with no credit and no
     // probe due: at 0.75 calls a second (7.5 over the 10 s constant, half
     // of this call included) it is kept back; just under, it goes.
+    // Books that have counted calls for long.
+    let now = 100 * CALLS_TAU_MS as u64;
     let at = |calls: f64| Books {
         calls: calls - 0.5,
         share: FLOOR,
-        last_sent: 1_000,
-        at: 1_000,
+        last_sent: now,
+        at: now,
+        first_call: Some(0),
         ..Books::default()
     };
     let quiet_calls = QUIET_PER_SEC * CALLS_TAU_MS / 1000.0;
-    assert!(!at(quiet_calls).ask(1_000));
-    assert!(at(quiet_calls - 0.01).ask(1_000));
+    assert!(!at(quiet_calls).ask(now));
+    assert!(at(quiet_calls - 0.01).ask(now));
 }
 
 #[test]
@@ -485,6 +488,7 @@ fn an_accepted_answer_makes_room_for_calls_as_it_fades() {
         calls: 100.0,
         share: FLOOR,
         accepted: 40.0,
+        prior: 0.0,
         answered: 100.0,
         last_sent: 1_000,
         at: 1_000,
@@ -507,7 +511,8 @@ fn an_accepted_answer_makes_room_for_calls_as_it_fades() {
 fn the_room_holds_a_second_of_itself_or_one_call() {
     // 40 accepted answers in a 4 s window: ten a second, room for `ROOM`
     // times that a second, held for a second.
-    let mut books = Books { calls: 100.0, accepted: 40.0, answered: 40.0, ..Books::default() };
+    let mut books =
+        Books { calls: 100.0, accepted: 40.0, answered: 40.0, prior: 0.0, ..Books::default() };
     books.advance(4_000);
     let held = ROOM * books.accepted * ROOM_MS / MIN_TAU_MS;
     assert!((books.room - held).abs() < 1e-9, "{} {held}", books.room);
@@ -617,7 +622,7 @@ fn a_fleet_s_accepted_answers_make_room_for_this_process_s_part_of_them() {
     assert_eq!(bare.room, 0.0);
     // One with ten answers of its own, beside ninety of the fleet's, has a
     // tenth of them: the room of its own ten and nine of the fleet's.
-    let mut own = Books { answered: 10.0, accepted: 10.0, ..Books::default() };
+    let mut own = Books { answered: 10.0, accepted: 10.0, prior: 0.0, ..Books::default() };
     let mut pooled = own;
     pooled.pooled_answered = 90.0;
     pooled.pooled_accepted = 90.0;
@@ -680,13 +685,15 @@ fn pooled_answers_shorten_the_window_as_a_busier_host_s_do() {
 fn a_host_back_from_down_forgets_the_fleet_s_answers_too() {
     let mut books = Books::default();
     books.pool(0, 0, 40);
-    for t in 0..=STREAK {
-        books.observe(u64::from(t) * 1000, Answer::Rejected);
+    let mut now = 0;
+    while !books.down(now) && now < 200_000 {
+        books.observe(now, Answer::Rejected);
+        now += 1000;
     }
-    assert!(books.down(u64::from(STREAK) * 1000));
-    books.observe(20_000, Answer::Accepted);
+    assert!(books.down(now));
+    books.observe(now + 1000, Answer::Accepted);
     assert_eq!((books.pooled_answered, books.pooled_accepted), (0.0, 0.0));
-    assert_eq!(books.share(20_000), 1.0);
+    assert_eq!(books.share(now + 1000), 1.0);
 }
 
 #[test]
@@ -745,4 +752,56 @@ fn taking_a_host_s_answers_for_the_fleet_brings_in_its_tally_and_nothing_else() 
     assert!(!calm.tally(2));
     assert_eq!(calm.take_unshared(600), (5, 0), "the tally, folded in");
     assert_eq!(calm.accepted().1, 0);
+}
+
+#[test]
+fn a_run_of_rejections_means_down_only_once_long_for_the_ratio_before_it() {
+    // One attempt in seven accepted: a run of ten rejections comes one time
+    // in five by chance; it takes four times seven in a row.
+    let mut books = Books { answered: 70.0, accepted: 10.0, prior: 0.0, ..Books::default() };
+    let needed = (RUN_FACTOR * 7.0).ceil() as u64;
+    for i in 0..needed - 1 {
+        books.observe(i * 1000, Answer::Rejected);
+    }
+    assert_eq!(books.run_needed, needed as u32, "set as the run began");
+    assert!(!books.down(needed * 1000), "{} rejections say nothing new", needed - 1);
+    books.observe(needed * 1000, Answer::Rejected);
+    assert!(books.down(needed * 1000));
+    // A host that accepted all it was sent needs the streak alone.
+    assert_eq!(Books::default().run_needed(), STREAK);
+    // And one that accepted nothing, at most the longest run.
+    let none = Books { answered: 50.0, accepted: 0.0, prior: 0.0, ..Books::default() };
+    assert_eq!(none.run_needed(), LONGEST_RUN);
+}
+
+#[test]
+fn a_caller_that_starts_at_a_steady_pace_is_judged_at_it_from_its_second_call() {
+    // At a twentieth of calls let through, one a second: the first call
+    // alone is quiet, the second is at a call a second, and kept back.
+    let mut books = Books { share: FLOOR, ..Books::default() };
+    assert!(books.ask(0), "a first call is no burst");
+    assert!(!books.ask(1000), "pace {}", books.pace());
+    assert!((books.pace() - 0.78).abs() < 0.01, "{}", books.pace());
+}
+
+#[test]
+fn the_prior_makes_no_room() {
+    let mut fresh = Books::default();
+    fresh.advance(10_000);
+    assert_eq!(fresh.room, 0.0);
+    let mut answered = Books { prior: 0.0, ..Books::default() };
+    answered.advance(10_000);
+    assert!(answered.room >= 1.0, "{}", answered.room);
+}
+
+#[test]
+fn calls_folded_in_count_their_pace_from_when_they_began() {
+    // Half a call a second for a minute, tallied while calm, then watched:
+    // the next call is judged at about that pace, so quiet, whatever the
+    // share.
+    let mut books = Books { share: FLOOR, ..Books::default() };
+    books.fold(60_000, 30);
+    assert_eq!(books.first_call, Some(0));
+    assert!(books.ask(61_000), "pace {}", books.pace());
+    assert!(books.pace() < QUIET_PER_SEC, "{}", books.pace());
 }
