@@ -109,6 +109,8 @@ pub(crate) const PROBE_MS: u64 = 2_500;
 pub(crate) const STALE_MS: u64 = 60_000;
 /// Rejections in a row that mean the host is down, at the least...
 pub(crate) const STREAK: u32 = 10;
+/// ...when they span at least this long since the last accepted answer...
+pub(crate) const STREAK_MS: u64 = 6_000;
 /// ...and, for a host that already turned most attempts away, this many
 /// times the answers it took per accepted one before the run began: an
 /// overloaded host that accepts one attempt in seven makes runs of ten
@@ -117,8 +119,10 @@ pub(crate) const STREAK: u32 = 10;
 pub(crate) const RUN_FACTOR: f64 = 4.0;
 /// The longest run of rejections ever needed to call a host down.
 pub(crate) const LONGEST_RUN: u32 = 100;
-/// ...when they span at least this long since the last accepted answer.
-pub(crate) const STREAK_MS: u64 = 6_000;
+/// How much older than they are young books count as, in milliseconds,
+/// when they take the pace of calls: a second, so that a first call alone
+/// is not a burst.
+const YOUNG_SLACK_MS: f64 = 1_000.0;
 /// Answers the ratio must rest on before it moves the share down: a few
 /// answers prove nothing.
 pub(crate) const MIN_ANSWERS: f64 = 10.0;
@@ -310,9 +314,9 @@ impl Books {
     /// a burst, and a caller that starts at a steady pace is judged at it
     /// from its second call, not after [`CALLS_TAU_MS`].
     fn pace(&self) -> f64 {
-        let age = self.first_call.map_or(f64::INFINITY, |first| {
-            self.at.saturating_sub(first) as f64 + WEIGHT_MS * WEIGHT_CAP
-        });
+        let age = self
+            .first_call
+            .map_or(f64::INFINITY, |first| self.at.saturating_sub(first) as f64 + YOUNG_SLACK_MS);
         let counted = 1.0 - (-age / CALLS_TAU_MS).exp();
         (self.calls - 0.5).max(0.0) * 1000.0 / (CALLS_TAU_MS * counted)
     }
