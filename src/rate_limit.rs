@@ -38,7 +38,11 @@
 //!   first one the host accepts lets every call through again.
 //! - **An overload** settles where the host accepts about one attempt in
 //!   2.7, the balance of Google's client-side throttling: enough to keep
-//!   the server busy, not ten times what it can take.
+//!   the server busy, not ten times what it can take. When it ends, calls
+//!   that fell to what the host was taking go at once, and a run of
+//!   accepted answers too long to be chance (seven in a row, over a second
+//!   with no rejection, where one in 2.7 was accepted) lets every call
+//!   through again.
 //! - **A host failing half its answers independently of load** is left
 //!   alone: the ratio rests on about 40 recent answers, and half of them
 //!   accepted is well above one in 2.7.

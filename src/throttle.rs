@@ -42,9 +42,15 @@
 //!   little once the calls fall to what the host can take, and a ratio
 //!   over about forty answers would take long to move on so few. So each
 //!   accepted answer also makes room for [`ROOM`] calls as it fades from
-//!   the books, and each rejected one takes as much back: calls that fell
-//!   to what the host has just proved it accepts all go, whatever the
-//!   share, unless the host is down.
+//!   the books, held for [`ROOM_MS`], and each rejected one takes as much
+//!   back: calls that fell to what the host has just proved it accepts all
+//!   go, whatever the share, unless the host is down.
+//! - **An overload's end seen quickly.** A run of accepted answers (this
+//!   process's and, in a fleet, the others') as long as [`RUN_FACTOR`]
+//!   times the answers per rejected one before it, and spanning
+//!   [`RECOVERY_MS`] with no rejection, comes by chance about once in e⁴
+//!   runs: it means the host turns attempts away no longer. The rejections
+//!   in the books are forgotten, and every call goes again.
 //! - **Never below a probe.** While the host is down, a call goes when
 //!   none went for [`PROBE_MS`], whatever the share, so a recovered host is
 //!   seen; its first accepted answer lets every call through again.
@@ -69,14 +75,7 @@
 //! tally ten at a time (see `stripes`); a rejection first takes in what
 //! every thread counted, so the books judge on every answer before it.
 
-use http::StatusCode;
-use reqwest::{Response, Url};
-use reqwest_middleware::Result;
-
-use crate::classify;
-use crate::config::RetryConfig;
 use crate::rate_limit::Throttled;
-use crate::reason::RetryReason;
 
 /// The share settles where the host accepts one attempt in this many.
 pub(crate) const ACCEPTS_WORTH: f64 = 2.7;
@@ -117,8 +116,17 @@ pub(crate) const STREAK_MS: u64 = 6_000;
 /// rejections one time in five, and such a run says nothing new. A run
 /// this long comes by chance about once in e⁴ (one in 55).
 pub(crate) const RUN_FACTOR: f64 = 4.0;
-/// The longest run of rejections ever needed to call a host down.
+/// The longest run of rejections ever needed to call a host down, or of
+/// accepted answers to call it through an overload.
 pub(crate) const LONGEST_RUN: u32 = 100;
+/// The shortest run of accepted answers that says an overload is over
+/// (for a host that turned nearly every attempt away).
+pub(crate) const RECOVERY_RUN: u32 = 5;
+/// ...when it spans at least this long since the last rejection, in
+/// milliseconds: a host answering dozens of attempts a second makes short
+/// runs by chance many times a second, and a second with no rejection
+/// at all is none of them.
+pub(crate) const RECOVERY_MS: u64 = 1_000;
 /// How much older than they are young books count as, in milliseconds,
 /// when they take the pace of calls: a second, so that a first call alone
 /// is not a burst.
@@ -142,53 +150,14 @@ pub(crate) const PRIOR: f64 = 10.0;
 /// what the host took was small.
 pub(crate) const ROOM: f64 = 2.5;
 /// The room held at the most: this many milliseconds of it, and at least
-/// one call.
-pub(crate) const ROOM_MS: f64 = 1_000.0;
+/// what one accepted answer makes ([`ROOM`]). Seconds of it, so that calls
+/// that come at random after a spike, two or three together at times, all
+/// go; in an overload, rejections take it back as fast as it is made.
+pub(crate) const ROOM_MS: f64 = 4_000.0;
 /// Answers tallied before the books are brought up to date, while calm:
 /// rarely, as a fold spreads what it brings in over the time since the
 /// last, and a rejection folds first.
 pub(crate) const FOLD: u32 = 256;
-
-/// How an attempt's outcome counts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Answer {
-    Accepted,
-    Rejected,
-}
-
-/// How `outcome`, the answer to an attempt sent to `url`, counts: `429`,
-/// `502`, `503` and `504` (and a `403` the settings take as a `429`), a
-/// refused or unreachable connection, a refused stream and a timeout are
-/// rejections; every other response is accepted; other errors count as
-/// neither.
-#[inline]
-pub(crate) fn answer(
-    config: &RetryConfig,
-    outcome: &Result<Response>,
-    url: Option<&Url>,
-) -> Option<Answer> {
-    match outcome {
-        Ok(response) if response.status().is_success() => Some(Answer::Accepted),
-        Ok(response) => {
-            let status = response.status();
-            let rejected = matches!(
-                status,
-                StatusCode::TOO_MANY_REQUESTS
-                    | StatusCode::BAD_GATEWAY
-                    | StatusCode::SERVICE_UNAVAILABLE
-                    | StatusCode::GATEWAY_TIMEOUT
-            ) || config.retry_after.takes_as_429(status, response.headers());
-            Some(if rejected { Answer::Rejected } else { Answer::Accepted })
-        }
-        Err(error) => match classify::classify_error(error, url) {
-            Some((
-                _,
-                RetryReason::NotConnected | RetryReason::RefusedStream | RetryReason::Timeout,
-            )) => Some(Answer::Rejected),
-            _ => None,
-        },
-    }
-}
 
 /// One host's books: decayed counts and the share let through. Times are
 /// milliseconds on the ledger's timeline. Plain arithmetic, so that every
@@ -208,12 +177,14 @@ pub(crate) struct Books {
     prior: f64,
     /// The share of first attempts let through, from [`FLOOR`] to 1.
     share: f64,
-    /// Rejections since the last accepted answer, and when that was.
-    rejections: u32,
-    /// How many of them mean the host is down: set as the run begins,
-    /// from the books then ([`RUN_FACTOR`]).
-    run_needed: u32,
+    /// Rejections since the last accepted answer, and how many of them
+    /// mean the host is down ([`RUN_FACTOR`]); and when that answer came.
+    rejections: Streak,
     last_accepted: u64,
+    /// Accepted answers since the last rejection, this process's and its
+    /// fleet's, and how many of them mean the host turns attempts away no
+    /// longer ([`RUN_FACTOR`]).
+    acceptances: Streak,
     /// When a first attempt was last let through.
     last_sent: u64,
     /// When the first call was counted; `None` before it.
@@ -250,9 +221,9 @@ impl Default for Books {
             accepted: PRIOR,
             prior: PRIOR,
             share: 1.0,
-            rejections: 0,
-            run_needed: STREAK,
+            rejections: Streak::new(STREAK),
             last_accepted: 0,
+            acceptances: Streak::new(LONGEST_RUN),
             last_sent: 0,
             first_call: None,
             credit: 0.0,
@@ -285,8 +256,8 @@ impl Books {
         self.pooled_answered *= answers;
         self.pooled_accepted *= answers;
         // What faded was accepted at `accepted / tau` a millisecond: room
-        // for `ROOM` times as many calls, held for a second at that rate.
-        let most = (ROOM * (accepted * answers) * ROOM_MS / tau).max(1.0);
+        // for `ROOM` times as many calls, held for `ROOM_MS` at that rate.
+        let most = (ROOM * (accepted * answers) * ROOM_MS / tau).max(ROOM);
         self.room = (self.room + ROOM * faded).min(most);
         let calls = (-elapsed / CALLS_TAU_MS).exp();
         self.calls *= calls;
@@ -351,7 +322,7 @@ impl Books {
     /// Whether rejections in a row have lasted long enough to call the
     /// host down.
     fn down(&self, now: u64) -> bool {
-        self.rejections >= self.run_needed && now.saturating_sub(self.last_accepted) >= STREAK_MS
+        self.rejections.long() && now.saturating_sub(self.last_accepted) >= STREAK_MS
     }
 
     /// How many rejections in a row, from now, would mean the host is
@@ -359,16 +330,23 @@ impl Books {
     /// one in the books (this process's and its fleet's) if that is more,
     /// up to [`LONGEST_RUN`]. Books with too few answers to say
     /// ([`MIN_ANSWERS`]) need [`STREAK`].
-    fn run_needed(&self) -> u32 {
+    fn rejections_needed(&self) -> u32 {
         let answered = self.answered + self.pooled_answered;
-        let accepted = self.accepted + self.pooled_accepted;
         if answered < MIN_ANSWERS {
             return STREAK;
         }
-        let run = (RUN_FACTOR * answered / accepted.max(f64::MIN_POSITIVE)).ceil();
-        let longest = f64::from(LONGEST_RUN);
-        // In range, so the cast loses nothing.
-        run.clamp(f64::from(STREAK), longest) as u32
+        streak::needed(answered, self.accepted + self.pooled_accepted, STREAK)
+    }
+
+    /// How many accepted answers in a row, from now, would mean the host
+    /// turns attempts away no longer: [`RUN_FACTOR`] times the answers per
+    /// rejected one in the books (with the fleet's), at least
+    /// [`RECOVERY_RUN`], at most [`LONGEST_RUN`]. However few answers the
+    /// books hold: a share cut by them is what the run would give back.
+    fn acceptances_needed(&self) -> u32 {
+        let answered = self.answered + self.pooled_answered;
+        let rejected = answered - self.accepted - self.pooled_accepted;
+        streak::needed(answered, rejected, RECOVERY_RUN)
     }
 
     /// The share of first attempts let through at `now`.
@@ -376,7 +354,7 @@ impl Books {
         if !self.down(now) {
             return self.share;
         }
-        let halvings = self.rejections.saturating_sub(self.run_needed).saturating_add(1);
+        let halvings = self.rejections.past();
         let streak = 0.5_f64.powi(i32::try_from(halvings).unwrap_or(i32::MAX));
         self.share.min(streak).max(FLOOR)
     }
@@ -421,22 +399,22 @@ impl Books {
         match answer {
             Answer::Accepted => {
                 self.back_if_down(now);
-                self.rejections = 0;
+                self.rejections.end();
+                self.acceptances.extend(1, self.acceptances_needed());
                 self.last_accepted = now;
                 self.accepted += 1.0;
                 self.unshared.0 = self.unshared.0.saturating_add(1);
             }
             Answer::Rejected => {
                 self.room = (self.room - ROOM).max(0.0);
-                if self.rejections == 0 {
-                    self.run_needed = self.run_needed();
-                }
-                self.rejections = self.rejections.saturating_add(1);
+                self.rejections.extend(1, self.rejections_needed());
+                self.acceptances.end();
                 self.last_rejected = Some(now);
                 self.unshared.1 = self.unshared.1.saturating_add(1);
             }
         }
         self.answered += 1.0;
+        self.through_if_long(now);
         self.steer_now(now);
     }
 
@@ -449,6 +427,20 @@ impl Books {
             self.prior = 0.0;
             self.pooled_answered = 0.0;
             self.pooled_accepted = 0.0;
+            self.share = 1.0;
+        }
+    }
+
+    /// At `now`, at the end of a run of accepted answers long for the
+    /// ratio before it and spanning [`RECOVERY_MS`]: the host turns
+    /// attempts away no longer, and the rejections in the books are news of
+    /// an overload that is over. They are forgotten, and every call goes
+    /// again.
+    fn through_if_long(&mut self, now: u64) {
+        let quiet = self.last_rejected.is_none_or(|at| now.saturating_sub(at) >= RECOVERY_MS);
+        if self.acceptances.long() && quiet && self.share < 1.0 {
+            self.answered = self.accepted;
+            self.pooled_answered = self.pooled_accepted;
             self.share = 1.0;
         }
     }
@@ -495,9 +487,18 @@ impl Books {
         // room, as its own take back all of theirs.
         let part = self.part();
         self.room = (self.room - ROOM * part * f64::from(rejected)).max(0.0);
+        // In what order the fleet's answers came is not told: any rejection
+        // among them ends a run of accepted answers.
+        if rejected > 0 {
+            self.acceptances.end();
+            self.last_rejected = Some(now);
+        } else {
+            self.acceptances.extend(accepted, self.acceptances_needed());
+        }
         self.pooled_answered += answers;
         self.pooled_accepted += f64::from(accepted);
         self.pooled_rate += answers;
+        self.through_if_long(now);
         self.steer_now(now);
     }
 
@@ -547,14 +548,18 @@ impl Books {
     /// rejection is in a run, and none came for [`CALLS_TAU_MS`].
     pub(crate) fn calm(&self, now: u64) -> bool {
         self.share >= 1.0
-            && self.rejections == 0
+            && self.rejections.length == 0
             && self.last_rejected.is_none_or(|at| now.saturating_sub(at) as f64 >= CALLS_TAU_MS)
     }
 }
 
+mod answer;
 mod host;
+mod streak;
 
+pub(crate) use answer::{Answer, answer};
 pub(crate) use host::Throttle;
+use streak::Streak;
 
 #[cfg(test)]
 mod tests;

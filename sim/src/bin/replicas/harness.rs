@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::hostile::{self, Play};
 use crate::server::{Arrival, Rule, Server};
-use crate::worker::{Orders, WORKER, instant_of, unix_ms};
+use crate::worker::{Arrivals, Orders, WORKER, instant_of, unix_ms};
 
 #[allow(dead_code, unreachable_pub)]
 #[path = "../../../../tests/all/support/redis_server.rs"]
@@ -38,6 +38,7 @@ pub(crate) struct Spec {
     /// Stages of every worker's schedule: how long (ms), and its calls a
     /// second.
     pub(crate) stages: Vec<(u64, f64)>,
+    pub(crate) arrivals: Arrivals,
     pub(crate) return_if_paused: bool,
     /// How long after the schedule the last calls may take.
     pub(crate) linger_ms: u64,
@@ -110,6 +111,7 @@ async fn run_on(spec: &Spec) -> Run {
                 fleet: spec.fleet,
                 epoch_ms,
                 stages: spec.stages.clone(),
+                arrivals: spec.arrivals,
                 return_if_paused: spec.return_if_paused,
                 linger_ms: spec.linger_ms,
             };

@@ -4,11 +4,16 @@
 //! reads, and N copies of this program as workers, each built as the
 //! README's fleet quick start builds its client (or, with the fleet off,
 //! the quick start's client alone), calling on a schedule in real time.
-//! Every case runs with the fleet off and on, one after the other.
+//! Every case runs with the fleet off and on, one after the other. Each
+//! worker's calls come at random at its schedule's rate (a Poisson
+//! process), as a replica's users' requests do; `--arrivals even` spaces
+//! them evenly instead, which against an evenly refilled bucket lets one
+//! process take most of the tokens.
 //!
 //! ```text
 //! cargo run --release -p reqwest-safe-retry-sim --bin replicas -- \
-//!     [--case quota|faults|spike|pooled|hostile]... [--processes 10,20] [--runs 2]
+//!     [--case quota|faults|spike|pooled|hostile]... [--processes 10,20] [--runs 2] \
+//!     [--arrivals random|even]
 //! ```
 //!
 //! It prints a table a case and the goals under it, and exits 1 if a goal
@@ -27,7 +32,12 @@ fn main() {
         worker::run(&orders);
         return;
     }
-    let mut options = cases::Options { processes: vec![10, 20], runs: 1, cases: Vec::new() };
+    let mut options = cases::Options {
+        processes: vec![10, 20],
+        runs: 1,
+        cases: Vec::new(),
+        arrivals: worker::Arrivals::Random,
+    };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let value = args.next();
@@ -47,6 +57,10 @@ fn main() {
                     .ok()
                     .filter(|r| *r > 0)
                     .unwrap_or_else(|| usage(&format!("--runs takes a number: {runs}")));
+            }
+            ("--arrivals", Some(name)) => {
+                options.arrivals = worker::Arrivals::parse(&name)
+                    .unwrap_or_else(|| usage(&format!("--arrivals takes random or even: {name}")));
             }
             (arg, _) => usage(&format!("unknown argument {arg}")),
         }
@@ -74,7 +88,7 @@ fn main() {
 fn usage(error: &str) -> ! {
     eprintln!("replicas: {error}");
     eprintln!(
-        "usage: replicas [--case {}]... [--processes 10,20] [--runs 2]",
+        "usage: replicas [--case {}]... [--processes 10,20] [--runs 2] [--arrivals random|even]",
         cases::CASES.join("|")
     );
     std::process::exit(2);

@@ -16,6 +16,35 @@ use reqwest_safe_retry::{DeadlineExceeded, RetryConfig, RetryMiddleware};
 /// The environment variable that makes the program a worker.
 pub(crate) const WORKER: &str = "REPLICAS_WORKER";
 
+/// How a worker spaces its calls within a stage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Arrivals {
+    /// Independently at random, at the stage's rate (a Poisson process):
+    /// as the requests of a service's many users come to one replica.
+    Random,
+    /// Evenly, from a random phase. Against a bucket that refills evenly
+    /// it phase-locks: the process whose calls come just after each token
+    /// takes most of them, and the others see far fewer accepted.
+    Even,
+}
+
+impl Arrivals {
+    pub(crate) fn parse(name: &str) -> Option<Self> {
+        match name {
+            "random" => Some(Self::Random),
+            "even" => Some(Self::Even),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Self::Random => "random",
+            Self::Even => "even",
+        }
+    }
+}
+
 /// What a worker is told, as `name=value` pairs separated by spaces.
 #[derive(Debug, Clone)]
 pub(crate) struct Orders {
@@ -28,6 +57,7 @@ pub(crate) struct Orders {
     pub(crate) epoch_ms: u64,
     /// Stages of the schedule: how long, and this worker's calls a second.
     pub(crate) stages: Vec<(u64, f64)>,
+    pub(crate) arrivals: Arrivals,
     /// Whether each call carries `ReturnIfPaused`.
     pub(crate) return_if_paused: bool,
     /// How long after the schedule the last calls may take.
@@ -38,7 +68,7 @@ impl Orders {
     pub(crate) fn encode(&self) -> String {
         let stages: Vec<String> = self.stages.iter().map(|(ms, r)| format!("{ms}:{r}")).collect();
         format!(
-            "id={} redis={} url={} prefix={} fleet={} epoch={} stages={} rip={} linger={}",
+            "id={} redis={} url={} prefix={} fleet={} epoch={} stages={} arrivals={} rip={} linger={}",
             self.id,
             self.redis,
             self.url,
@@ -46,6 +76,7 @@ impl Orders {
             u8::from(self.fleet),
             self.epoch_ms,
             stages.join(","),
+            self.arrivals.name(),
             u8::from(self.return_if_paused),
             self.linger_ms
         )
@@ -60,6 +91,7 @@ impl Orders {
             fleet: false,
             epoch_ms: 0,
             stages: Vec::new(),
+            arrivals: Arrivals::Random,
             return_if_paused: false,
             linger_ms: 0,
         };
@@ -78,6 +110,7 @@ impl Orders {
                         orders.stages.push((ms.parse().ok()?, rate.parse().ok()?));
                     }
                 }
+                "arrivals" => orders.arrivals = Arrivals::parse(value)?,
                 "rip" => orders.return_if_paused = value == "1",
                 "linger" => orders.linger_ms = value.parse().ok()?,
                 _ => return None,
@@ -103,9 +136,9 @@ pub(crate) fn instant_of(epoch_ms: u64) -> Instant {
     }
 }
 
-/// The times of a worker's calls, in milliseconds from the start: evenly
-/// spaced in each stage at its rate, from a random phase.
-fn schedule(stages: &[(u64, f64)]) -> Vec<f64> {
+/// The times of a worker's calls, in milliseconds from the start: in each
+/// stage at its rate, spaced as `arrivals` says.
+fn schedule(stages: &[(u64, f64)], arrivals: Arrivals) -> Vec<f64> {
     let mut rng = rand::rng();
     let mut times = Vec::new();
     let mut from = 0.0;
@@ -116,7 +149,12 @@ fn schedule(stages: &[(u64, f64)]) -> Vec<f64> {
             let mut at = from + rng.random::<f64>() * gap;
             while at < to {
                 times.push(at);
-                at += gap;
+                at += match arrivals {
+                    // An exponential gap: 1 − u is in (0, 1], so its
+                    // logarithm is finite.
+                    Arrivals::Random => -gap * (1.0 - rng.random::<f64>()).ln(),
+                    Arrivals::Even => gap,
+                };
             }
         }
         from = to;
@@ -177,7 +215,7 @@ pub(crate) fn run(text: &str) {
 async fn work(orders: Orders) {
     let (client, fleet) = client(&orders);
     let start = instant_of(orders.epoch_ms);
-    let times = schedule(&orders.stages);
+    let times = schedule(&orders.stages, orders.arrivals);
     let end_ms = orders.stages.iter().map(|(ms, _)| *ms).sum::<u64>();
     let lines = Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut calls = tokio::task::JoinSet::new();

@@ -41,6 +41,7 @@ pub(super) fn run(options: &Options) -> Vec<String> {
                 fleet: false,
                 rule: LIMITER,
                 stages: vec![(70_000, 2.0)],
+                arrivals: options.arrivals,
                 return_if_paused: true,
                 linger_ms: 5_000,
                 faults: vec![

@@ -15,12 +15,13 @@ const CAP_MS: f64 = 30_000.0;
 /// What a call may take beyond the cap: the request itself.
 const SLACK_MS: f64 = 500.0;
 
-fn spec(processes: usize, fleet: bool, play: Option<Play>) -> Spec {
+fn spec(options: &Options, processes: usize, fleet: bool, play: Option<Play>) -> Spec {
     Spec {
         processes,
         fleet,
         rule: Rule::Everything,
         stages: vec![(16_000, 1.0)],
+        arrivals: options.arrivals,
         return_if_paused: false,
         linger_ms: 70_000,
         faults: Vec::new(),
@@ -56,7 +57,7 @@ pub(super) fn run(options: &Options) -> Vec<String> {
         let mut cells = Vec::new();
         for &processes in &options.processes {
             for _ in 0..options.runs {
-                let run = harness::run(&spec(processes, play.is_some(), play));
+                let run = harness::run(&spec(options, processes, play.is_some(), play));
                 let (calls, away, held, longest, paused) = figures(&run);
                 cells.push(format!(
                     "{away}/{calls} away, {held} held, ≤{longest:.1} s, {paused} paused"

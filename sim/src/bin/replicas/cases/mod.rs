@@ -10,6 +10,7 @@ mod spike;
 
 use crate::harness::{self, Call, Run, Spec};
 use crate::server::Arrival;
+use crate::worker::Arrivals;
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -17,6 +18,8 @@ pub(crate) struct Options {
     pub(crate) processes: Vec<usize>,
     pub(crate) runs: usize,
     pub(crate) cases: Vec<String>,
+    /// How the workers space their calls.
+    pub(crate) arrivals: Arrivals,
 }
 
 /// The cases, by name.

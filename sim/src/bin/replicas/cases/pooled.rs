@@ -80,6 +80,7 @@ pub(super) fn run(options: &Options) -> Vec<String> {
                     until_ms: Some(OVERLOAD_MS as f64),
                 },
                 stages: vec![(LENGTH_MS, RATE)],
+                arrivals: options.arrivals,
                 return_if_paused: false,
                 linger_ms: 10_000,
                 faults: Vec::new(),

@@ -66,6 +66,7 @@ pub(super) fn run(options: &Options) -> Vec<String> {
                     fleet: false,
                     rule: LIMITER,
                     stages: vec![(LENGTH_MS, RATE)],
+                    arrivals: options.arrivals,
                     return_if_paused,
                     linger_ms: 35_000,
                     faults: Vec::new(),

@@ -3,7 +3,7 @@
 //! at the rate that follows, then 5 or 10 calls a second in all for 10 s.
 
 use super::{Goals, Options, arrived, columns, off_and_on, percent, started, success, table};
-use crate::harness::{Run, Spec};
+use crate::harness::{Call, Run, Spec};
 use crate::server::Rule;
 
 const CAPACITY: f64 = 10.0;
@@ -28,6 +28,8 @@ struct Figures {
     after: Option<f64>,
     /// The share of spike calls throttled.
     throttled: Option<f64>,
+    /// What the calls started 2 to 10 s after it that failed came to.
+    failed: String,
 }
 
 fn figures(run: &Run) -> Figures {
@@ -35,6 +37,7 @@ fn figures(run: &Run) -> Figures {
     let (all, ok) = arrived(&run.arrivals, from, to);
     let (late, late_ok) = arrived(&run.arrivals, from + 10_000.0, to);
     let after = success(started(&run.calls, to + 2_000.0, to + AFTER_MS as f64));
+    let failed = outcomes(started(&run.calls, to + 2_000.0, to + AFTER_MS as f64));
     let spike: Vec<_> = started(&run.calls, from, to).collect();
     let throttled = spike.iter().filter(|c| c.outcome == "throttled").count();
     let throttled = (!spike.is_empty()).then(|| throttled as f64 / spike.len() as f64);
@@ -45,7 +48,21 @@ fn figures(run: &Run) -> Figures {
         retries: f64::from(retries) / ok.max(1) as f64,
         after,
         throttled,
+        failed,
     }
+}
+
+/// The outcomes of the failed calls among `calls`, with their counts.
+fn outcomes<'a>(calls: impl Iterator<Item = &'a Call>) -> String {
+    let mut counts = std::collections::BTreeMap::new();
+    for call in calls.filter(|c| !c.ok()) {
+        *counts.entry(call.outcome.as_str()).or_insert(0_u32) += 1;
+    }
+    if counts.is_empty() {
+        return "none".to_owned();
+    }
+    let counts: Vec<String> = counts.iter().map(|(outcome, n)| format!("{n} {outcome}")).collect();
+    counts.join(", ")
 }
 
 pub(super) fn run(options: &Options) -> Vec<String> {
@@ -57,6 +74,7 @@ pub(super) fn run(options: &Options) -> Vec<String> {
             "spike: retries ÷ accepted",
             "spike: calls throttled",
             "calls started 2–10 s after that succeed",
+            "those that failed, by outcome",
         ]
         .iter()
         .map(|name| ((*name).to_owned(), Vec::new()))
@@ -73,6 +91,7 @@ pub(super) fn run(options: &Options) -> Vec<String> {
                         (SPIKE_MS, SPIKE / p),
                         (AFTER_MS, fall / p),
                     ],
+                    arrivals: options.arrivals,
                     return_if_paused: false,
                     linger_ms: 15_000,
                     faults: Vec::new(),
@@ -86,6 +105,7 @@ pub(super) fn run(options: &Options) -> Vec<String> {
                     rows[2].1.push(format!("{:.2}×", f.retries));
                     rows[3].1.push(percent(f.throttled));
                     rows[4].1.push(percent(f.after));
+                    rows[5].1.push(f.failed.clone());
                 }
                 let label = format!("spike falling to {fall}/s, P={processes}");
                 for (Figures { load, after, .. }, fleet) in [(&off, "off"), (&on, "on")] {

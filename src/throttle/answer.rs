@@ -1,0 +1,97 @@
+//! How the answer to an attempt counts for its host's throttle.
+
+use http::StatusCode;
+use reqwest::{Response, Url};
+use reqwest_middleware::Result;
+
+use crate::classify;
+use crate::config::RetryConfig;
+use crate::reason::RetryReason;
+
+/// How an attempt's outcome counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Answer {
+    Accepted,
+    Rejected,
+}
+
+/// How `outcome`, the answer to an attempt sent to `url`, counts: `429`,
+/// `502`, `503` and `504` (and a `403` the settings take as a `429`), a
+/// refused or unreachable connection, a refused stream and a timeout are
+/// rejections; every other response is accepted; other errors count as
+/// neither.
+#[inline]
+pub(crate) fn answer(
+    config: &RetryConfig,
+    outcome: &Result<Response>,
+    url: Option<&Url>,
+) -> Option<Answer> {
+    match outcome {
+        Ok(response) if response.status().is_success() => Some(Answer::Accepted),
+        Ok(response) => {
+            let status = response.status();
+            let rejected = matches!(
+                status,
+                StatusCode::TOO_MANY_REQUESTS
+                    | StatusCode::BAD_GATEWAY
+                    | StatusCode::SERVICE_UNAVAILABLE
+                    | StatusCode::GATEWAY_TIMEOUT
+            ) || config.retry_after.takes_as_429(status, response.headers());
+            Some(if rejected { Answer::Rejected } else { Answer::Accepted })
+        }
+        Err(error) => match classify::classify_error(error, url) {
+            Some((
+                _,
+                RetryReason::NotConnected | RetryReason::RefusedStream | RetryReason::Timeout,
+            )) => Some(Answer::Rejected),
+            _ => None,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn response(status: u16, headers: &[(&str, &str)]) -> reqwest::Response {
+        let mut builder = http::Response::builder().status(status);
+        for (name, value) in headers {
+            builder = builder.header(*name, *value);
+        }
+        builder.body(Vec::new()).unwrap().into()
+    }
+
+    #[test]
+    fn answers_count_as_the_throttle_says() {
+        let config = RetryConfig::default();
+        let counted = |status| answer(&config, &Ok(response(status, &[])), None);
+        for status in [429, 502, 503, 504] {
+            assert_eq!(counted(status), Some(Answer::Rejected), "{status}");
+        }
+        for status in [200, 204, 301, 404, 403, 500, 501] {
+            assert_eq!(counted(status), Some(Answer::Accepted), "{status}");
+        }
+        // A 403 the settings take as a 429.
+        let limits = RetryConfig::builder()
+            .with_retry_after(crate::RetryAfter::default().with_rate_limit_headers(true))
+            .build()
+            .unwrap();
+        let limited = response(403, &[("retry-after", "5")]);
+        assert_eq!(answer(&limits, &Ok(limited), None), Some(Answer::Rejected));
+        let forbidden = response(403, &[]);
+        assert_eq!(answer(&limits, &Ok(forbidden), None), Some(Answer::Accepted));
+    }
+
+    #[tokio::test]
+    async fn a_refused_connection_is_a_rejection_and_another_error_is_neither() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/", listener.local_addr().unwrap());
+        drop(listener);
+        let error = reqwest::Client::new().get(&url).send().await.unwrap_err();
+        let url = reqwest::Url::parse(&url).unwrap();
+        let refused = Err(reqwest_middleware::Error::Reqwest(error));
+        assert_eq!(answer(&RetryConfig::default(), &refused, Some(&url)), Some(Answer::Rejected));
+        let other = Err(reqwest_middleware::Error::middleware(std::fmt::Error));
+        assert_eq!(answer(&RetryConfig::default(), &other, Some(&url)), None);
+    }
+}
