@@ -46,7 +46,7 @@ impl Streak {
     /// Answers in the run from the one that made it long, that one
     /// included; 0 while it is not.
     pub(super) fn past(&self) -> u32 {
-        if self.long() { self.length - self.needed + 1 } else { 0 }
+        if self.long() { self.length.saturating_sub(self.needed).saturating_add(1) } else { 0 }
     }
 }
 
