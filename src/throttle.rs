@@ -182,7 +182,7 @@ pub(crate) struct Books {
     rejections: Streak,
     last_accepted: u64,
     /// Accepted answers since the last rejection, this process's and its
-    /// fleet's, and how many of them mean the host turns attempts away no
+    /// fleet's (not those tallied while calm, which need no run), and how many of them mean the host turns attempts away no
     /// longer ([`RUN_FACTOR`]).
     acceptances: Streak,
     /// When a first attempt was last let through.
@@ -193,8 +193,11 @@ pub(crate) struct Books {
     /// a call goes once it reaches one, so that the calls let through are
     /// spread evenly, not drawn at random.
     credit: f64,
-    /// When the last rejection came; `None` for never.
+    /// When the last rejection came; `None` for never. And when the last
+    /// batch of the fleet's answers with a rejection in it came: it ends a
+    /// run of accepted answers, but leaves a calm host calm.
     last_rejected: Option<u64>,
+    last_pooled_rejected: Option<u64>,
     /// When the last answer came.
     last_answer: u64,
     /// First attempts the host has proven room for: each accepted answer
@@ -228,6 +231,7 @@ impl Default for Books {
             first_call: None,
             credit: 0.0,
             last_rejected: None,
+            last_pooled_rejected: None,
             last_answer: 0,
             room: 0.0,
             pooled_answered: 0.0,
@@ -437,8 +441,12 @@ impl Books {
     /// an overload that is over. They are forgotten, and every call goes
     /// again.
     fn through_if_long(&mut self, now: u64) {
-        let quiet = self.last_rejected.is_none_or(|at| now.saturating_sub(at) >= RECOVERY_MS);
+        let quiet = [self.last_rejected, self.last_pooled_rejected]
+            .iter()
+            .flatten()
+            .all(|&at| now.saturating_sub(at) >= RECOVERY_MS);
         if self.acceptances.long() && quiet && self.share < 1.0 {
+            self.rejections.end();
             self.answered = self.accepted;
             self.pooled_answered = self.pooled_accepted;
             self.share = 1.0;
@@ -491,7 +499,7 @@ impl Books {
         // among them ends a run of accepted answers.
         if rejected > 0 {
             self.acceptances.end();
-            self.last_rejected = Some(now);
+            self.last_pooled_rejected = Some(now);
         } else {
             self.acceptances.extend(accepted, self.acceptances_needed());
         }

@@ -871,10 +871,38 @@ fn a_fleet_s_answers_make_or_end_a_run_of_accepted_ones() {
     assert_eq!(books.acceptances.length, 4);
     books.pool(1_200, 3, 1);
     assert_eq!(books.acceptances.length, 0, "a rejection among them");
-    assert_eq!(books.last_rejected, Some(1_200));
+    assert_eq!(books.last_pooled_rejected, Some(1_200));
     books.pool(2_300, 5, 0);
     assert!(books.share(2_300) < 1.0);
     books.observe(2_400, Answer::Accepted);
     books.pool(2_500, 4, 0);
     assert_eq!(books.share(2_500), 1.0, "ten in a row, the fleet's and its own");
+}
+
+#[test]
+fn a_fleet_s_stray_rejection_leaves_calm_books_calm() {
+    // One rejection among thirty of the fleet's answers cuts nothing: the
+    // host stays calm, on the path that takes no lock.
+    let mut books = Books::default();
+    books.pool(1_000, 30, 1);
+    assert_eq!(books.share(1_000), 1.0);
+    assert!(books.calm(1_000));
+}
+
+#[test]
+fn an_overload_s_end_seen_through_the_fleet_ends_the_process_s_run_of_rejections() {
+    // Forty rejections of its own make this process's run long; the
+    // fleet's accepted answers then show the overload over. The run is
+    // forgotten with the rejections, so the host is not down again later.
+    let mut books = Books { calls: 50.0, first_call: Some(0), ..Books::default() };
+    for n in 0..40 {
+        books.observe(n * 50, Answer::Rejected);
+    }
+    books.share = 0.2;
+    for s in 1..=4 {
+        books.pool(2_000 + s * 1_000, 20, 0);
+    }
+    assert_eq!(books.share(6_000), 1.0);
+    assert_eq!(books.rejections.length, 0);
+    assert!(!books.down(12_000));
 }
