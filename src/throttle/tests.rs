@@ -406,8 +406,18 @@ fn drive_every(
     gap: u64,
     server: &mut impl FnMut(u64, u32) -> Answer,
 ) -> Run {
+    drive_at(books, (from..to).step_by(gap as usize), server)
+}
+
+/// Calls at each of `times`, each sent once if the books let it go and
+/// answered by `server(ms, n)`, `n` counting the sent attempts.
+fn drive_at(
+    books: &mut Books,
+    times: impl IntoIterator<Item = u64>,
+    server: &mut impl FnMut(u64, u32) -> Answer,
+) -> Run {
     let mut run = Run::default();
-    for now in (from..to).step_by(gap as usize) {
+    for now in times {
         run.calls += 1;
         if books.ask(now) {
             let answer = server(now, run.sent);
@@ -446,22 +456,12 @@ fn drive_at_random(
     draws: &mut Draws,
     server: &mut impl FnMut(u64, u32) -> Answer,
 ) -> Run {
-    let mut run = Run::default();
     let mut at = from as f64;
-    loop {
+    let times = std::iter::from_fn(|| {
         at += -1000.0 / per_sec * (1.0 - draws.next()).ln();
-        let now = at as u64;
-        if now >= to {
-            return run;
-        }
-        run.calls += 1;
-        if books.ask(now) {
-            let answer = server(now, run.sent);
-            run.sent += 1;
-            run.accepted += u32::from(answer == Answer::Accepted);
-            books.observe(now, answer);
-        }
-    }
+        Some(at as u64)
+    });
+    drive_at(books, times.take_while(|&now| now < to), server)
 }
 
 #[test]

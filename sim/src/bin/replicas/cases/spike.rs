@@ -36,8 +36,9 @@ fn figures(run: &Run) -> Figures {
     let (from, to) = (BEFORE_MS as f64, (BEFORE_MS + SPIKE_MS) as f64);
     let (all, ok) = arrived(&run.arrivals, from, to);
     let (late, late_ok) = arrived(&run.arrivals, from + 10_000.0, to);
-    let after = success(started(&run.calls, to + 2_000.0, to + AFTER_MS as f64));
-    let failed = outcomes(started(&run.calls, to + 2_000.0, to + AFTER_MS as f64));
+    let after: Vec<_> = started(&run.calls, to + 2_000.0, to + AFTER_MS as f64).collect();
+    let failed = outcomes(after.iter().copied());
+    let after = success(after.into_iter());
     let spike: Vec<_> = started(&run.calls, from, to).collect();
     let throttled = spike.iter().filter(|c| c.outcome == "throttled").count();
     let throttled = (!spike.is_empty()).then(|| throttled as f64 / spike.len() as f64);
