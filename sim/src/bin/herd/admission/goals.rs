@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::{Admit, FLEET, RATES, Scenario, Seconds, back_by, run, sum};
+use super::{Admit, Arrivals, FLEET, RATES, Scenario, Seconds, back_by, run, sum};
 
 const S: fn(u64) -> Duration = Duration::from_secs;
 
@@ -53,7 +53,7 @@ pub(super) struct Outage {
 
 pub(super) fn outage(admit: Admit, (rate, k): Column) -> Outage {
     let scenario = Scenario::Outage { healthy: HEALTHY, down: DOWN };
-    let s = run(admit, scenario, rate, k, HEALTHY + DOWN + AFTER);
+    let s = run(admit, scenario, rate, k, HEALTHY + DOWN + AFTER, Arrivals::Random);
     let share = |counts: &[u32], from: Duration, to: Duration| {
         sum(counts, from, to) / sum(&s.offered, from, to).max(1.0)
     };
@@ -139,7 +139,7 @@ impl Overload {
 pub(super) fn overload(admit: Admit, (rate, k): Column) -> Overload {
     let capacity = rate * k as f64 / 10.0;
     let scenario = Scenario::Overload { healthy: CALM, over: OVER, capacity };
-    let s = run(admit, scenario, rate, k, CALM + OVER + THEN);
+    let s = run(admit, scenario, rate, k, CALM + OVER + THEN, Arrivals::Random);
     let (from, end) = (CALM + S(10), CALM + OVER);
     let accepted = sum(&s.accepted, from, end).max(1.0);
     Overload {
@@ -152,7 +152,7 @@ pub(super) fn overload(admit: Admit, (rate, k): Column) -> Overload {
 }
 
 fn flaky(admit: Admit, (rate, k): Column, draw: u64) -> Seconds {
-    run(admit, Scenario::Flaky { draw }, rate, k, FLAKY_FOR)
+    run(admit, Scenario::Flaky { draw }, rate, k, FLAKY_FOR, Arrivals::Random)
 }
 
 /// Load and successes of `admit` in G3's run for `draw`, each ÷ the same
@@ -168,11 +168,12 @@ pub(super) fn flaky_share(admit: Admit, column: Column, draw: u64) -> (f64, f64)
     (load, kept)
 }
 
-/// Calls refused locally to `k` processes at `rate` calls a second each
-/// through G1's outage.
-pub(super) fn quiet_refusals(admit: Admit, rate: f64, k: usize) -> u32 {
+/// Calls refused locally to `k` processes at `rate` calls a second each,
+/// spaced as `arrivals` says, through G1's outage; and the calls offered.
+pub(super) fn quiet_refusals(admit: Admit, rate: f64, k: usize, arrivals: Arrivals) -> (u32, u32) {
     let scenario = Scenario::Outage { healthy: HEALTHY, down: DOWN };
-    run(admit, scenario, rate, k, HEALTHY + DOWN).refused.iter().sum()
+    let s = run(admit, scenario, rate, k, HEALTHY + DOWN, arrivals);
+    (s.refused.iter().sum(), s.offered.iter().sum())
 }
 
 pub(super) fn secs(s: Option<u64>) -> String {
@@ -342,11 +343,19 @@ pub(crate) fn run_goals() -> Vec<String> {
         "  (G4 is checked from {G4_FROM} calls a second per process; the 1/s cells are shown.)"
     );
 
-    println!("\nG5, quiet callers: one process through the outage of G1, calls refused locally:");
+    println!(
+        "\nG5, quiet callers: one process through the outage of G1, calls refused locally, of \
+         those offered: calls spaced evenly (checked: none), and at random (shown: now and then \
+         ten seconds of them come faster than 0.75 a second)"
+    );
     for rate in [0.2, 0.5] {
         for admit in Admit::all() {
-            let refused = quiet_refusals(admit, rate, 1);
-            println!("  {:<32} {rate}/s: {refused}", admit.name());
+            let (refused, _) = quiet_refusals(admit, rate, 1, Arrivals::Even);
+            let (at_random, offered) = quiet_refusals(admit, rate, 1, Arrivals::Random);
+            println!(
+                "  {:<32} {rate}/s: {refused} evenly, {at_random} of {offered} at random",
+                admit.name()
+            );
             if admit == Admit::Ours {
                 check(refused == 0, format!("G5 {rate}/s: {refused} refused"));
             }

@@ -20,8 +20,13 @@
 //!   10 s on, first attempts at most 3.2× the attempts accepted, at least
 //!   99% of the server's capacity used, first attempts back to 95% of the
 //!   calls offered within 10 s of its end, and no call queued.
-//! - G5, quiet callers: a process sending 0.5 calls a second or fewer
-//!   through an outage is never refused locally.
+//! - G5, quiet callers: a process sending 0.5 calls a second or fewer,
+//!   evenly, through an outage is never refused locally (at random, ten
+//!   seconds of its calls now and then come faster: shown, not checked).
+//!
+//! Every other run's processes call at random, each a Poisson stream, into
+//! a server whose bucket holds a second of its capacity, as the replicas
+//! bench's real processes and loopback server do.
 
 mod models;
 mod pooled;
@@ -32,6 +37,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http::Extensions;
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
 use reqwest::{Request, Response};
 use reqwest_middleware::{ClientBuilder, ClientWithMiddleware, Middleware, Next};
 use reqwest_safe_retry::fleet::{Fleet, FleetTask};
@@ -45,6 +52,8 @@ use crate::sim::{SEED, answer, base_client, runtime};
 use models::{Design, Guard, Refused};
 use store::{SimStore, StoreModel};
 
+/// The seed of the first process's calls' times.
+const ARRIVALS_SEED: u64 = SEED ^ 0xA221_7A15;
 /// Calls a second per process: the goals' columns.
 const RATES: [f64; 3] = [1.0, 10.0, 100.0];
 /// Processes simulated for a fleet; one for a lone process.
@@ -127,8 +136,8 @@ enum Scenario {
     /// `draw` picks which ones.
     Flaky { draw: u64 },
     /// Served for `healthy`, then at most `capacity` attempts a second for
-    /// `over` (a token bucket holding two seconds' worth, at least two:
-    /// a server's short queue), then served.
+    /// `over` (a token bucket holding a second's worth, at least two: a
+    /// server's short queue), then served.
     Overload { healthy: Duration, over: Duration, capacity: f64 },
 }
 
@@ -247,34 +256,91 @@ impl Middleware for Server {
     }
 }
 
-/// What the overloaded server's bucket holds.
+/// What the overloaded server's bucket holds: a second's worth, as the
+/// replicas bench's server, and at least two.
 fn depth(capacity: f64) -> f64 {
-    (2.0 * capacity).max(2.0)
+    capacity.max(2.0)
 }
 
 /// `k` processes at `rate` calls a second each, for `length`, against
-/// `scenario`.
-fn run(admit: Admit, scenario: Scenario, rate: f64, k: usize, length: Duration) -> Seconds {
-    run_stages(admit, scenario, &[(length, rate)], k)
+/// `scenario`, their calls spaced as `arrivals` says.
+fn run(
+    admit: Admit,
+    scenario: Scenario,
+    rate: f64,
+    k: usize,
+    length: Duration,
+    arrivals: Arrivals,
+) -> Seconds {
+    run_stages(admit, scenario, &[(length, rate)], k, arrivals)
 }
 
-/// The times of the calls of `k` processes in `stages`: each lasts its
-/// time, at its rate of calls a second per process, evenly spaced.
-fn call_times(stages: &[(Duration, f64)], k: usize) -> Vec<Duration> {
+/// How each process's calls are spaced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Arrivals {
+    /// Independently at random at the stage's rate (a Poisson process), as
+    /// a replica's users call: every run but the one below.
+    Random,
+    /// Evenly, the processes in turn: for the quiet callers' rule, which
+    /// promises a pace, not a draw.
+    Even,
+}
+
+/// The times of the calls of `k` processes in `stages`, each with the
+/// process that makes it, in order: each stage lasts its time, at its rate
+/// of calls a second per process, spaced as `arrivals` says (at random,
+/// process `p` drawing from its own seed; the replicas bench measured that
+/// calls spaced evenly lock in step with an evenly refilled bucket).
+fn call_times(stages: &[(Duration, f64)], k: usize, arrivals: Arrivals) -> Vec<(Duration, usize)> {
+    if arrivals == Arrivals::Even {
+        return even_times(stages, k);
+    }
+    let mut times = Vec::new();
+    for process in 0..k {
+        let mut rng = StdRng::seed_from_u64(ARRIVALS_SEED + process as u64);
+        let mut from = 0.0;
+        for &(length, rate) in stages {
+            let to = from + length.as_secs_f64();
+            if rate > 0.0 {
+                let mut at = from + rng.random::<f64>() / rate;
+                while at < to {
+                    times.push((at, process));
+                    // An exponential gap: 1 − u is in (0, 1], so its
+                    // logarithm is finite.
+                    at -= (1.0 - rng.random::<f64>()).ln() / rate;
+                }
+            }
+            from = to;
+        }
+    }
+    times.sort_by(|a, b| a.0.total_cmp(&b.0));
+    times.into_iter().map(|(at, process)| (Duration::from_secs_f64(at), process)).collect()
+}
+
+/// The times of [`call_times`] spaced evenly, the processes in turn.
+fn even_times(stages: &[(Duration, f64)], k: usize) -> Vec<(Duration, usize)> {
     let mut times = Vec::new();
     let mut from = Duration::ZERO;
     for &(length, rate) in stages {
         let fleet_rate = rate * k as f64;
-        let total = (length.as_secs_f64() * fleet_rate + 1e-6).floor() as u64;
-        times.extend((0..total).map(|n| from + Duration::from_secs_f64(n as f64 / fleet_rate)));
+        let total = (length.as_secs_f64() * fleet_rate + 1e-6).floor() as usize;
+        times.extend(
+            (0..total).map(|n| (from + Duration::from_secs_f64(n as f64 / fleet_rate), n % k)),
+        );
         from += length;
     }
     times
 }
 
 /// `k` processes calling as [`call_times`] has them, against `scenario`.
-fn run_stages(admit: Admit, scenario: Scenario, stages: &[(Duration, f64)], k: usize) -> Seconds {
-    let times = call_times(stages, k);
+fn run_stages(
+    admit: Admit,
+    scenario: Scenario,
+    stages: &[(Duration, f64)],
+    k: usize,
+    arrivals: Arrivals,
+) -> Seconds {
+    let times = call_times(stages, k, arrivals);
     runtime().block_on(async move {
         let start = Instant::now();
         let server = Server::new(start, scenario);
@@ -283,11 +349,11 @@ fn run_stages(admit: Admit, scenario: Scenario, stages: &[(Duration, f64)], k: u
             (0..k).map(|p| admit.client(&server, start, SEED + p as u64, store.as_ref())).unzip();
         let outcomes = Arc::new(Mutex::new(Seconds::default()));
         let mut tasks = Vec::new();
-        for (n, time) in times.into_iter().enumerate() {
+        for (n, (time, process)) in times.into_iter().enumerate() {
             let n = n as u64;
             tokio::time::sleep_until(start + time).await;
             let at = Instant::now();
-            let client = clients[n as usize % k].clone();
+            let client = clients[process].clone();
             let outcomes = outcomes.clone();
             tasks.push(tokio::spawn(async move {
                 let call = Call { id: n, at };
