@@ -44,7 +44,12 @@
 //!   accepted answer also makes room for [`ROOM`] calls as it fades from
 //!   the books, held for [`ROOM_MS`], and each rejected one takes as much
 //!   back: calls that fell to what the host has just proved it accepts all
-//!   go, whatever the share, unless the host is down.
+//!   go, whatever the share, unless the host is down. In a fleet, this
+//!   process's part of the others' accepted answers makes room too, but
+//!   only once a second has passed since their last batch with a
+//!   rejection in it: in an overload every batch holds some, and room made
+//!   between the fleet's rounds would be spent before the next batch took
+//!   it back.
 //! - **An overload's end seen quickly.** A run of accepted answers (this
 //!   process's and, in a fleet, the others') as long as [`RUN_FACTOR`]
 //!   times the answers per rejected one before it, and spanning
@@ -182,8 +187,9 @@ pub(crate) struct Books {
     rejections: Streak,
     last_accepted: u64,
     /// Accepted answers since the last rejection, this process's and its
-    /// fleet's (not those tallied while calm, which need no run), and how many of them mean the host turns attempts away no
-    /// longer ([`RUN_FACTOR`]).
+    /// fleet's (not those tallied while calm, which need no run), and how
+    /// many of them mean the host turns attempts away no longer
+    /// ([`RUN_FACTOR`]).
     acceptances: Streak,
     /// When a first attempt was last let through.
     last_sent: u64,
@@ -249,24 +255,38 @@ impl Books {
         let elapsed = elapsed as f64;
         let tau = self.tau();
         let answers = (-elapsed / tau).exp();
-        // The fleet's accepted answers count for this process's part of
-        // them: its part of the answers lately.
-        let part = self.part();
-        let accepted = (self.accepted - self.prior).max(0.0) + part * self.pooled_accepted;
-        let faded = accepted * (1.0 - answers);
+        // Accepted answers make room as they fade: this process's own, and
+        // its part of the fleet's while none of the fleet's batches held a
+        // rejection for [`RECOVERY_MS`]. In an overload each batch holds
+        // some, and the room its accepted answers made between the fleet's
+        // rounds would be spent before the rejections that came with them
+        // took it back.
+        let own = (self.accepted - self.prior).max(0.0);
+        let quiet =
+            self.last_pooled_rejected.is_none_or(|at| now.saturating_sub(at) >= RECOVERY_MS);
+        let pooled = if quiet { self.part() * self.pooled_accepted } else { 0.0 };
+        let faded = (own + pooled) * (1.0 - answers);
         self.answered *= answers;
         self.accepted *= answers;
         self.prior *= answers;
         self.pooled_answered *= answers;
         self.pooled_accepted *= answers;
-        // What faded was accepted at `accepted / tau` a millisecond: room
-        // for `ROOM` times as many calls, held for `ROOM_MS` at that rate.
-        let most = (ROOM * (accepted * answers) * ROOM_MS / tau).max(ROOM);
-        self.room = (self.room + ROOM * faded).min(most);
+        self.room = (self.room + ROOM * faded).min(self.most_room(tau));
         let calls = (-elapsed / CALLS_TAU_MS).exp();
         self.calls *= calls;
         self.pooled_rate *= calls;
         self.at = now;
+    }
+
+    /// The most room held, with answers decayed over `tau`: what was
+    /// accepted lately, at `accepted / tau` a millisecond, makes room for
+    /// [`ROOM`] times as many calls, held for [`ROOM_MS`] at that rate; at
+    /// least what one accepted answer makes. The fleet's accepted answers
+    /// count for this process's part of them: its part of the answers
+    /// lately.
+    fn most_room(&self, tau: f64) -> f64 {
+        let accepted = (self.accepted - self.prior).max(0.0) + self.part() * self.pooled_accepted;
+        (ROOM * accepted * ROOM_MS / tau).max(ROOM)
     }
 
     /// This process's part of the answers its fleet got lately: 1 alone.
@@ -468,9 +488,10 @@ impl Books {
     /// for them all, as by one answer after the time since the last, so a
     /// fleet's evidence moves the share no faster than a busy host's
     /// answers do. Accepted ones make room for this process's part of them
-    /// (its part of the fleet's answers lately) as they fade, and rejected
-    /// ones take as much back: so a spike's end gives traffic back as fast
-    /// in a fleet as alone. They add nothing to a run of rejections, which
+    /// (its part of the fleet's answers lately) as they fade, from
+    /// [`RECOVERY_MS`] after the last batch with a rejection in it, and
+    /// rejected ones take as much back: so a spike's end gives traffic back
+    /// as fast in a fleet as alone, and a steady overload gets no more. They add nothing to a run of rejections, which
     /// stays this process's own evidence. But an
     /// accepted answer among them ends such a run's claim that the host is
     /// down, as one of its own would: the host takes calls, so it is back,

@@ -906,3 +906,19 @@ fn an_overload_s_end_seen_through_the_fleet_ends_the_process_s_run_of_rejections
     assert_eq!(books.rejections.length, 0);
     assert!(!books.down(12_000));
 }
+
+#[test]
+fn the_fleet_s_accepted_answers_make_room_only_a_second_after_a_batch_with_a_rejection() {
+    // None of its own answers accepted; then a batch of the fleet's.
+    let room_at = |rejected, at| {
+        let mut books = Books { answered: 10.0, accepted: 0.0, prior: 0.0, ..Books::default() };
+        books.pool(1_000, 30, rejected);
+        books.advance(at);
+        books.room
+    };
+    assert!(room_at(0, 1_500) > 0.0, "a batch of accepted answers makes room as it fades");
+    // In an overload, room made between the fleet's rounds would be spent
+    // before the next batch's rejections took it back.
+    assert_eq!(room_at(5, 1_500), 0.0);
+    assert!(room_at(5, 2_100) > 0.0, "a second on, the batch's accepted answers make room");
+}
