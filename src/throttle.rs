@@ -491,7 +491,9 @@ impl Books {
     /// (its part of the fleet's answers lately) as they fade, from
     /// [`RECOVERY_MS`] after the last batch with a rejection in it, and
     /// rejected ones take as much back: so a spike's end gives traffic back
-    /// as fast in a fleet as alone, and a steady overload gets no more. They add nothing to a run of rejections, which
+    /// in a fleet too, and a steady overload gets no more. (Near the host's
+    /// capacity a batch often holds a stray rejection, and this room is then
+    /// seldom made: see BENCHMARKS.) They add nothing to a run of rejections, which
     /// stays this process's own evidence. But an
     /// accepted answer among them ends such a run's claim that the host is
     /// down, as one of its own would: the host takes calls, so it is back,

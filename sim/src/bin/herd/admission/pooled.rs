@@ -136,19 +136,12 @@ pub(crate) fn run() -> Vec<String> {
         for fall in FALLS {
             for (rate, k) in COLUMNS.into_iter().filter(|(_, k)| *k >= 10) {
                 let s = spike(admit, rate, k, fall);
-                let cell = format!(
-                    "{}/{} {} {:.2}×",
-                    percent(s.early),
-                    percent(s.late),
-                    percent(s.kept_back),
-                    s.load
-                );
+                let cell = s.cell();
                 line.push_str(&format!(" {:>34}", format!("{rate}/s P={k} →{fall}×: {cell}")));
                 let label = format!("{name}, {rate}/s P={k} falling to {fall}×");
                 if matches!(admit, Admit::Pooled(_)) {
-                    let kept_back = s.kept_back.unwrap_or(0.0);
                     check(
-                        kept_back <= 0.01,
+                        !s.keeps_back_too_many(),
                         format!(
                             "spike ends {label}: {} kept back 2–10 s after",
                             percent(s.kept_back)

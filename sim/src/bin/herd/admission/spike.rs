@@ -37,6 +37,21 @@ pub(super) struct Spike {
 /// `k` processes at `rate` calls a second each in the spike, against a
 /// server taking a tenth of that; the demand then falls to `fall` times
 /// what the server takes.
+impl Spike {
+    /// The run's cell in a table: successes early / late, kept back, load.
+    pub(super) fn cell(&self) -> String {
+        let (early, late, kept_back) =
+            (percent(self.early), percent(self.late), percent(self.kept_back));
+        format!("{early}/{late} {kept_back} {:.2}×", self.load)
+    }
+
+    /// Whether more than 1% of the calls 2 to 10 s after the spike were
+    /// kept back locally: the check every spike table makes.
+    pub(super) fn keeps_back_too_many(&self) -> bool {
+        self.kept_back.is_some_and(|k| k > 0.01)
+    }
+}
+
 pub(super) fn spike(admit: Admit, rate: f64, k: usize, fall: f64) -> Spike {
     let capacity = rate * k as f64 / 10.0;
     let after = rate / 10.0 * fall;
@@ -96,15 +111,9 @@ fn replicas_table(failures: &mut Vec<String>) {
             let mut line = format!("    {name:<30}");
             for p in [10, 20] {
                 let s = as_the_replicas(admit, p, fall);
-                let cell = format!(
-                    "{}/{} {} {:.2}×",
-                    percent(s.early),
-                    percent(s.late),
-                    percent(s.kept_back),
-                    s.load
-                );
+                let cell = s.cell();
                 line.push_str(&format!(" {cell:>32}"));
-                if s.kept_back.is_some_and(|k| k > 0.01) {
+                if s.keeps_back_too_many() {
                     failures.push(format!(
                         "FAIL: as the replicas' spike, {name}, P={p} falling to {fall}/s: {} \
                          of calls kept back 2–10 s after, over 1%",
@@ -149,15 +158,9 @@ pub(crate) fn run() -> Vec<String> {
             let mut line = format!("    {:<30}", admit.name());
             for &(rate, k) in &columns {
                 let s = spike(admit, rate, k, fall);
-                let cell = format!(
-                    "{}/{} {} {:.2}×",
-                    percent(s.early),
-                    percent(s.late),
-                    percent(s.kept_back),
-                    s.load
-                );
+                let cell = s.cell();
                 line.push_str(&format!(" {cell:>32}"));
-                if admit == Admit::Ours && s.kept_back.is_some_and(|k| k > 0.01) {
+                if admit == Admit::Ours && s.keeps_back_too_many() {
                     failures.push(format!(
                         "FAIL: spike ends {rate}/s k={k} falling to {fall}×: {} of calls \
                          kept back 2–10 s after, over 1%",
