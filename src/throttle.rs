@@ -45,11 +45,10 @@
 //!   the books, held for [`ROOM_MS`], and each rejected one takes as much
 //!   back: calls that fell to what the host has just proved it accepts all
 //!   go, whatever the share, unless the host is down. In a fleet, this
-//!   process's part of the others' accepted answers makes room too, but
-//!   only once a second has passed since their last batch with a
-//!   rejection in it: in an overload every batch holds some, and room made
-//!   between the fleet's rounds would be spent before the next batch took
-//!   it back.
+//!   process's part of the others' accepted answers makes room too as they
+//!   fade, handed over with the fleet's next batch, net of the rejections
+//!   in it: room made between the fleet's rounds and spent before the next
+//!   round's rejections were told would let an overload leak.
 //! - **An overload's end seen quickly.** A run of accepted answers (this
 //!   process's and, in a fleet, the others') as long as [`RUN_FACTOR`]
 //!   times the answers per rejected one before it, and spanning
@@ -210,6 +209,10 @@ pub(crate) struct Books {
     /// adds [`ROOM`] as it fades from the books, each rejected one takes
     /// as much back, each call let through takes one.
     room: f64,
+    /// The room this process's part of the fleet's accepted answers made
+    /// as they faded since its last batch came: handed over with the next
+    /// one, less what that batch's rejections take back.
+    pooled_room: f64,
     /// Answers to the other processes of a fleet, and how many of them were
     /// accepted, decayed as this process's own are; and a count of them
     /// decayed as calls are, for their rate.
@@ -240,6 +243,7 @@ impl Default for Books {
             last_pooled_rejected: None,
             last_answer: 0,
             room: 0.0,
+            pooled_room: 0.0,
             pooled_answered: 0.0,
             pooled_accepted: 0.0,
             pooled_rate: 0.0,
@@ -255,23 +259,18 @@ impl Books {
         let elapsed = elapsed as f64;
         let tau = self.tau();
         let answers = (-elapsed / tau).exp();
-        // Accepted answers make room as they fade: this process's own, and
-        // its part of the fleet's while none of the fleet's batches held a
-        // rejection for [`RECOVERY_MS`]. In an overload each batch holds
-        // some, and the room its accepted answers made between the fleet's
-        // rounds would be spent before the rejections that came with them
-        // took it back.
-        let own = (self.accepted - self.prior).max(0.0);
-        let quiet =
-            self.last_pooled_rejected.is_none_or(|at| now.saturating_sub(at) >= RECOVERY_MS);
-        let pooled = if quiet { self.part() * self.pooled_accepted } else { 0.0 };
-        let faded = (own + pooled) * (1.0 - answers);
+        // Accepted answers make room as they fade: this process's own at
+        // once, and its part of the fleet's when the fleet's next batch
+        // comes, net of that batch's rejections (see `pool`).
+        let faded = 1.0 - answers;
+        self.pooled_room += ROOM * self.part() * self.pooled_accepted * faded;
+        let own = (self.accepted - self.prior).max(0.0) * faded;
         self.answered *= answers;
         self.accepted *= answers;
         self.prior *= answers;
         self.pooled_answered *= answers;
         self.pooled_accepted *= answers;
-        self.room = (self.room + ROOM * faded).min(self.most_room(tau));
+        self.room = (self.room + ROOM * own).min(self.most_room(tau));
         let calls = (-elapsed / CALLS_TAU_MS).exp();
         self.calls *= calls;
         self.pooled_rate *= calls;
@@ -488,13 +487,14 @@ impl Books {
     /// for them all, as by one answer after the time since the last, so a
     /// fleet's evidence moves the share no faster than a busy host's
     /// answers do. Accepted ones make room for this process's part of them
-    /// (its part of the fleet's answers lately) as they fade, from
-    /// [`RECOVERY_MS`] after the last batch with a rejection in it, and
-    /// rejected ones take as much back: so a spike's end gives traffic back
-    /// in a fleet too, and a steady overload gets no more. (Near the host's
-    /// capacity a batch often holds a stray rejection, and this room is then
-    /// seldom made: see BENCHMARKS.) They add nothing to a run of rejections, which
-    /// stays this process's own evidence. But an
+    /// (its part of the fleet's answers lately) as they fade, and rejected
+    /// ones take as much back; the room made since the last batch is
+    /// handed over when the next comes, net of its rejections. So a
+    /// spike's end gives traffic back in a fleet too; a steady overload,
+    /// whose rejections outnumber its accepted answers, gets no more; and
+    /// a stray rejection near the host's capacity costs only its own room.
+    /// None of it depends on how far apart batches come. They add nothing
+    /// to a run of rejections, which stays this process's own evidence. But an
     /// accepted answer among them ends such a run's claim that the host is
     /// down, as one of its own would: the host takes calls, so it is back,
     /// or overloaded, and is then steered by its share without the floor of
@@ -514,10 +514,14 @@ impl Books {
             self.back_if_down(now);
             self.last_accepted = now;
         }
-        // The fleet's rejections take back this process's part of the
-        // room, as its own take back all of theirs.
-        let part = self.part();
-        self.room = (self.room - ROOM * part * f64::from(rejected)).max(0.0);
+        // The room the fleet's accepted answers made since its last batch
+        // is this process's now, less its part of this batch's rejections
+        // (and those take back room already held, as its own do): so room
+        // made between rounds is not spent before the rejections that came
+        // with it are told.
+        let taken = ROOM * self.part() * f64::from(rejected);
+        let net = std::mem::take(&mut self.pooled_room) - taken;
+        self.room = (self.room + net).clamp(0.0, self.most_room(self.tau()));
         // In what order the fleet's answers came is not told: any rejection
         // among them ends a run of accepted answers.
         if rejected > 0 {

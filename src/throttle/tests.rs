@@ -627,7 +627,8 @@ fn a_fleet_s_accepted_answers_make_room_for_this_process_s_part_of_them() {
     assert!(bare.pooled_accepted < 50.0, "faded");
     assert_eq!(bare.room, 0.0);
     // One with ten answers of its own, beside ninety of the fleet's, has a
-    // tenth of them: the room of its own ten and nine of the fleet's.
+    // tenth of them: the room of its own ten as they fade, and nine of the
+    // fleet's, made as they fade too, but handed over with the next batch.
     let mut own = Books { answered: 10.0, accepted: 10.0, prior: 0.0, ..Books::default() };
     let mut pooled = own;
     pooled.pooled_answered = 90.0;
@@ -635,15 +636,19 @@ fn a_fleet_s_accepted_answers_make_room_for_this_process_s_part_of_them() {
     own.advance(100);
     pooled.advance(100);
     assert!(own.room > 0.0);
-    assert!((pooled.room - 1.9 * own.room).abs() < 1e-9, "{} against {}", pooled.room, own.room);
-    // And the fleet's rejections take back its part of the room.
+    assert_eq!(pooled.room, own.room, "the fleet's part waits for its next batch");
+    assert!((pooled.pooled_room - 0.9 * own.room).abs() < 1e-9, "{}", pooled.pooled_room);
+    // And that batch's rejections take back its part of them, first from
+    // the room the fleet made, then from the room it holds.
     pooled.room = 3.0;
-    pooled.advance(200); // held to a second of what it accepts
+    pooled.advance(200);
+    let (before, made) = (pooled.room, pooled.pooled_room);
     let part = pooled.answered / (pooled.answered + pooled.pooled_answered);
-    let before = pooled.room;
     pooled.pool(200, 0, 2);
-    assert!(before > ROOM * part * 2.0);
-    assert!((before - pooled.room - ROOM * part * 2.0).abs() < 1e-9, "{before} → {}", pooled.room);
+    let taken = ROOM * part * 2.0;
+    assert!(taken > made && before > taken - made);
+    assert!((before + made - taken - pooled.room).abs() < 1e-9, "{before} → {}", pooled.room);
+    assert_eq!(pooled.pooled_room, 0.0);
 }
 
 #[test]
@@ -908,17 +913,48 @@ fn an_overload_s_end_seen_through_the_fleet_ends_the_process_s_run_of_rejections
 }
 
 #[test]
-fn the_fleet_s_accepted_answers_make_room_only_a_second_after_a_batch_with_a_rejection() {
-    // None of its own answers accepted; then a batch of the fleet's.
-    let room_at = |rejected, at| {
-        let mut books = Books { answered: 10.0, accepted: 0.0, prior: 0.0, ..Books::default() };
-        books.pool(1_000, 30, rejected);
-        books.advance(at);
-        books.room
+fn the_room_the_fleet_s_answers_make_comes_with_its_next_batch_net_of_its_rejections() {
+    // None of its own answers accepted, a quarter of the fleet's answers
+    // lately; the fleet's accepted answers fade for 3 s, then a batch
+    // with `rejected` in it comes.
+    let room_after = |rejected| {
+        let mut books =
+            Books { at: 1_000, answered: 10.0, accepted: 0.0, prior: 0.0, ..Books::default() };
+        books.pooled_answered = 30.0;
+        books.pooled_accepted = 30.0;
+        books.advance(4_000);
+        assert_eq!(books.room, 0.0, "nothing is handed over between batches");
+        let made = books.pooled_room;
+        let part = books.part();
+        books.pool(4_000, 0, rejected);
+        (books.room, made - ROOM * part * f64::from(rejected))
     };
-    assert!(room_at(0, 1_500) > 0.0, "a batch of accepted answers makes room as it fades");
-    // In an overload, room made between the fleet's rounds would be spent
-    // before the next batch's rejections took it back.
-    assert_eq!(room_at(5, 1_500), 0.0);
-    assert!(room_at(5, 2_100) > 0.0, "a second on, the batch's accepted answers make room");
+    // A stray rejection near the host's capacity costs only its own room.
+    let (room, net) = room_after(1);
+    assert!(net > 0.0 && (room - net).abs() < 1e-9, "{room} against {net}");
+    // Rejections that outnumber what faded leave none.
+    let (room, net) = room_after(20);
+    assert!(net < 0.0 && room == 0.0, "{room} against {net}");
+}
+
+#[test]
+fn the_fleet_s_room_in_an_overload_does_not_depend_on_how_far_apart_batches_come() {
+    // The fleet's answers at one accepted in three, 30 a second, for a
+    // minute: told a second apart, or three.
+    let room_made = |every: u64| {
+        let mut books = Books::default();
+        let mut made = 0.0;
+        for at in (every..=60).step_by(every as usize) {
+            books.pool(at * 1_000, 10 * every as u32, 20 * every as u32);
+            // Brought up to date four times a second until the next batch.
+            for quarter in 1..4 * every {
+                let before = books.room;
+                books.advance(at * 1_000 + quarter * 250);
+                made += (books.room - before).max(0.0);
+            }
+        }
+        made
+    };
+    assert_eq!(room_made(1), 0.0);
+    assert_eq!(room_made(3), 0.0);
 }

@@ -146,15 +146,21 @@ fn schedule(stages: &[(u64, f64)], arrivals: Arrivals) -> Vec<f64> {
         let to = from + ms as f64;
         if rate > 0.0 {
             let gap = 1000.0 / rate;
-            let mut at = from + rng.random::<f64>() * gap;
+            // An exponential gap (1 − u is in (0, 1], so its logarithm is
+            // finite), the first from the stage's start too: a Poisson
+            // stream has no memory of the last call. Even calls start at a
+            // random phase.
+            let next = |rng: &mut rand::rngs::ThreadRng| match arrivals {
+                Arrivals::Random => -gap * (1.0 - rng.random::<f64>()).ln(),
+                Arrivals::Even => gap,
+            };
+            let mut at = match arrivals {
+                Arrivals::Random => from + next(&mut rng),
+                Arrivals::Even => from + rng.random::<f64>() * gap,
+            };
             while at < to {
                 times.push(at);
-                at += match arrivals {
-                    // An exponential gap: 1 − u is in (0, 1], so its
-                    // logarithm is finite.
-                    Arrivals::Random => -gap * (1.0 - rng.random::<f64>()).ln(),
-                    Arrivals::Even => gap,
-                };
+                at += next(&mut rng);
             }
         }
         from = to;

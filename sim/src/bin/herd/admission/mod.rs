@@ -302,12 +302,12 @@ fn call_times(stages: &[(Duration, f64)], k: usize, arrivals: Arrivals) -> Vec<(
         for &(length, rate) in stages {
             let to = from + length.as_secs_f64();
             if rate > 0.0 {
-                let mut at = from + rng.random::<f64>() / rate;
+                // Every gap exponential, the first from the stage's start
+                // as well: a Poisson stream has no memory of the last.
+                let mut at = from + exponential(&mut rng, rate);
                 while at < to {
                     times.push((at, process));
-                    // An exponential gap: 1 − u is in (0, 1], so its
-                    // logarithm is finite.
-                    at -= (1.0 - rng.random::<f64>()).ln() / rate;
+                    at += exponential(&mut rng, rate);
                 }
             }
             from = to;
@@ -315,6 +315,12 @@ fn call_times(stages: &[(Duration, f64)], k: usize, arrivals: Arrivals) -> Vec<(
     }
     times.sort_by(|a, b| a.0.total_cmp(&b.0));
     times.into_iter().map(|(at, process)| (Duration::from_secs_f64(at), process)).collect()
+}
+
+/// A gap of a Poisson stream at `rate` calls a second, in seconds: 1 − u
+/// is in (0, 1], so its logarithm is finite.
+fn exponential(rng: &mut StdRng, rate: f64) -> f64 {
+    -(1.0 - rng.random::<f64>()).ln() / rate
 }
 
 /// The times of [`call_times`] spaced evenly, the processes in turn.
