@@ -7,6 +7,13 @@
 //! the idempotency key answer the second (in `safety.rs`), with the redirect
 //! rule (in the policy).
 //!
+//! A client's error is read in two steps. Its adapter reads the signs only
+//! the client's own type gives (for reqwest: `is_connect`, `is_timeout`,
+//! `is_request`, in `from_reqwest.rs`) into [`Signs`]; [`failure`] then reads
+//! the rest from the error's chain and says what happened in no client's
+//! terms, a [`Failure`], which [`Failure::class`] turns into the rules'
+//! answer. The throttle reads the same [`Failure`].
+//!
 //! Errors are read by walking their `source()` chain for the types the HTTP
 //! stack really produces (`std::io::Error` kinds, `hyper::Error`, and with the
 //! `http2` feature `h2::Error`), not by matching message text — with two
@@ -21,6 +28,10 @@ use std::io;
 use http::StatusCode;
 
 use crate::reason::{RetryReason, Retryability};
+
+mod from_reqwest;
+
+pub(crate) use self::from_reqwest::{classify_body_error, classify_error, failure_of};
 
 /// How far an outcome may be retried and why; `None` when it is final.
 pub(crate) type Class = Option<(Reach, RetryReason)>;
@@ -63,48 +74,110 @@ pub(crate) fn classify_status(
     Some((reach, RetryReason::Status(status)))
 }
 
-/// The built-in rules for a failed attempt of the request to `url`, when
-/// known.
-pub(crate) fn classify_error(
-    error: &reqwest_middleware::Error,
-    url: Option<&reqwest::Url>,
-) -> Class {
-    let error = reqwest_error(error, url)?;
-    if error.is_connect() {
+/// What a failed attempt says about its request, in no client's terms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Failure {
+    /// Never reached the server, by a failure that may pass: a refused or
+    /// unreachable peer, a connect timeout, a TLS handshake cut off, a
+    /// name lookup that timed out.
+    NeverReached,
+    /// Handed back unsent by the client: its new connection closed before
+    /// the request was written.
+    NotSent,
+    /// HTTP/2 REFUSED_STREAM, or a graceful GOAWAY: the server says it did
+    /// not process the stream.
+    RefusedStream,
+    /// No answer in time, after the request may have been written.
+    Timeout,
+    /// The connection broke after the request may have been written.
+    ConnectionLost,
+    /// The same next time (a certificate, a protocol or parse error, an
+    /// error in the request itself), or not this request's own.
+    Final,
+}
+
+impl Failure {
+    /// The built-in rules for it: how far it may be retried and why.
+    pub(crate) fn class(self) -> Class {
+        match self {
+            Self::NeverReached => Some((Reach::AnyMethod, RetryReason::NotConnected)),
+            Self::NotSent => Some((Reach::AnyMethod, RetryReason::NotSent)),
+            Self::RefusedStream => Some((Reach::AnyMethod, RetryReason::RefusedStream)),
+            Self::Timeout => Some((Reach::WhenSafe, RetryReason::Timeout)),
+            Self::ConnectionLost => Some((Reach::WhenSafe, RetryReason::ConnectionLost)),
+            Self::Final => None,
+        }
+    }
+}
+
+/// What a client's own error type says that its chain may not: an adapter
+/// reads these off it for [`failure`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Signs {
+    /// The connection was never made (reqwest's `is_connect`).
+    pub(crate) connect: bool,
+    /// The client's own timer fired (reqwest's `is_timeout`).
+    pub(crate) timeout: bool,
+    /// Sending the request failed, as against building it or reading the
+    /// response's body (reqwest's `is_request`).
+    pub(crate) request: bool,
+}
+
+/// What `error`, a failed attempt whose client gave `signs`, says about
+/// its request.
+pub(crate) fn failure(error: &(dyn StdError + 'static), signs: Signs) -> Failure {
+    if signs.connect {
         // The request was never written. Retrying is safe for any method, but
         // only useful when the failure can pass: a refused or unreachable
         // peer, a connect timeout, a TLS handshake the peer cut off (an
         // overloaded load balancer does that). A certificate or protocol
         // error, or a name that does not resolve, fails the same way again.
-        let passing = error.is_timeout()
+        let passing = signs.timeout
             || any_io(error, is_passing_connect_failure)
             || is_temporary_dns_failure(error);
-        return passing.then_some((Reach::AnyMethod, RetryReason::NotConnected));
+        return if passing { Failure::NeverReached } else { Failure::Final };
     }
     if chain_has_refused_stream(error) {
-        return Some((Reach::AnyMethod, RetryReason::RefusedStream));
+        return Failure::RefusedStream;
     }
     if any_hyper(error, hyper::Error::is_canceled) {
         // hyper hands a request back unsent when its new connection closed
         // before the request was written (on a reused one it retries itself).
-        return Some((Reach::AnyMethod, RetryReason::NotSent));
+        return Failure::NotSent;
     }
-    if error.is_request() {
-        if let Some(class) = classify_dispatch(error) {
-            return Some(class);
+    if signs.request {
+        if let Some(failure) = dispatch_failure(error) {
+            return failure;
         }
     }
-    if error.is_timeout() {
-        return Some((Reach::WhenSafe, RetryReason::Timeout));
+    if signs.timeout {
+        return Failure::Timeout;
     }
     // A malformed response, oversized headers or an unsupported version
     // will be the same next time; so will an error in the request itself.
-    if error.is_request() && !any_hyper(error, |e| e.is_parse() || e.is_user()) {
+    if signs.request && !any_hyper(error, |e| e.is_parse() || e.is_user()) {
         // Reset, closed before the response, incomplete message: the
         // request may have been processed.
-        return Some((Reach::WhenSafe, RetryReason::ConnectionLost));
+        return Failure::ConnectionLost;
     }
-    None
+    Failure::Final
+}
+
+/// What the failure of a response's body, read after its head came, says:
+/// a timeout (`timeout`, the client's own sign, or one in the chain) or a
+/// connection lost mid-body (reset, aborted, closed before the declared
+/// length) may be retried when the request is safe to repeat. A malformed
+/// body will be the same next time: final.
+pub(crate) fn body_failure(error: &(dyn StdError + 'static), timeout: bool) -> Failure {
+    if timeout || any_io(error, |kind| kind == io::ErrorKind::TimedOut) {
+        return Failure::Timeout;
+    }
+    // A malformed body (a bad chunk size, say) comes as an I/O error of
+    // another kind, and is final by falling through: no case below is it.
+    let lost = any_io(error, is_lost_connection)
+        || any_hyper(error, |e| e.is_incomplete_message() || e.is_closed())
+        || chain_has_lost_stream(error);
+    if lost { Failure::ConnectionLost } else { Failure::Final }
 }
 
 /// What hyper's dispatcher says about a request it never answered, read from
@@ -122,64 +195,25 @@ pub(crate) fn classify_error(
 ///   draining server's GOAWAY lets the HEADERS out and answers them), so it
 ///   is a lost connection: only when safe. hyper gives no predicate for it;
 ///   recognised as a user error that is no body abort, by hyper's wording.
-fn classify_dispatch(error: &(dyn StdError + 'static)) -> Class {
+fn dispatch_failure(error: &(dyn StdError + 'static)) -> Option<Failure> {
     let hyper = sources(error).find_map(|e| e.downcast_ref::<hyper::Error>())?;
     if hyper.is_closed() {
-        return Some((Reach::AnyMethod, RetryReason::NotSent));
+        return Some(Failure::NotSent);
     }
     if hyper.is_user()
         && !hyper.is_body_write_aborted()
         && hyper.to_string() == "dispatch task is gone"
     {
-        return Some((Reach::WhenSafe, RetryReason::ConnectionLost));
+        return Some(Failure::ConnectionLost);
     }
     None
-}
-
-/// The built-in rule for a body that failed while the middleware read it:
-/// a timeout, or a connection lost mid-body (reset, aborted, closed before
-/// the declared length), may be retried when the request is safe to repeat.
-/// A malformed body will be the same next time: final.
-pub(crate) fn classify_body_error(error: &reqwest_middleware::Error) -> Class {
-    let reqwest_middleware::Error::Reqwest(error) = error else { return None };
-    if error.is_timeout() || any_io(error, |kind| kind == io::ErrorKind::TimedOut) {
-        return Some((Reach::WhenSafe, RetryReason::Timeout));
-    }
-    // A malformed body (a bad chunk size, say) comes as an I/O error of
-    // another kind, and is final by falling through: no case below is it.
-    let lost = any_io(error, is_lost_connection)
-        || any_hyper(error, |e| e.is_incomplete_message() || e.is_closed())
-        || chain_has_lost_stream(error);
-    lost.then_some((Reach::WhenSafe, RetryReason::ConnectionLost))
-}
-
-/// The `reqwest::Error` behind an outcome, also when an inner middleware
-/// wrapped it in [`reqwest_middleware::Error::Middleware`] — but only one
-/// about this request: an inner middleware may have made calls of its own
-/// (an audit log, a token refresh), and their failures say nothing about
-/// whether this request was processed.
-fn reqwest_error<'a>(
-    error: &'a reqwest_middleware::Error,
-    url: Option<&reqwest::Url>,
-) -> Option<&'a reqwest::Error> {
-    match error {
-        reqwest_middleware::Error::Reqwest(error) => Some(error),
-        reqwest_middleware::Error::Middleware(error) => {
-            let error: &(dyn StdError + 'static) = &**error;
-            let wrapped = sources(error).find_map(|e| e.downcast_ref::<reqwest::Error>())?;
-            match (wrapped.url(), url) {
-                (Some(theirs), Some(ours)) if theirs != ours => None,
-                _ => Some(wrapped),
-            }
-        }
-    }
 }
 
 /// `error` and everything behind it. An `io::Error` that wraps another error
 /// answers `source()` with the *wrapped error's* source, skipping the wrapped
 /// error itself, so the walk steps into it with `get_ref` instead: that is
 /// where rustls leaves a handshake's real cause.
-fn sources<'a>(
+pub(super) fn sources<'a>(
     error: &'a (dyn StdError + 'static),
 ) -> impl Iterator<Item = &'a (dyn StdError + 'static)> {
     std::iter::successors(Some(error), |&e| match e.downcast_ref::<io::Error>() {

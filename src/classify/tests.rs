@@ -98,7 +98,7 @@ async fn a_connection_gone_at_setup_is_recognised_as_not_sent() {
     let error = sender.ready().await.unwrap_err();
     assert!(error.is_closed());
     let chain = Wrapper(Box::new(error));
-    assert_eq!(classify_dispatch(&chain), Some((Reach::AnyMethod, RetryReason::NotSent)));
+    assert_eq!(dispatch_failure(&chain), Some(Failure::NotSent));
 }
 
 #[cfg(feature = "http2")]
@@ -155,4 +155,46 @@ fn errors_from_other_middleware_are_final() {
     let error =
         reqwest_middleware::Error::middleware(io::Error::from(io::ErrorKind::ConnectionRefused));
     assert_eq!(classify_error(&error, None), None);
+}
+
+#[test]
+fn a_failure_is_read_from_the_client_s_signs_and_the_chain() {
+    let read = |kind, signs| failure(&wrapped(kind), signs);
+    let connect = Signs { connect: true, ..Signs::default() };
+    assert_eq!(read(io::ErrorKind::ConnectionRefused, connect), Failure::NeverReached);
+    assert_eq!(read(io::ErrorKind::InvalidData, connect), Failure::Final, "a certificate");
+    let connect_timeout = Signs { timeout: true, ..connect };
+    assert_eq!(read(io::ErrorKind::Other, connect_timeout), Failure::NeverReached);
+    let request = Signs { request: true, ..Signs::default() };
+    assert_eq!(read(io::ErrorKind::ConnectionReset, request), Failure::ConnectionLost);
+    let timeout = Signs { timeout: true, ..Signs::default() };
+    assert_eq!(read(io::ErrorKind::Other, timeout), Failure::Timeout);
+    // Neither sent nor connecting: not this request's failure to repeat.
+    assert_eq!(read(io::ErrorKind::ConnectionReset, Signs::default()), Failure::Final);
+}
+
+#[test]
+fn a_body_s_failure_is_a_timeout_a_lost_connection_or_final() {
+    assert_eq!(body_failure(&wrapped(io::ErrorKind::TimedOut), false), Failure::Timeout);
+    assert_eq!(body_failure(&wrapped(io::ErrorKind::Other), true), Failure::Timeout);
+    assert_eq!(
+        body_failure(&wrapped(io::ErrorKind::UnexpectedEof), false),
+        Failure::ConnectionLost
+    );
+    assert_eq!(body_failure(&wrapped(io::ErrorKind::InvalidData), false), Failure::Final);
+}
+
+#[test]
+fn each_failure_has_its_reach_and_reason() {
+    let table = [
+        (Failure::NeverReached, Some((Reach::AnyMethod, RetryReason::NotConnected))),
+        (Failure::NotSent, Some((Reach::AnyMethod, RetryReason::NotSent))),
+        (Failure::RefusedStream, Some((Reach::AnyMethod, RetryReason::RefusedStream))),
+        (Failure::Timeout, Some((Reach::WhenSafe, RetryReason::Timeout))),
+        (Failure::ConnectionLost, Some((Reach::WhenSafe, RetryReason::ConnectionLost))),
+        (Failure::Final, None),
+    ];
+    for (failure, class) in table {
+        assert_eq!(failure.class(), class, "{failure:?}");
+    }
 }

@@ -4,9 +4,8 @@ use http::StatusCode;
 use reqwest::{Response, Url};
 use reqwest_middleware::Result;
 
-use crate::classify;
+use crate::classify::{self, Failure};
 use crate::config::RetryConfig;
-use crate::reason::RetryReason;
 
 /// How an attempt's outcome counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,12 +38,11 @@ pub(crate) fn answer(
             ) || config.retry_after.takes_as_429(status, response.headers());
             Some(if rejected { Answer::Rejected } else { Answer::Accepted })
         }
-        Err(error) => match classify::classify_error(error, url) {
-            Some((
-                _,
-                RetryReason::NotConnected | RetryReason::RefusedStream | RetryReason::Timeout,
-            )) => Some(Answer::Rejected),
-            _ => None,
+        Err(error) => match classify::failure_of(error, url) {
+            Failure::NeverReached | Failure::RefusedStream | Failure::Timeout => {
+                Some(Answer::Rejected)
+            }
+            Failure::NotSent | Failure::ConnectionLost | Failure::Final => None,
         },
     }
 }
