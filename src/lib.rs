@@ -366,6 +366,7 @@ mod extensions;
 #[cfg(feature = "fleet")]
 pub mod fleet;
 mod future;
+mod head;
 pub mod hedge;
 mod hosts;
 pub mod jitter;

@@ -4,16 +4,7 @@
 
 use std::error::Error as StdError;
 
-use super::{Class, Failure, Signs, body_failure, failure, sources};
-
-/// The built-in rules for a failed attempt of the request to `url`, when
-/// known.
-pub(crate) fn classify_error(
-    error: &reqwest_middleware::Error,
-    url: Option<&reqwest::Url>,
-) -> Class {
-    failure_of(error, url).class()
-}
+use super::{Failure, Signs, body_failure, failure, sources};
 
 /// What a failed attempt of the request to `url` says about it.
 pub(crate) fn failure_of(error: &reqwest_middleware::Error, url: Option<&reqwest::Url>) -> Failure {
@@ -26,11 +17,12 @@ pub(crate) fn failure_of(error: &reqwest_middleware::Error, url: Option<&reqwest
     failure(error, signs)
 }
 
-/// The built-in rule for a body that failed while the middleware read it
-/// (see [`body_failure`]); only reqwest's own errors are read.
-pub(crate) fn classify_body_error(error: &reqwest_middleware::Error) -> Class {
-    let reqwest_middleware::Error::Reqwest(error) = error else { return None };
-    body_failure(error, error.is_timeout()).class()
+/// What a body that failed while the middleware read it says (see
+/// [`body_failure`]); only reqwest's own errors are read, and another is
+/// final.
+pub(crate) fn body_failure_of(error: &reqwest_middleware::Error) -> Failure {
+    let reqwest_middleware::Error::Reqwest(error) = error else { return Failure::Final };
+    body_failure(error, error.is_timeout())
 }
 
 /// The `reqwest::Error` behind an outcome, also when an inner middleware

@@ -31,7 +31,7 @@ use crate::reason::{RetryReason, Retryability};
 
 mod from_reqwest;
 
-pub(crate) use self::from_reqwest::{classify_body_error, classify_error, failure_of};
+pub(crate) use self::from_reqwest::{body_failure_of, failure_of};
 
 /// How far an outcome may be retried and why; `None` when it is final.
 pub(crate) type Class = Option<(Reach, RetryReason)>;

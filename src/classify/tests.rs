@@ -147,14 +147,14 @@ fn statuses_follow_the_given_set() {
 fn only_reqwest_errors_are_read_for_a_body_failure() {
     let error =
         reqwest_middleware::Error::middleware(io::Error::from(io::ErrorKind::ConnectionReset));
-    assert_eq!(classify_body_error(&error), None);
+    assert_eq!(body_failure_of(&error), Failure::Final);
 }
 
 #[test]
 fn errors_from_other_middleware_are_final() {
     let error =
         reqwest_middleware::Error::middleware(io::Error::from(io::ErrorKind::ConnectionRefused));
-    assert_eq!(classify_error(&error, None), None);
+    assert_eq!(failure_of(&error, None), Failure::Final);
 }
 
 #[test]

@@ -15,6 +15,7 @@ use crate::budget::{HostHandle, Lease, Turn};
 use crate::deadline::{Deadline, attempt_bounds, tightest, visible_timeout};
 use crate::error::DeadlineExceeded;
 use crate::extensions::{MaxRetries, RetryDeadline};
+use crate::head::Head;
 use crate::keys::MintedKey;
 use crate::rate_limit::ReturnIfPaused;
 use crate::reason::{Decision, RetryReason, StopReason};
@@ -267,7 +268,8 @@ impl<'a> Policy<'a> {
             previous: self.previous_wait,
             paused,
         };
-        let chosen = steps::wait(&pacing, retryable, outcome, || self.shared.clock.wall_time())?;
+        let head = Head::of_outcome(outcome);
+        let chosen = steps::wait(&pacing, retryable, head, || self.shared.clock.wall_time())?;
         if let Some(backoff) = chosen.backoff {
             self.previous_wait = backoff;
         }

@@ -13,6 +13,7 @@ use super::Policy;
 use super::steps::{self, Retryable};
 use crate::backoff::{Jitter, scale};
 use crate::budget::{Ledger, Passage};
+use crate::head::Head;
 use crate::rate_limit::{HostPaused, ReturnIfPaused, SkipThrottling, Throttled};
 use crate::shared::Shared;
 
@@ -133,7 +134,8 @@ impl<'a> Policy<'a> {
         retryable: Option<&Retryable>,
         outcome: &Result<Response>,
     ) -> Held {
-        if self.turn.is_none() && !steps::may_pause(&self.shared.config, retryable, outcome) {
+        let head = Head::of_outcome(outcome);
+        if self.turn.is_none() && !steps::may_pause(&self.shared.config, retryable, head) {
             return Held::No;
         }
         self.settle_pause(retryable, outcome)
@@ -144,16 +146,17 @@ impl<'a> Policy<'a> {
     #[cold]
     fn settle_pause(&mut self, retryable: Option<&Retryable>, outcome: &Result<Response>) -> Held {
         let Some(ledger) = self.shared.ledger.as_deref() else { return Held::No };
+        let head = Head::of_outcome(outcome);
         let clock = &*self.shared.clock;
         let config = &self.shared.config;
-        let asked = steps::pause_asked(config, retryable, outcome, || clock.wall_time());
+        let asked = steps::pause_asked(config, retryable, head, || clock.wall_time());
         let now = clock.now();
         if let Some(turn) = self.turn.take() {
             // A probe refused again with no time named (or none honoured)
             // holds the host for a backoff step, so that the calls waiting
             // do not all go to a server still refusing; its own retry waits
             // that step too.
-            let refused = steps::may_pause(config, retryable, outcome);
+            let refused = steps::may_pause(config, retryable, head);
             let step = refused.then(|| config.backoff.ceiling(0));
             ledger.settle(turn, asked, step, now);
             return match (asked, step) {

@@ -11,9 +11,10 @@ use reqwest::{Request, Response};
 use reqwest_middleware::Result;
 
 use crate::backoff::{Jitter, scale};
-use crate::classify::{self, Reach};
+use crate::classify::{self, Failure, Reach};
 use crate::config::RetryConfig;
 use crate::deadline::MIN_ATTEMPT;
+use crate::head::Head;
 use crate::jitter::JitterSource;
 use crate::predicate::{Attempt, Outcome, Wait};
 use crate::reason::{RetryReason, StopReason};
@@ -46,10 +47,23 @@ pub(super) fn classify(
             return Some(Retryable { reach, reason: RetryReason::Custom, wait: verdict.source() });
         }
     }
-    let (reach, reason) = match outcome {
-        Ok(response) => classify_response(config, response),
-        Err(error) if body_failed => classify::classify_body_error(error),
-        Err(error) => classify::classify_error(error, request.map(Request::url)),
+    let seen = match outcome {
+        Ok(response) => Ok(Head::of(response)),
+        Err(error) if body_failed => Err(classify::body_failure_of(error)),
+        Err(error) => Err(classify::failure_of(error, request.map(Request::url))),
+    };
+    built_in(config, seen)
+}
+
+/// Step one's built-in rules, for an answer by its head and for a failed
+/// attempt by what its failure says.
+pub(super) fn built_in(
+    config: &RetryConfig,
+    seen: std::result::Result<Head<'_>, Failure>,
+) -> Option<Retryable> {
+    let (reach, reason) = match seen {
+        Ok(head) => classify_response(config, head),
+        Err(failure) => failure.class(),
     }?;
     Some(Retryable { reach, reason, wait: Wait::Policy })
 }
@@ -57,8 +71,8 @@ pub(super) fn classify(
 /// Step one for a response: the server's word on its own answer first
 /// (its hint), then a 403 the settings take as a rate limit, weighed as a
 /// 429, then the status.
-fn classify_response(config: &RetryConfig, response: &Response) -> classify::Class {
-    let (status, headers) = (response.status(), response.headers());
+fn classify_response(config: &RetryConfig, head: Head<'_>) -> classify::Class {
+    let Head { status, headers } = head;
     let hint = config.retry_after.should_retry(status, headers);
     if hint == Some(false) {
         return None;
@@ -144,8 +158,9 @@ pub(super) struct Pacing<'a> {
     pub(super) paused: bool,
 }
 
-/// Step three: the wait before the retry that follows `outcome`; or why
-/// there is none: the server asked for more than the cap.
+/// Step three: the wait before the retry that follows an attempt whose
+/// answer had `head` (none for an error); or why there is none: the server
+/// asked for more than the cap.
 ///
 /// A wait the predicate chose is taken as it is. A wait the server asked
 /// for (its `Retry-After`, or one a predicate read from another header) is
@@ -154,11 +169,11 @@ pub(super) struct Pacing<'a> {
 pub(super) fn wait(
     pacing: &Pacing<'_>,
     retryable: Retryable,
-    outcome: &Result<Response>,
+    head: Option<Head<'_>>,
     wall_time: impl FnOnce() -> SystemTime,
 ) -> std::result::Result<Chosen, StopReason> {
     let config = pacing.config;
-    let headers = outcome.as_ref().ok().map(Response::headers);
+    let headers = head.map(|head| head.headers);
     let asked = match retryable.wait {
         Wait::Exactly(after) => return Ok(Chosen { after, paced: false, backoff: None }),
         Wait::Policy => headers
@@ -185,7 +200,7 @@ pub(super) fn wait(
     let spread = rules.spread() && config.backoff.jitter() != Jitter::None;
     // A retry gated by its host's pause is bounded by it, one a pause.
     let paced = pacing.paused
-        || (spread && pacing.retry == 0 && honoured && refused_before_work(retryable, outcome));
+        || (spread && pacing.retry == 0 && honoured && refused_before_work(retryable, head));
     if !spread {
         return Ok(Chosen { after: asked, paced, backoff: None });
     }
@@ -213,9 +228,9 @@ pub(super) fn whole_millis(wait: Duration) -> Duration {
 ///   request so would get twice its load);
 /// - only the first: a server that refuses the same call again is
 ///   shedding load, and further retries are paid for like any other.
-fn refused_before_work(retryable: Retryable, outcome: &Result<Response>) -> bool {
-    outcome.as_ref().is_ok_and(|response| {
-        response.status() == StatusCode::TOO_MANY_REQUESTS
+fn refused_before_work(retryable: Retryable, head: Option<Head<'_>>) -> bool {
+    head.is_some_and(|head| {
+        head.status == StatusCode::TOO_MANY_REQUESTS
             || retryable.reason == RetryReason::Status(StatusCode::FORBIDDEN)
             || (retryable.wait != Wait::Policy && retryable.reach == Reach::AnyMethod)
     })
@@ -229,10 +244,10 @@ fn refused_before_work(retryable: Retryable, outcome: &Result<Response>) -> bool
 pub(super) fn may_pause(
     config: &RetryConfig,
     retryable: Option<&Retryable>,
-    outcome: &Result<Response>,
+    head: Option<Head<'_>>,
 ) -> bool {
-    let Ok(response) = outcome else { return false };
-    match response.status() {
+    let Some(head) = head else { return false };
+    match head.status {
         StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE => true,
         StatusCode::FORBIDDEN if config.retry_after.rate_limit_headers() => true,
         _ => retryable.is_some_and(|r| matches!(r.wait, Wait::Asked(_) | Wait::AskedUntil(_))),
@@ -246,18 +261,16 @@ pub(super) fn may_pause(
 pub(super) fn pause_asked(
     config: &RetryConfig,
     retryable: Option<&Retryable>,
-    outcome: &Result<Response>,
+    head: Option<Head<'_>>,
     wall_time: impl FnOnce() -> SystemTime,
 ) -> Option<Duration> {
     let rules = config.retry_after;
-    let response = outcome.as_ref().ok().filter(|_| rules.pause())?;
-    let headers = response.headers();
+    let Head { status, headers } = head.filter(|_| rules.pause())?;
     let asked = match retryable.map(|retryable| retryable.wait) {
         Some(Wait::Exactly(_)) => return None,
         Some(Wait::Asked(wait)) => wait,
         Some(Wait::AskedUntil(at)) => crate::retry_after::until(at, Some(headers), wall_time),
         Some(Wait::Policy) | None => {
-            let status = response.status();
             let limited =
                 matches!(status, StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE)
                     || rules.takes_as_429(status, headers);

@@ -159,7 +159,8 @@ fn wait_for(
         previous: config.backoff.initial(),
         paused: false,
     };
-    steps::wait(&pacing, retryable, outcome, || SystemTime::UNIX_EPOCH + 1000 * S)
+    let head = crate::head::Head::of_outcome(outcome);
+    steps::wait(&pacing, retryable, head, || SystemTime::UNIX_EPOCH + 1000 * S)
 }
 
 #[test]
@@ -336,4 +337,28 @@ fn a_wait_fits_only_if_it_leaves_time_to_send() {
     for (spent, after, expected) in cases {
         assert_eq!(steps::fits_deadline(spent, after), expected, "{spent:?} then {after:?}");
     }
+}
+
+#[test]
+fn the_built_in_rules_read_an_answer_s_head_and_a_failure_in_no_client_s_terms() {
+    use crate::classify::Failure;
+    use crate::head::Head;
+    let config = RetryConfig::default();
+    let empty = http::HeaderMap::new();
+    let answered = |status: u16| {
+        let head = Head { status: StatusCode::from_u16(status).unwrap(), headers: &empty };
+        steps::built_in(&config, Ok(head)).map(|r| (r.reach, r.reason))
+    };
+    let status = |code: u16| RetryReason::Status(StatusCode::from_u16(code).unwrap());
+    assert_eq!(answered(503), Some((Reach::WhenSafe, status(503))));
+    assert_eq!(answered(429), Some((Reach::AnyMethod, status(429))));
+    assert_eq!(answered(200), None);
+    assert_eq!(answered(404), None);
+    let failed = |failure| steps::built_in(&config, Err(failure)).map(|r| (r.reach, r.reason));
+    assert_eq!(failed(Failure::NeverReached), Some((Reach::AnyMethod, RetryReason::NotConnected)));
+    assert_eq!(
+        failed(Failure::ConnectionLost),
+        Some((Reach::WhenSafe, RetryReason::ConnectionLost))
+    );
+    assert_eq!(failed(Failure::Final), None);
 }
