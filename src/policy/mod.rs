@@ -15,7 +15,6 @@ use crate::budget::{HostHandle, Lease, Turn};
 use crate::deadline::{Deadline, attempt_bounds, tightest, visible_timeout};
 use crate::error::DeadlineExceeded;
 use crate::extensions::{MaxRetries, RetryDeadline};
-use crate::head::Head;
 use crate::keys::MintedKey;
 use crate::rate_limit::ReturnIfPaused;
 use crate::reason::{Decision, RetryReason, StopReason};
@@ -231,10 +230,11 @@ impl<'a> Policy<'a> {
     ) -> std::result::Result<(Duration, RetryReason), StopReason> {
         let config = &self.shared.config;
         let url = request.map(Request::url);
-        let classified = steps::classify(config, request, self.attempts, outcome, body_failed);
+        let came = steps::came(outcome, url, body_failed);
+        let classified = steps::classify(config, request, self.attempts, outcome, came);
         let held = self.pause_host(classified.as_ref(), outcome);
         let paused = held == Held::Paused;
-        let answer = if body_failed { None } else { throttle::answer(config, outcome, url) };
+        let answer = if body_failed { None } else { throttle::answer(config, came) };
         let Some(retryable) = classified else {
             // A final answer pays towards later retries, and a retry that
             // reached one costs nothing. The host's throttle counts an
@@ -268,8 +268,7 @@ impl<'a> Policy<'a> {
             previous: self.previous_wait,
             paused,
         };
-        let head = Head::of_outcome(outcome);
-        let chosen = steps::wait(&pacing, retryable, head, || self.shared.clock.wall_time())?;
+        let chosen = steps::wait(&pacing, retryable, came.ok(), || self.shared.clock.wall_time())?;
         if let Some(backoff) = chosen.backoff {
             self.previous_wait = backoff;
         }

@@ -29,16 +29,15 @@ pub(super) struct Retryable {
 }
 
 /// Step one: the predicate's verdict on the outcome if it gives one, else
-/// the built-in rules'. `None`: the outcome is final. `number` is the
-/// attempt's; `body_failed`, whether the outcome is the error its response's
-/// body failed with while the middleware read it.
+/// the built-in rules' on what the attempt came back with (`came`). `None`:
+/// the outcome is final. `number` is the attempt's.
 #[inline]
 pub(super) fn classify(
     config: &RetryConfig,
     request: Option<&Request>,
     number: u32,
     outcome: &Result<Response>,
-    body_failed: bool,
+    came: std::result::Result<Head<'_>, Failure>,
 ) -> Option<Retryable> {
     if let (Some(predicate), Some(request)) = (config.predicate(), request) {
         let attempt = Attempt { request, number, outcome: Outcome::of(outcome) };
@@ -47,21 +46,32 @@ pub(super) fn classify(
             return Some(Retryable { reach, reason: RetryReason::Custom, wait: verdict.source() });
         }
     }
-    let seen = match outcome {
+    built_in(config, came)
+}
+
+/// What an attempt to `url` came back with, in no client's terms: the
+/// answer's head, or what its failure says (`body_failed`: the error its
+/// response's body failed with while the middleware read it).
+#[inline]
+pub(super) fn came<'a>(
+    outcome: &'a Result<Response>,
+    url: Option<&reqwest::Url>,
+    body_failed: bool,
+) -> std::result::Result<Head<'a>, Failure> {
+    match outcome {
         Ok(response) => Ok(Head::of(response)),
         Err(error) if body_failed => Err(classify::body_failure_of(error)),
-        Err(error) => Err(classify::failure_of(error, request.map(Request::url))),
-    };
-    built_in(config, seen)
+        Err(error) => Err(classify::failure_of(error, url)),
+    }
 }
 
 /// Step one's built-in rules, for an answer by its head and for a failed
 /// attempt by what its failure says.
 pub(super) fn built_in(
     config: &RetryConfig,
-    seen: std::result::Result<Head<'_>, Failure>,
+    came: std::result::Result<Head<'_>, Failure>,
 ) -> Option<Retryable> {
-    let (reach, reason) = match seen {
+    let (reach, reason) = match came {
         Ok(head) => classify_response(config, head),
         Err(failure) => failure.class(),
     }?;

@@ -49,7 +49,9 @@ fn classify_sorts_statuses_by_the_built_in_rules() {
     ];
     for (status, config, reach) in cases {
         let request = request(Method::GET);
-        let got = steps::classify(config, Some(&request), 1, &answer(status, &[]), false);
+        let outcome = answer(status, &[]);
+        let came = steps::came(&outcome, None, false);
+        let got = steps::classify(config, Some(&request), 1, &outcome, came);
         assert_eq!(got.map(|r| r.reach), reach, "{status}");
         if let Some(got) = got {
             assert_eq!(got.wait, Wait::Policy, "{status}");
@@ -79,11 +81,14 @@ fn classify_takes_the_predicates_word_and_falls_back_when_it_has_none() {
     ];
     for (status, expected) in cases {
         let request = request(Method::POST);
-        let got = steps::classify(&config, Some(&request), 1, &answer(status, &[]), false);
+        let outcome = answer(status, &[]);
+        let came = steps::came(&outcome, None, false);
+        let got = steps::classify(&config, Some(&request), 1, &outcome, came);
         assert_eq!(got.map(|r| (r.reach, r.reason, r.wait)), expected, "{status}");
     }
     // With no copy of the request to show it, the predicate is not asked.
-    let got = steps::classify(&config, None, 1, &answer(409, &[]), false);
+    let outcome = answer(409, &[]);
+    let got = steps::classify(&config, None, 1, &outcome, steps::came(&outcome, None, false));
     assert_eq!(got, None, "409 is final by the built-in rules");
 }
 

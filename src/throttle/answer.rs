@@ -1,11 +1,10 @@
 //! How the answer to an attempt counts for its host's throttle.
 
 use http::StatusCode;
-use reqwest::{Response, Url};
-use reqwest_middleware::Result;
 
-use crate::classify::{self, Failure};
+use crate::classify::Failure;
 use crate::config::RetryConfig;
+use crate::head::Head;
 
 /// How an attempt's outcome counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -14,36 +13,29 @@ pub(crate) enum Answer {
     Rejected,
 }
 
-/// How `outcome`, the answer to an attempt sent to `url`, counts: `429`,
-/// `502`, `503` and `504` (and a `403` the settings take as a `429`), a
-/// refused or unreachable connection, a refused stream and a timeout are
-/// rejections; every other response is accepted; other errors count as
-/// neither.
+/// How the answer to an attempt counts, by its head or by what its failure
+/// says: `429`, `502`, `503` and `504` (and a `403` the settings take as a
+/// `429`), a refused or unreachable connection, a refused stream and a
+/// timeout are rejections; every other response is accepted; other
+/// failures count as neither.
 #[inline]
-pub(crate) fn answer(
-    config: &RetryConfig,
-    outcome: &Result<Response>,
-    url: Option<&Url>,
-) -> Option<Answer> {
-    match outcome {
-        Ok(response) if response.status().is_success() => Some(Answer::Accepted),
-        Ok(response) => {
-            let status = response.status();
+pub(crate) fn answer(config: &RetryConfig, seen: Result<Head<'_>, Failure>) -> Option<Answer> {
+    match seen {
+        Ok(head) if head.status.is_success() => Some(Answer::Accepted),
+        Ok(Head { status, headers }) => {
             let rejected = matches!(
                 status,
                 StatusCode::TOO_MANY_REQUESTS
                     | StatusCode::BAD_GATEWAY
                     | StatusCode::SERVICE_UNAVAILABLE
                     | StatusCode::GATEWAY_TIMEOUT
-            ) || config.retry_after.takes_as_429(status, response.headers());
+            ) || config.retry_after.takes_as_429(status, headers);
             Some(if rejected { Answer::Rejected } else { Answer::Accepted })
         }
-        Err(error) => match classify::failure_of(error, url) {
-            Failure::NeverReached | Failure::RefusedStream | Failure::Timeout => {
-                Some(Answer::Rejected)
-            }
-            Failure::NotSent | Failure::ConnectionLost | Failure::Final => None,
-        },
+        Err(Failure::NeverReached | Failure::RefusedStream | Failure::Timeout) => {
+            Some(Answer::Rejected)
+        }
+        Err(Failure::NotSent | Failure::ConnectionLost | Failure::Final) => None,
     }
 }
 
@@ -62,7 +54,7 @@ mod tests {
     #[test]
     fn answers_count_as_the_throttle_says() {
         let config = RetryConfig::default();
-        let counted = |status| answer(&config, &Ok(response(status, &[])), None);
+        let counted = |status| answer(&config, Ok(Head::of(&response(status, &[]))));
         for status in [429, 502, 503, 504] {
             assert_eq!(counted(status), Some(Answer::Rejected), "{status}");
         }
@@ -75,9 +67,9 @@ mod tests {
             .build()
             .unwrap();
         let limited = response(403, &[("retry-after", "5")]);
-        assert_eq!(answer(&limits, &Ok(limited), None), Some(Answer::Rejected));
+        assert_eq!(answer(&limits, Ok(Head::of(&limited))), Some(Answer::Rejected));
         let forbidden = response(403, &[]);
-        assert_eq!(answer(&limits, &Ok(forbidden), None), Some(Answer::Accepted));
+        assert_eq!(answer(&limits, Ok(Head::of(&forbidden))), Some(Answer::Accepted));
     }
 
     #[tokio::test]
@@ -87,9 +79,11 @@ mod tests {
         drop(listener);
         let error = reqwest::Client::new().get(&url).send().await.unwrap_err();
         let url = reqwest::Url::parse(&url).unwrap();
-        let refused = Err(reqwest_middleware::Error::Reqwest(error));
-        assert_eq!(answer(&RetryConfig::default(), &refused, Some(&url)), Some(Answer::Rejected));
-        let other = Err(reqwest_middleware::Error::middleware(std::fmt::Error));
-        assert_eq!(answer(&RetryConfig::default(), &other, Some(&url)), None);
+        let refused = reqwest_middleware::Error::Reqwest(error);
+        let refused = crate::classify::failure_of(&refused, Some(&url));
+        assert_eq!(answer(&RetryConfig::default(), Err(refused)), Some(Answer::Rejected));
+        let other = reqwest_middleware::Error::middleware(std::fmt::Error);
+        let other = crate::classify::failure_of(&other, Some(&url));
+        assert_eq!(answer(&RetryConfig::default(), Err(other)), None);
     }
 }
