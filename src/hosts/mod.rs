@@ -65,7 +65,6 @@ use std::sync::Arc;
 use crossbeam_utils::sync::{ShardedLock, ShardedLockReadGuard, ShardedLockWriteGuard};
 
 use hashbrown::HashTable;
-use reqwest::Url;
 use rustc_hash::FxBuildHasher;
 
 use crate::stripes::note_shared_write;
@@ -82,27 +81,37 @@ pub(crate) trait HostState {
     fn may_forget(&self, now: u64) -> bool;
 }
 
-/// A scheme, host and port, borrowed from a URL: the key lookups use.
+/// A scheme, host and port, borrowed: the key lookups use, in no client's
+/// terms. A host's name is compared as given: each adapter hands it over
+/// as its client writes it (reqwest's `Url`: lowercase).
 ///
-/// The port is the one the URL names: `Url` leaves out a port that is its
-/// scheme's default, so with the scheme it settles the port, default or not.
+/// The port is the one the request names (none for the scheme's default),
+/// so with the scheme it settles the port, default or not.
 #[derive(Clone, Copy, PartialEq, Eq)]
-struct HostRef<'a> {
+pub(crate) struct Origin<'a> {
     host: &'a str,
     port: Option<u16>,
     scheme: &'a str,
 }
 
-impl<'a> HostRef<'a> {
+impl<'a> Origin<'a> {
+    /// The origin of `scheme`, `host` and `port` (none for the scheme's
+    /// default).
     #[inline]
-    fn of(url: &'a Url) -> Self {
-        Self { host: url.host_str().unwrap_or_default(), port: url.port(), scheme: url.scheme() }
+    pub(crate) fn new(scheme: &'a str, host: &'a str, port: Option<u16>) -> Self {
+        Self { host, port, scheme }
     }
+}
+
+/// Anything a request names its host by: the table's lookups take it.
+pub(crate) trait Located {
+    /// The scheme, host and port it names.
+    fn as_origin(&self) -> Origin<'_>;
 }
 
 /// Hashes the host and port: hosts that differ only by scheme share a
 /// hash and are told apart by their keys.
-impl Hash for HostRef<'_> {
+impl Hash for Origin<'_> {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
         state.write(self.host.as_bytes());
         state.write_u32(self.port.map_or(u32::MAX, u32::from));
@@ -120,8 +129,8 @@ pub(crate) struct Host<V> {
 }
 
 impl<V> Host<V> {
-    fn new(url: &Url, value: V) -> Self {
-        let key = HostRef::of(url);
+    fn new(url: &(impl Located + ?Sized), value: V) -> Self {
+        let key = url.as_origin();
         Self { scheme: key.scheme.into(), host: key.host.into(), port: key.port, value }
     }
 
@@ -133,8 +142,8 @@ impl<V> Host<V> {
     }
 
     /// The owned key, borrowed: hashed and compared as a URL's is.
-    fn key(&self) -> HostRef<'_> {
-        HostRef { scheme: &self.scheme, host: &self.host, port: self.port }
+    fn key(&self) -> Origin<'_> {
+        Origin { scheme: &self.scheme, host: &self.host, port: self.port }
     }
 }
 
@@ -214,14 +223,22 @@ impl<V: HostState> Hosts<V> {
 
     /// Runs `f` on the state of `url`'s host, if the table knows it, with
     /// the table shared: no allocation, no reference counted.
-    pub(crate) fn with<R>(&self, url: &Url, f: impl FnOnce(&V) -> R) -> Option<R> {
+    pub(crate) fn with<R>(
+        &self,
+        url: &(impl Located + ?Sized),
+        f: impl FnOnce(&V) -> R,
+    ) -> Option<R> {
         self.with_entry(url, |host| f(&host.value))
     }
 
     /// As [`with`](Self::with), with the host's entry: for `f` to keep a
     /// reference to it only when it needs one.
-    pub(crate) fn with_entry<R>(&self, url: &Url, f: impl FnOnce(&Arc<Host<V>>) -> R) -> Option<R> {
-        let key = HostRef::of(url);
+    pub(crate) fn with_entry<R>(
+        &self,
+        url: &(impl Located + ?Sized),
+        f: impl FnOnce(&Arc<Host<V>>) -> R,
+    ) -> Option<R> {
+        let key = url.as_origin();
         let hashed = hash(key);
         let table = read(self.shard(hashed));
         table.hosts.find(hashed, |host| host.key() == key).map(f)
@@ -230,8 +247,12 @@ impl<V: HostState> Hosts<V> {
     /// Runs `f` on the state of `url`'s host, if the table knows it; when
     /// it does not, says whether the host's shard is full: a new host would
     /// have to make room, or share the overflow entry.
-    pub(crate) fn with_or_full<R>(&self, url: &Url, f: impl FnOnce(&V) -> R) -> Result<R, bool> {
-        let key = HostRef::of(url);
+    pub(crate) fn with_or_full<R>(
+        &self,
+        url: &(impl Located + ?Sized),
+        f: impl FnOnce(&V) -> R,
+    ) -> Result<R, bool> {
+        let key = url.as_origin();
         let hashed = hash(key);
         let table = read(self.shard(hashed));
         match table.hosts.find(hashed, |host| host.key() == key) {
@@ -241,10 +262,10 @@ impl<V: HostState> Hosts<V> {
     }
 
     /// The entry of `url`'s host, if the table knows it.
-    pub(crate) fn get(&self, url: &Url) -> Option<Arc<Host<V>>> {
+    pub(crate) fn get(&self, url: &(impl Located + ?Sized)) -> Option<Arc<Host<V>>> {
         // A reference counted on the entry.
         note_shared_write();
-        let key = HostRef::of(url);
+        let key = url.as_origin();
         let hashed = hash(key);
         read(self.shard(hashed)).hosts.find(hashed, |host| host.key() == key).cloned()
     }
@@ -262,12 +283,12 @@ impl<V: HostState> Hosts<V> {
     /// not go.
     pub(crate) fn get_or_insert(
         &self,
-        url: &Url,
+        url: &(impl Located + ?Sized),
         now: u64,
         make: impl FnOnce(bool) -> V,
     ) -> Arc<Host<V>> {
         note_shared_write();
-        let key = HostRef::of(url);
+        let key = url.as_origin();
         let hashed = hash(key);
         let mut table = write(self.shard(hashed));
         if let Some(host) = table.hosts.find(hashed, |host| host.key() == key) {
@@ -337,8 +358,8 @@ impl<V: HostState> Hosts<V> {
 
     /// Hosts in the shard of `url`'s host, and the most it holds.
     #[cfg(test)]
-    pub(crate) fn shard_len(&self, url: &Url) -> (usize, usize) {
-        (read(self.shard(hash(HostRef::of(url)))).hosts.len(), self.limit)
+    pub(crate) fn shard_len(&self, url: &(impl Located + ?Sized)) -> (usize, usize) {
+        (read(self.shard(hash(url.as_origin()))).hosts.len(), self.limit)
     }
 
     /// Whether `host` is the overflow entry.
@@ -348,7 +369,7 @@ impl<V: HostState> Hosts<V> {
 }
 
 /// The hash a host's key is found by.
-fn hash(key: HostRef<'_>) -> u64 {
+fn hash(key: Origin<'_>) -> u64 {
     FxBuildHasher.hash_one(key)
 }
 
@@ -373,5 +394,6 @@ impl<V> fmt::Debug for Hosts<V> {
     }
 }
 
+mod from_reqwest;
 #[cfg(test)]
 pub(crate) mod tests;

@@ -2,6 +2,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use reqwest::Url;
+
 use super::*;
 
 /// A state whose use and calm the test sets, and which counts how often
@@ -43,7 +45,7 @@ fn the_borrowed_key_hashes_and_compares_as_the_owned_one() {
     let hosts = table(8);
     for u in ["http://a.test/x", "https://A.test:443/", "foo://a.test:80/", "http://[::1]:81/"] {
         let host = hosts.get_or_insert(&url(u), 0, probe);
-        assert_eq!(hash(host.key()), hash(HostRef::of(&url(u))));
+        assert_eq!(hash(host.key()), hash(url(u).as_origin()));
         assert!(Arc::ptr_eq(&host, &hosts.get(&url(u)).unwrap()), "{u}");
     }
     assert_eq!(hosts.len(), 4);
@@ -207,4 +209,26 @@ fn a_flood_of_new_hosts_meets_one_scan_a_pause_whatever_fails() {
     assert_eq!(hosts.len(), limit);
     hosts.get_or_insert(&url("http://after.test/"), 1 + PAUSE, probe);
     assert_eq!(asked.load(Ordering::Relaxed), 2 * limit as u64, "the next, a pause later");
+}
+
+/// A request's host named in no client's terms, as another adapter would.
+struct Named(&'static str, &'static str, Option<u16>);
+
+impl Located for Named {
+    fn as_origin(&self) -> Origin<'_> {
+        Origin::new(self.0, self.1, self.2)
+    }
+}
+
+#[test]
+fn a_host_is_found_by_its_origin_whoever_names_it() {
+    let hosts = Hosts::new(8, 1_000, Probe::default());
+    let made = hosts.get_or_insert(&url("http://a.test:8080/x"), 0, |_| Probe::default());
+    let found = hosts.get(&Named("http", "a.test", Some(8080))).expect("the same host");
+    assert!(Arc::ptr_eq(&made, &found));
+    // Another scheme or port is another host; the default port is none.
+    assert!(hosts.get(&Named("https", "a.test", Some(8080))).is_none());
+    assert!(hosts.get(&Named("http", "a.test", None)).is_none());
+    hosts.get_or_insert(&url("http://a.test:80/"), 0, |_| Probe::default());
+    assert!(hosts.get(&Named("http", "a.test", None)).is_some(), "`Url` leaves out port 80");
 }
