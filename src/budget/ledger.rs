@@ -7,11 +7,9 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
-use reqwest::Url;
-
 use super::account::{Account, Paid, RETRY_COST, SLOTS};
 use super::{BudgetScope, RetryBudget};
-use crate::hosts::{Host, HostState, Hosts};
+use crate::hosts::{Host, HostState, Hosts, Located};
 use crate::pause::Pause;
 use crate::stripes::{Batch, Tallies, Word};
 use crate::throttle::{Answer, Throttle};
@@ -202,7 +200,7 @@ impl Ledger {
     }
 
     /// The account that a request to `url`, sent at `now`, draws on.
-    pub(super) fn account(&self, url: &Url, now: Instant) -> Arc<Account> {
+    pub(super) fn account(&self, url: &(impl Located + ?Sized), now: Instant) -> Arc<Account> {
         let seen = self.slot_number(now);
         let account = match &self.global {
             Some(account) => account.clone(),
@@ -219,7 +217,11 @@ impl Ledger {
     /// The account of `url`'s host for a call that will send its request
     /// once, if the host is known or its shard has room: past the bound, a
     /// host that has not failed is not let in, as for its answers.
-    pub(super) fn admitted(&self, url: &Url, now: Instant) -> Option<Arc<Account>> {
+    pub(super) fn admitted(
+        &self,
+        url: &(impl Located + ?Sized),
+        now: Instant,
+    ) -> Option<Arc<Account>> {
         if self.per_host() {
             match self.hosts.with_or_full(url, |record| record.account.clone()) {
                 Ok(Some(account)) => return Some(account),
@@ -239,7 +241,12 @@ impl Ledger {
     /// ([`crate::stripes`]). The time (`now`) is read only to book a
     /// retry's worth of answers or a throttle's tally, for a host that is
     /// recovering, or for a host that is new.
-    pub(super) fn earn_for(&self, url: &Url, accepted: bool, now: impl FnOnce() -> Instant) {
+    pub(super) fn earn_for(
+        &self,
+        url: &(impl Located + ?Sized),
+        accepted: bool,
+        now: impl FnOnce() -> Instant,
+    ) {
         let tally = accepted && self.throttling;
         let mut now = Lazy::new(now);
         if let Some(account) = &self.global {
@@ -361,7 +368,7 @@ impl Ledger {
 
     /// [`earn_for`](Self::earn_for) for a host the table does not know
     /// and has room for.
-    fn earn_new(&self, url: &Url, now: Instant) {
+    fn earn_new(&self, url: &(impl Located + ?Sized), now: Instant) {
         if !self.per_host() {
             return;
         }
@@ -378,7 +385,7 @@ impl Ledger {
     /// unless the table turned a host away within a window, when the new
     /// one may be a failing host that shared the overflow account until
     /// now.
-    fn insert(&self, url: &Url, now: u64) -> Arc<Account> {
+    fn insert(&self, url: &(impl Located + ?Sized), now: u64) -> Arc<Account> {
         let record = self.record(url, now);
         // A per-host budget's records all have accounts; a record made for
         // a pause before would have one too.
@@ -387,7 +394,7 @@ impl Ledger {
 
     /// The record of `url`'s host, made if it is new (with a fresh account,
     /// as [`insert`](Self::insert) says, under a per-host budget).
-    fn record(&self, url: &Url, now: u64) -> Arc<Host<Record>> {
+    fn record(&self, url: &(impl Located + ?Sized), now: u64) -> Arc<Host<Record>> {
         let reserve = |crowded: bool| if crowded { 0 } else { self.reserve };
         let per_host = self.per_host();
         self.hosts.get_or_insert(url, now, |crowded| {

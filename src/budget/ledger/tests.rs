@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use reqwest::Url;
+
 use super::*;
 use crate::throttle::STALE_MS;
 

@@ -6,10 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use reqwest::Url;
-
 use super::{Lazy, Ledger, Record, SLOTS};
-use crate::hosts::Host;
+use crate::hosts::{Host, Located};
 use crate::pause::Gate;
 use crate::rate_limit::Throttled;
 use crate::stripes::{Word, note_shared_write};
@@ -38,7 +36,12 @@ impl Ledger {
     /// lets the host into the table, as a failure does, and has calls look
     /// it up before they send. Nothing, unless first attempts are
     /// throttled.
-    pub(crate) fn observe(&self, url: &Url, answer: Answer, now: impl FnOnce() -> Instant) {
+    pub(crate) fn observe(
+        &self,
+        url: &(impl Located + ?Sized),
+        answer: Answer,
+        now: impl FnOnce() -> Instant,
+    ) {
         if !self.throttling {
             return;
         }
@@ -60,7 +63,7 @@ impl Ledger {
     /// The entry of `url`'s host, if the table knows it and first attempts
     /// are throttled: for a call whose request goes out with no copy left
     /// to name the host by.
-    pub(crate) fn handle(&self, url: &Url) -> Option<HostHandle> {
+    pub(crate) fn handle(&self, url: &(impl Located + ?Sized)) -> Option<HostHandle> {
         if !self.throttling {
             return None;
         }
@@ -142,7 +145,7 @@ impl Ledger {
     /// the table.
     pub(crate) fn gate(
         &self,
-        url: &Url,
+        url: &(impl Located + ?Sized),
         now: impl FnOnce() -> Instant,
         first: bool,
     ) -> Passage<'_> {
@@ -187,7 +190,12 @@ impl Ledger {
     /// Pauses `url`'s host for `asked` from `now`, as its server asked.
     /// Returns whether it did: no pause is kept for a host that finds no
     /// room in the table.
-    pub(crate) fn pause(&self, url: &Url, asked: Duration, now: Instant) -> bool {
+    pub(crate) fn pause(
+        &self,
+        url: &(impl Located + ?Sized),
+        asked: Duration,
+        now: Instant,
+    ) -> bool {
         let Some((host, _)) = self.hold(url, asked, now) else { return false };
         #[cfg(feature = "fleet")]
         self.tell_fleet(&host, asked, now);
@@ -199,7 +207,12 @@ impl Ledger {
     /// Pauses `url`'s host for `asked` from `now`, unless pauses are off
     /// or the host finds no room in the table; returns its entry if it did.
     /// With it, whether the pause ends later than it did.
-    fn hold(&self, url: &Url, asked: Duration, now: Instant) -> Option<(Arc<Host<Record>>, bool)> {
+    fn hold(
+        &self,
+        url: &(impl Located + ?Sized),
+        asked: Duration,
+        now: Instant,
+    ) -> Option<(Arc<Host<Record>>, bool)> {
         if !self.pauses {
             return None;
         }
@@ -239,7 +252,12 @@ impl Ledger {
     /// its own pause come back (the store's clock and the round trip move
     /// it a little), not another's.
     #[cfg(feature = "fleet")]
-    pub(crate) fn pause_from_fleet(&self, url: &Url, left: Duration, now: Instant) -> bool {
+    pub(crate) fn pause_from_fleet(
+        &self,
+        url: &(impl Located + ?Sized),
+        left: Duration,
+        now: Instant,
+    ) -> bool {
         let before = self.hosts.with(url, |record| record.pause.end()).flatten();
         let Some((host, _)) = self.hold(url, left, now) else { return false };
         let after = host.value.pause.end().unwrap_or_default();
@@ -302,7 +320,7 @@ impl Ledger {
     #[cfg(feature = "fleet")]
     pub(crate) fn pool_from_fleet(
         &self,
-        url: &Url,
+        url: &(impl Located + ?Sized),
         (accepted, rejected): (u32, u32),
         now: Instant,
     ) -> (bool, bool) {
