@@ -4,11 +4,10 @@
 
 use std::sync::Arc;
 
-use reqwest::Url;
-
 use super::account::{Account, Paid};
 use super::ledger::Ledger;
 use crate::clock::Clock;
+use crate::hosts::{Located, Origin};
 
 /// A call's lease on the budget of the host it talks to. With no budget
 /// configured, every retry is allowed and nothing is counted.
@@ -43,7 +42,7 @@ impl<'a> Lease<'a> {
     /// Past the bound of the table of hosts, a host that has not failed is
     /// not let in for it: its answer then earns nothing, as any answer of
     /// a host outside the table.
-    pub(crate) fn hold(&mut self, url: &Url) {
+    pub(crate) fn hold(&mut self, url: &(impl Located + ?Sized)) {
         if let (Some(ledger), None) = (self.ledger, &self.account) {
             self.account = ledger.admitted(url, self.clock.now());
         }
@@ -52,7 +51,7 @@ impl<'a> Lease<'a> {
     /// Holds the account of `url`'s host for the rest of the call, letting
     /// the host in if it is new: a call that will pay for more copies of
     /// its request before it knows any outcome (a hedge).
-    pub(crate) fn hold_to_pay(&mut self, url: &Url) {
+    pub(crate) fn hold_to_pay(&mut self, url: &(impl Located + ?Sized)) {
         if let (Some(ledger), None) = (self.ledger, &self.account) {
             self.account = Some(ledger.account(url, self.clock.now()));
         }
@@ -63,7 +62,7 @@ impl<'a> Lease<'a> {
     /// answer the host `accepted` (see [`crate::throttle`]) is counted in
     /// its throttle in the same lookup, where there is one: returns whether
     /// that lookup was made (an answer not accepted is not counted there).
-    pub(crate) fn answered(&mut self, url: Option<&Url>, accepted: bool) -> bool {
+    pub(crate) fn answered(&mut self, url: Option<Origin<'_>>, accepted: bool) -> bool {
         let Some(ledger) = self.ledger else { return false };
         match (&self.account, url) {
             (Some(account), _) => {
@@ -77,7 +76,7 @@ impl<'a> Lease<'a> {
             // The common case: nothing held, no reference counted, and no
             // time read but to book a retry's worth of answers.
             (None, Some(url)) => {
-                ledger.earn_for(url, accepted, || self.clock.now());
+                ledger.earn_for(&url, accepted, || self.clock.now());
                 true
             }
             (None, None) => false,
@@ -86,10 +85,10 @@ impl<'a> Lease<'a> {
 
     /// A retryable outcome from `url`'s host (`None`: the host held): the
     /// host is failing now, and the retry that led here stays spent.
-    pub(crate) fn failed(&mut self, url: Option<&Url>) {
+    pub(crate) fn failed(&mut self, url: Option<Origin<'_>>) {
         // A failing host is let in, making room among the calm ones.
         if let (Some(ledger), None, Some(url)) = (self.ledger, &self.account, url) {
-            self.account = Some(ledger.account(url, self.clock.now()));
+            self.account = Some(ledger.account(&url, self.clock.now()));
         }
         self.paid = None;
         if let (Some(ledger), Some(account)) = (self.ledger, &self.account) {
@@ -147,8 +146,8 @@ mod tests {
     use crate::budget::RetryBudget;
     use crate::clock::ManualClock;
 
-    fn url() -> Url {
-        Url::parse("http://a.test/").unwrap()
+    fn url() -> reqwest::Url {
+        reqwest::Url::parse("http://a.test/").unwrap()
     }
 
     /// A ledger whose hosts hold `reserve` retries, and a manual clock.
@@ -163,7 +162,7 @@ mod tests {
     /// Retries the host's account allows now, found by spending them.
     fn left(ledger: &Ledger, clock: &ManualClock) -> u32 {
         let mut lease = Lease::new(Some(ledger), clock);
-        lease.failed(Some(&url()));
+        lease.failed(Some(url().as_origin()));
         let mut n = 0;
         while lease.spend() {
             lease.keep();
@@ -176,7 +175,7 @@ mod tests {
     fn without_a_budget_every_retry_is_allowed() {
         let clock = ManualClock::new();
         let mut lease = Lease::new(None, &clock);
-        lease.failed(Some(&url()));
+        lease.failed(Some(url().as_origin()));
         assert!(lease.spend() && lease.spend());
         lease.answered(None, false);
     }
@@ -202,7 +201,7 @@ mod tests {
         let (ledger, clock) = ledger(1);
         let mut lease = Lease::new(Some(&ledger), &clock);
         assert!(!lease.spend(), "no host held, nothing to pay from");
-        lease.failed(Some(&url()));
+        lease.failed(Some(url().as_origin()));
         assert!(lease.spend());
         assert!(!lease.spend(), "a reserve of one");
     }
@@ -243,7 +242,7 @@ mod tests {
             let (ledger, clock) = ledger(1);
             {
                 let mut lease = Lease::new(Some(&ledger), &clock);
-                lease.failed(Some(&url()));
+                lease.failed(Some(url().as_origin()));
                 assert!(lease.spend(), "{name}");
                 ending(&mut lease);
             }
@@ -258,7 +257,7 @@ mod tests {
     fn a_call_that_only_answers_holds_no_account() {
         let (ledger, clock) = ledger(1);
         let mut lease = Lease::new(Some(&ledger), &clock);
-        lease.answered(Some(&url()), false);
+        lease.answered(Some(url().as_origin()), false);
         assert!(lease.account.is_none());
         assert_eq!(left(&ledger, &clock), 1, "the host is known, its reserve full");
     }

@@ -109,6 +109,13 @@ pub(crate) trait Located {
     fn as_origin(&self) -> Origin<'_>;
 }
 
+impl Located for Origin<'_> {
+    #[inline]
+    fn as_origin(&self) -> Origin<'_> {
+        *self
+    }
+}
+
 /// Hashes the host and port: hosts that differ only by scheme share a
 /// hash and are told apart by their keys.
 impl Hash for Origin<'_> {

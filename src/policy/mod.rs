@@ -15,6 +15,7 @@ use crate::budget::{HostHandle, Lease, Turn};
 use crate::deadline::{Deadline, attempt_bounds, tightest, visible_timeout};
 use crate::error::DeadlineExceeded;
 use crate::extensions::{MaxRetries, RetryDeadline};
+use crate::hosts::Located;
 use crate::keys::MintedKey;
 use crate::rate_limit::ReturnIfPaused;
 use crate::reason::{Decision, RetryReason, StopReason};
@@ -241,12 +242,12 @@ impl<'a> Policy<'a> {
             // accepted one in the same lookup, where it can; a rejection,
             // on its own.
             let accepted = answer == Some(Answer::Accepted);
-            if !(self.lease.answered(url, accepted) && accepted) {
+            if !(self.lease.answered(url.map(Located::as_origin), accepted) && accepted) {
                 self.observe(url, outcome, answer);
             }
             return Err(StopReason::NothingToRetry);
         };
-        self.lease.failed(url);
+        self.lease.failed(url.map(Located::as_origin));
         self.observe(url, outcome, answer);
         let spent = self.spent();
         steps::admissible(Admission {
