@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use reqwest::Url;
+use crate::hosts::{Located, Origin};
 
 /// A host as a fleet names it in its store: `scheme://name:port`, the port
 /// written even when it is the scheme's default, so that every process
@@ -17,12 +17,18 @@ pub struct FleetHost {
     name: String,
     /// `scheme://name:port`, as this process calls the host.
     local: String,
+    /// Its scheme, name and port (none for the scheme's default), as the
+    /// books key it.
+    scheme: Box<str>,
+    host: Box<str>,
+    port: Option<u16>,
 }
 
 impl FleetHost {
     /// The host of `scheme`, `name` (as `Url` writes it) and `port` (none
     /// for the scheme's default), its name hashed under `key` if given.
     pub(crate) fn new(scheme: &str, name: &str, port: Option<u16>, key: Option<&HostKey>) -> Self {
+        let (host, keyed) = (name.into(), port.filter(|&port| Some(port) != special_port(scheme)));
         let port = port.or_else(|| default_port(scheme));
         let local = match port {
             Some(port) => format!("{scheme}://{name}:{port}"),
@@ -32,17 +38,19 @@ impl FleetHost {
             Some(key) => key.hash(&local),
             None => local.clone(),
         };
-        Self { name, local }
+        Self { name, local, scheme: scheme.into(), host, port: keyed }
     }
 
     /// The name in the store: `scheme://name:port`, or its hash.
     pub fn as_str(&self) -> &str {
         &self.name
     }
+}
 
-    /// A URL of the host, to find its entry in the books by.
-    pub(super) fn url(&self) -> Option<Url> {
-        Url::parse(&self.local).ok()
+/// The host as the books key it, to find its entry by.
+impl Located for FleetHost {
+    fn as_origin(&self) -> Origin<'_> {
+        Origin::new(&self.scheme, &self.host, self.port)
     }
 }
 
@@ -67,6 +75,17 @@ impl HostKey {
         let mut hasher = siphasher::sip128::SipHasher24::new_with_key(&self.0);
         hasher.write(local.as_bytes());
         format!("host:{:032x}", hasher.finish128().as_u128())
+    }
+}
+
+/// The port a URL of `scheme` leaves out, as reqwest's `Url` does for the
+/// special schemes: the books key a host by the port its URL names.
+fn special_port(scheme: &str) -> Option<u16> {
+    match scheme {
+        "http" | "ws" => Some(80),
+        "https" | "wss" => Some(443),
+        "ftp" => Some(21),
+        _ => None,
     }
 }
 

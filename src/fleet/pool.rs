@@ -124,12 +124,11 @@ impl Fleet {
         if others == Tally::default() {
             return;
         }
-        let Some(url) = host.url() else { return };
         let count = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
         let (accepted, rejected) = (count(others.accepted), count(others.rejected));
         let counts = &self.inner.counts;
         counts.pooled.fetch_add(others.accepted.saturating_add(others.rejected), Ordering::Relaxed);
-        let (was, is) = ledger.pool_from_fleet(&url, (accepted, rejected), now);
+        let (was, is) = ledger.pool_from_fleet(host, (accepted, rejected), now);
         if is && !was {
             counts.throttled_by_fleet.fetch_add(1, Ordering::Relaxed);
             #[cfg(feature = "tracing")]

@@ -139,11 +139,11 @@ impl Fleet {
             let ProbeClaim::Lost(left) = claim else { continue };
             let plausible =
                 left <= asked.saturating_add(slack) && left <= cap.saturating_add(window);
-            let Some(url) = host.url().filter(|_| plausible) else {
+            if !plausible {
                 self.inner.counts.ignored.fetch_add(1, Ordering::Relaxed);
                 continue;
-            };
-            if ledger.pause_from_fleet(&url, left, asked_at) {
+            }
+            if ledger.pause_from_fleet(host, left, asked_at) {
                 self.inner.counts.held_for_probe.fetch_add(1, Ordering::Relaxed);
                 #[cfg(feature = "tracing")]
                 tracing::debug!(target: TARGET, host = %host, held_ms = millis(left), "held for another process's probe");
@@ -185,8 +185,7 @@ impl Fleet {
                 return false;
             }
         };
-        let Some(url) = host.url() else { return false };
-        let longer = ledger.pause_from_fleet(&url, left, now);
+        let longer = ledger.pause_from_fleet(host, left, now);
         if longer {
             counts.received.fetch_add(1, Ordering::Relaxed);
             #[cfg(feature = "tracing")]

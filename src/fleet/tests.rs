@@ -236,8 +236,21 @@ fn a_host_is_named_alike_by_every_process() {
     assert_eq!(FleetHost::new("https", "a.test", Some(443), None).as_str(), "https://a.test:443");
     assert_eq!(FleetHost::new("http", "[::1]", Some(8080), None).as_str(), "http://[::1]:8080");
     assert_eq!(FleetHost::new("ws", "a.test", None, None).as_str(), "ws://a.test");
-    let url = FleetHost::new("http", "[::1]", Some(8080), None).url().unwrap();
-    assert_eq!((url.host_str(), url.port()), (Some("[::1]"), Some(8080)));
+    // Keyed in the books as reqwest's `Url` names it, hashed or not.
+    use crate::hosts::Located;
+    let url = |s: &str| reqwest::Url::parse(s).unwrap();
+    let key = HostKey([7; 16]);
+    for (scheme, name, port, named) in [
+        ("http", "[::1]", Some(8080), "http://[::1]:8080/"),
+        ("https", "a.test", Some(443), "https://a.test/"),
+        ("http", "a.test", None, "http://a.test:80/"),
+        ("ws", "a.test", Some(80), "ws://a.test/"),
+    ] {
+        for key in [None, Some(&key)] {
+            let host = FleetHost::new(scheme, name, port, key);
+            assert!(host.as_origin() == url(named).as_origin(), "{host} against {named}");
+        }
+    }
     assert_eq!(FleetHost::new("https", "a.test", None, None).to_string(), "https://a.test:443");
 }
 
