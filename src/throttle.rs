@@ -211,7 +211,9 @@ pub(crate) struct Books {
     room: f64,
     /// The room this process's part of the fleet's accepted answers made
     /// as they faded since its last batch came: handed over with the next
-    /// one, less what that batch's rejections take back.
+    /// one, less what that batch's rejections take back. Held to what the
+    /// answers lately prove, as the room is, and taken from by this
+    /// process's own rejections once its room is spent.
     pooled_room: f64,
     /// Answers to the other processes of a fleet, and how many of them were
     /// accepted, decayed as this process's own are; and a count of them
@@ -270,7 +272,11 @@ impl Books {
         self.prior *= answers;
         self.pooled_answered *= answers;
         self.pooled_accepted *= answers;
-        self.room = (self.room + ROOM * own).min(self.most_room(tau));
+        // Neither the room nor what waits for the fleet's next batch holds
+        // more than the answers lately proved.
+        let most = self.most_room(tau);
+        self.room = (self.room + ROOM * own).min(most);
+        self.pooled_room = self.pooled_room.min(most);
         let calls = (-elapsed / CALLS_TAU_MS).exp();
         self.calls *= calls;
         self.pooled_rate *= calls;
@@ -429,7 +435,11 @@ impl Books {
                 self.unshared.0 = self.unshared.0.saturating_add(1);
             }
             Answer::Rejected => {
+                // From the room held, and what it could not pay from the
+                // room waiting for the fleet's next batch.
+                let unpaid = (ROOM - self.room).max(0.0);
                 self.room = (self.room - ROOM).max(0.0);
+                self.pooled_room = (self.pooled_room - unpaid).max(0.0);
                 self.rejections.extend(1, self.rejections_needed());
                 self.acceptances.end();
                 self.last_rejected = Some(now);
@@ -450,6 +460,7 @@ impl Books {
             self.prior = 0.0;
             self.pooled_answered = 0.0;
             self.pooled_accepted = 0.0;
+            self.pooled_room = 0.0;
             self.share = 1.0;
         }
     }
@@ -491,9 +502,11 @@ impl Books {
     /// ones take as much back; the room made since the last batch is
     /// handed over when the next comes, net of its rejections. So a
     /// spike's end gives traffic back in a fleet too; a steady overload,
-    /// whose rejections outnumber its accepted answers, gets no more; and
-    /// a stray rejection near the host's capacity costs only its own room.
-    /// None of it depends on how far apart batches come. They add nothing
+    /// whose rejections outnumber its accepted answers, gets about none
+    /// (less than a call now and then, where batches are small: see
+    /// BENCHMARKS); and a stray rejection near the host's capacity costs
+    /// only its own room. The rule does not lean on batches coming a
+    /// second apart, though room comes only when a batch does. They add nothing
     /// to a run of rejections, which stays this process's own evidence. But an
     /// accepted answer among them ends such a run's claim that the host is
     /// down, as one of its own would: the host takes calls, so it is back,

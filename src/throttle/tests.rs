@@ -945,7 +945,9 @@ fn the_fleet_s_room_in_an_overload_does_not_depend_on_how_far_apart_batches_come
         let mut books = Books::default();
         let mut made = 0.0;
         for at in (every..=60).step_by(every as usize) {
+            let before = books.room;
             books.pool(at * 1_000, 10 * every as u32, 20 * every as u32);
+            made += (books.room - before).max(0.0);
             // Brought up to date four times a second until the next batch.
             for quarter in 1..4 * every {
                 let before = books.room;
@@ -957,4 +959,22 @@ fn the_fleet_s_room_in_an_overload_does_not_depend_on_how_far_apart_batches_come
     };
     assert_eq!(room_made(1), 0.0);
     assert_eq!(room_made(3), 0.0);
+}
+
+#[test]
+fn the_room_waiting_for_the_fleet_s_next_batch_is_held_to_what_answers_lately_prove() {
+    // A process at ten calls a second in an overload, whose fleet told a
+    // batch of many accepted answers and then fell silent.
+    let mut books = Books::default();
+    books.pool(1_000, 200, 100);
+    let mut held = 0.0_f64;
+    for tenth in 11..=300 {
+        let now = tenth * 100;
+        books.observe(now, if tenth % 3 == 0 { Answer::Accepted } else { Answer::Rejected });
+        held = held.max(books.pooled_room);
+        assert!(books.pooled_room <= books.most_room(books.tau()) + 1e-9, "{now}");
+    }
+    // Its own rejections, twice its accepted answers, took it back.
+    assert!(held > 0.0);
+    assert!(books.pooled_room < held / 2.0, "{} of {held}", books.pooled_room);
 }
