@@ -15,11 +15,4 @@ impl<'a> Head<'a> {
     pub(crate) fn of(response: &'a reqwest::Response) -> Self {
         Self { status: response.status(), headers: response.headers() }
     }
-
-    /// The head of the answer in `outcome`, if it is one.
-    pub(crate) fn of_outcome(
-        outcome: &'a reqwest_middleware::Result<reqwest::Response>,
-    ) -> Option<Self> {
-        outcome.as_ref().ok().map(Self::of)
-    }
 }

@@ -233,7 +233,7 @@ impl<'a> Policy<'a> {
         let url = request.map(Request::url);
         let came = steps::came(outcome, url, body_failed);
         let classified = steps::classify(config, request, self.attempts, outcome, came);
-        let held = self.pause_host(classified.as_ref(), outcome);
+        let held = self.pause_host(classified.as_ref(), came.ok(), outcome);
         let paused = held == Held::Paused;
         let answer = if body_failed { None } else { throttle::answer(config, came) };
         let Some(retryable) = classified else {

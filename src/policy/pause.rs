@@ -127,26 +127,30 @@ impl<'a> Policy<'a> {
     /// answered, or, when the attempt was the probe, settles the pause with
     /// it. Returns how the answer holds the host: a retry waits at least
     /// that long, and one that waits out a pause the server asked for is
-    /// bounded by it.
+    /// bounded by it. `head` is the answer's, if the attempt got one.
     #[inline]
     pub(super) fn pause_host(
         &mut self,
         retryable: Option<&Retryable>,
+        head: Option<Head<'_>>,
         outcome: &Result<Response>,
     ) -> Held {
-        let head = Head::of_outcome(outcome);
         if self.turn.is_none() && !steps::may_pause(&self.shared.config, retryable, head) {
             return Held::No;
         }
-        self.settle_pause(retryable, outcome)
+        self.settle_pause(retryable, head, outcome)
     }
 
     /// [`pause_host`](Self::pause_host), for an answer that may pause its
     /// host or an attempt that was the probe.
     #[cold]
-    fn settle_pause(&mut self, retryable: Option<&Retryable>, outcome: &Result<Response>) -> Held {
+    fn settle_pause(
+        &mut self,
+        retryable: Option<&Retryable>,
+        head: Option<Head<'_>>,
+        outcome: &Result<Response>,
+    ) -> Held {
         let Some(ledger) = self.shared.ledger.as_deref() else { return Held::No };
-        let head = Head::of_outcome(outcome);
         let clock = &*self.shared.clock;
         let config = &self.shared.config;
         let asked = steps::pause_asked(config, retryable, head, || clock.wall_time());

@@ -164,7 +164,7 @@ fn wait_for(
         previous: config.backoff.initial(),
         paused: false,
     };
-    let head = crate::head::Head::of_outcome(outcome);
+    let head = outcome.as_ref().ok().map(crate::head::Head::of);
     steps::wait(&pacing, retryable, head, || SystemTime::UNIX_EPOCH + 1000 * S)
 }
 
