@@ -210,10 +210,8 @@ pub(crate) struct Books {
     /// as much back, each call let through takes one.
     room: f64,
     /// The room this process's part of the fleet's accepted answers made
-    /// as they faded since its last batch came: handed over with the next
-    /// one, less what that batch's rejections take back. Held to what the
-    /// answers lately prove, as the room is, and taken from by this
-    /// process's own rejections once its room is spent.
+    /// as they faded since the last batch: handed over, net, with the
+    /// next. Held as the room is; own rejections take from it too.
     pooled_room: f64,
     /// Answers to the other processes of a fleet, and how many of them were
     /// accepted, decayed as this process's own are; and a count of them
@@ -262,8 +260,7 @@ impl Books {
         let tau = self.tau();
         let answers = (-elapsed / tau).exp();
         // Accepted answers make room as they fade: this process's own at
-        // once, and its part of the fleet's when the fleet's next batch
-        // comes, net of that batch's rejections (see `pool`).
+        // once, its part of the fleet's with the next batch (`pool`).
         let faded = 1.0 - answers;
         self.pooled_room += ROOM * self.part() * self.pooled_accepted * faded;
         let own = (self.accepted - self.prior).max(0.0) * faded;
@@ -272,8 +269,7 @@ impl Books {
         self.prior *= answers;
         self.pooled_answered *= answers;
         self.pooled_accepted *= answers;
-        // Neither the room nor what waits for the fleet's next batch holds
-        // more than the answers lately proved.
+        // Neither holds more than the answers lately proved.
         let most = self.most_room(tau);
         self.room = (self.room + ROOM * own).min(most);
         self.pooled_room = self.pooled_room.min(most);
@@ -435,8 +431,7 @@ impl Books {
                 self.unshared.0 = self.unshared.0.saturating_add(1);
             }
             Answer::Rejected => {
-                // From the room held, and what it could not pay from the
-                // room waiting for the fleet's next batch.
+                // What the room held could not pay, from the fleet's.
                 let unpaid = (ROOM - self.room).max(0.0);
                 self.room = (self.room - ROOM).max(0.0);
                 self.pooled_room = (self.pooled_room - unpaid).max(0.0);
@@ -497,17 +492,12 @@ impl Books {
     /// window, as this process's own answers do; the share is steered once
     /// for them all, as by one answer after the time since the last, so a
     /// fleet's evidence moves the share no faster than a busy host's
-    /// answers do. Accepted ones make room for this process's part of them
-    /// (its part of the fleet's answers lately) as they fade, and rejected
-    /// ones take as much back; the room made since the last batch is
-    /// handed over when the next comes, net of its rejections. So a
-    /// spike's end gives traffic back in a fleet too; a steady overload,
-    /// whose rejections outnumber its accepted answers, gets about none
-    /// (less than a call now and then, where batches are small: see
-    /// BENCHMARKS); and a stray rejection near the host's capacity costs
-    /// only its own room. The rule does not lean on batches coming a
-    /// second apart, though room comes only when a batch does. They add nothing
-    /// to a run of rejections, which stays this process's own evidence. But an
+    /// answers do. The room this process's part of their accepted answers
+    /// made as they faded is handed over with the next batch, net of its
+    /// rejections (the module's rules): a spike's end gives traffic back in a
+    /// fleet too, and an overload gets about none (BENCHMARKS). They add
+    /// nothing to a run of rejections, which stays this process's own
+    /// evidence. But an
     /// accepted answer among them ends such a run's claim that the host is
     /// down, as one of its own would: the host takes calls, so it is back,
     /// or overloaded, and is then steered by its share without the floor of
@@ -527,11 +517,8 @@ impl Books {
             self.back_if_down(now);
             self.last_accepted = now;
         }
-        // The room the fleet's accepted answers made since its last batch
-        // is this process's now, less its part of this batch's rejections
-        // (and those take back room already held, as its own do): so room
-        // made between rounds is not spent before the rejections that came
-        // with it are told.
+        // The room made since the last batch, less this batch's part of
+        // rejections: not spent before the rejections that came with it.
         let taken = ROOM * self.part() * f64::from(rejected);
         let net = std::mem::take(&mut self.pooled_room) - taken;
         self.room = (self.room + net).clamp(0.0, self.most_room(self.tau()));
