@@ -11,6 +11,7 @@ use reqwest_middleware::{Error, Next, Result};
 
 use crate::body::{self, RequestBuffer};
 use crate::events;
+use crate::exchange::{Exchange, Reqwest};
 use crate::future::{first, yield_once};
 use crate::keys;
 use crate::policy::{HeldBack, Policy};
@@ -47,13 +48,14 @@ impl Shared {
     ) -> impl Future<Output = Result<Response>> + Send + 'a {
         let mut request = request;
         let header = &self.config.idempotency_header;
-        let minted = keys::mint(self.config.mint_keys, &mut request, extensions, header);
         let method = request.method().clone();
-        let server = events::server(self, &request);
+        let headers = (&method, request.headers_mut());
+        let minted = keys::mint(self.config.mint_keys, headers, extensions, header);
+        let server = events::server(self, Reqwest::origin(&request).host());
         let mut pending = Some(request);
         async move {
             let request = pending.as_ref().expect("the request");
-            let mut policy = Policy::new(self, request, extensions);
+            let mut policy = Policy::<Reqwest>::new(self, request, extensions);
             policy.minted(minted);
             self.buffer_request_body(&mut pending, &policy).await;
             let reading = self.reading(&policy, pending.as_ref());
@@ -114,7 +116,7 @@ impl Shared {
     /// [`Policy::passage`]).
     async fn pass(
         &self,
-        policy: &mut Policy<'_>,
+        policy: &mut Policy<'_, Reqwest>,
         request: Option<&Request>,
         extensions: &Extensions,
     ) -> std::result::Result<(), HeldBack> {
@@ -137,7 +139,11 @@ impl Shared {
     /// Reads a streamed request body into memory, if body buffering asks
     /// for it and a retry may follow, so that the request can be sent
     /// again.
-    async fn buffer_request_body(&self, pending: &mut Option<Request>, policy: &Policy<'_>) {
+    async fn buffer_request_body(
+        &self,
+        pending: &mut Option<Request>,
+        policy: &Policy<'_, Reqwest>,
+    ) {
         let Some(limit) = self.config.body_buffering.request() else { return };
         if let Some(buffer) = RequestBuffer::new(
             pending,
@@ -195,7 +201,7 @@ impl Shared {
         &self,
         outcome: Result<Response>,
         at: Instant,
-        policy: &Policy<'_>,
+        policy: &Policy<'_, Reqwest>,
     ) -> Result<Response> {
         outcome.map(|response| {
             let expiry = self.clock.sleep_until(at);
@@ -213,7 +219,7 @@ impl Shared {
     /// How much of a final response's body to read inside the attempt, if
     /// any: only where its failure could be retried (the request is safe to
     /// repeat, retries are allowed, and its body can be sent again).
-    fn reading(&self, policy: &Policy<'_>, request: Option<&Request>) -> Option<usize> {
+    fn reading(&self, policy: &Policy<'_, Reqwest>, request: Option<&Request>) -> Option<usize> {
         self.config.body_buffering.response().filter(|_| {
             policy.may_retry_body_failures()
                 && request.is_some_and(|request| {
@@ -228,7 +234,7 @@ impl Shared {
     /// reports one.
     fn expired(
         &self,
-        policy: &Policy<'_>,
+        policy: &Policy<'_, Reqwest>,
         what: What<'_>,
         extensions: &mut Extensions,
         caller: &Extensions,
@@ -247,7 +253,7 @@ impl Shared {
     /// back.
     fn held_back(
         &self,
-        policy: &Policy<'_>,
+        policy: &Policy<'_, Reqwest>,
         what: What<'_>,
         extensions: &mut Extensions,
         caller: &Extensions,
@@ -268,7 +274,7 @@ impl Shared {
     /// Stops because of `stop` with no outcome to return: `error` instead.
     fn end(
         &self,
-        policy: &Policy<'_>,
+        policy: &Policy<'_, Reqwest>,
         what: What<'_>,
         extensions: &mut Extensions,
         caller: &Extensions,
@@ -300,7 +306,7 @@ fn sender<'a>(
 
 /// Sets the extensions up for the next attempt: the caller's again, and
 /// the attempt's number.
-fn next_attempt(policy: &Policy<'_>, extensions: &mut Extensions, caller: &Extensions) {
+fn next_attempt(policy: &Policy<'_, Reqwest>, extensions: &mut Extensions, caller: &Extensions) {
     extensions.clone_from(caller);
     let attempt = policy.attempts().saturating_add(1);
     let resend_count = policy.resend_count().saturating_add(1);

@@ -10,19 +10,18 @@
 //! bodies, paths and queries are never logged.
 
 use http::Method;
-use reqwest::Request;
 
 use crate::reason::Decision;
 use crate::report::RetryEvent;
 use crate::shared::Shared;
 
 /// The host to name in events, copied only when an event could be emitted.
-pub(crate) fn server(shared: &Shared, request: &Request) -> Option<Box<str>> {
+pub(crate) fn server(shared: &Shared, host: &str) -> Option<Box<str>> {
     #[cfg(feature = "tracing")]
     if tracing::level_enabled!(shared.log_level) {
-        return request.url().host_str().map(Box::from);
+        return (!host.is_empty()).then(|| Box::from(host));
     }
-    let _ = (shared, request);
+    let _ = (shared, host);
     None
 }
 

@@ -9,9 +9,8 @@
 
 use std::fmt;
 
-use http::{Extensions, HeaderName, HeaderValue};
+use http::{Extensions, HeaderMap, HeaderName, HeaderValue, Method};
 use rand::RngExt;
-use reqwest::Request;
 
 use crate::safety::{Safety, safety};
 
@@ -63,14 +62,15 @@ impl fmt::Debug for MintedKey {
     }
 }
 
-/// Mints a key for `request` and sets it as its `header`, if minting is on
+/// Mints a key for a request, by its method and headers, and sets it as
+/// its `header`, if minting is on
 /// (`always`, or the request's [`MintKey`]), the request has no such header
 /// (a caller's key, even a blank one, is never replaced) and it is not
 /// already safe to repeat (an idempotent method or `SafeToRetry`), as the
 /// retry rules ([`safety`]) say.
 pub(crate) fn mint(
     always: bool,
-    request: &mut Request,
+    (method, headers): (&Method, &mut HeaderMap),
     extensions: &Extensions,
     header: &HeaderName,
 ) -> Option<MintedKey> {
@@ -78,14 +78,14 @@ pub(crate) fn mint(
         return None;
     }
     // A blank key makes no request safe, and is still never replaced.
-    if safety(request, extensions, header) != Safety::Unsafe
-        || request.headers().contains_key(header)
+    if safety((method, headers), extensions, header) != Safety::Unsafe
+        || headers.contains_key(header)
     {
         return None;
     }
     let key = MintedKey::new();
     let value = HeaderValue::try_from(key.to_string()).ok()?;
-    request.headers_mut().insert(header.clone(), value);
+    headers.insert(header.clone(), value);
     Some(key)
 }
 
@@ -93,10 +93,20 @@ pub(crate) fn mint(
 mod tests {
     use std::collections::HashSet;
 
-    use http::Method;
+    use reqwest::Request;
 
     use super::*;
     use crate::extensions::SafeToRetry;
+
+    fn mint_in(
+        always: bool,
+        request: &mut Request,
+        extensions: &Extensions,
+        header: &HeaderName,
+    ) -> Option<MintedKey> {
+        let method = request.method().clone();
+        mint(always, (&method, request.headers_mut()), extensions, header)
+    }
 
     fn request(method: Method) -> Request {
         Request::new(method, "http://api.test/charges".parse().unwrap())
@@ -125,24 +135,24 @@ mod tests {
         let mut asked = Extensions::new();
         asked.insert(MintKey);
         let mut post = request(Method::POST);
-        assert_eq!(mint(false, &mut post, &none, &header()), None, "not asked");
-        let key = mint(false, &mut post, &asked, &header()).expect("asked by the request");
+        assert_eq!(mint_in(false, &mut post, &none, &header()), None, "not asked");
+        let key = mint_in(false, &mut post, &asked, &header()).expect("asked by the request");
         assert_eq!(post.headers()["idempotency-key"], key.to_string().as_str());
-        assert_eq!(mint(true, &mut post, &none, &header()), None, "a key is never replaced");
+        assert_eq!(mint_in(true, &mut post, &none, &header()), None, "a key is never replaced");
         assert_eq!(post.headers()["idempotency-key"], key.to_string().as_str());
         let mut blank = request(Method::PATCH);
         blank.headers_mut().insert(header(), HeaderValue::from_static(" "));
-        assert_eq!(mint(true, &mut blank, &none, &header()), None, "nor a blank one");
+        assert_eq!(mint_in(true, &mut blank, &none, &header()), None, "nor a blank one");
         let mut put = request(Method::PUT);
-        assert_eq!(mint(true, &mut put, &none, &header()), None, "safe by its method");
+        assert_eq!(mint_in(true, &mut put, &none, &header()), None, "safe by its method");
         assert!(put.headers().is_empty());
         let mut declared = Extensions::new();
         declared.insert(SafeToRetry);
         let mut post = request(Method::POST);
-        assert_eq!(mint(true, &mut post, &declared, &header()), None, "declared safe");
+        assert_eq!(mint_in(true, &mut post, &declared, &header()), None, "declared safe");
         let mut other = request(Method::POST);
         let named = HeaderName::from_static("x-request-key");
-        assert!(mint(true, &mut other, &none, &named).is_some());
+        assert!(mint_in(true, &mut other, &none, &named).is_some());
         assert!(other.headers().contains_key("x-request-key"));
     }
 

@@ -362,6 +362,7 @@ mod config;
 mod deadline;
 mod error;
 mod events;
+mod exchange;
 mod extensions;
 #[cfg(feature = "fleet")]
 pub mod fleet;

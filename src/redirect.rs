@@ -67,10 +67,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use http::StatusCode;
-use http::header::LOCATION;
+use reqwest::Url;
 use reqwest::redirect::Policy;
-use reqwest::{Response, Url};
-use reqwest_middleware::Result;
 
 thread_local! {
     /// The redirects met by the attempt being polled on this thread.
@@ -138,24 +136,17 @@ impl Seen {
         self.kept_body_away > 0 || (self.moved_away > 0 && !post)
     }
 
-    /// The redirects followed, of those noted, for an attempt that ended in
-    /// `outcome`: all of them, unless the chain stopped at the last one,
-    /// which the caller then gets (a redirect response the policy left
-    /// alone, or the error it chose).
-    pub(crate) fn followed(self, outcome: &Result<Response>) -> u32 {
-        let stopped = match outcome {
-            Ok(response) => {
-                is_redirect(response.status()) && response.headers().contains_key(LOCATION)
-            }
-            Err(reqwest_middleware::Error::Reqwest(error)) => error.is_redirect(),
-            Err(_) => false,
-        };
+    /// The redirects followed, of those noted, for an attempt whose chain
+    /// `stopped` at the last one, which the caller then gets (a redirect
+    /// response the policy left alone, or the error it chose): all of them
+    /// otherwise.
+    pub(crate) fn followed(self, stopped: bool) -> u32 {
         self.asked.saturating_sub(u32::from(stopped))
     }
 }
 
 /// The statuses reqwest follows.
-fn is_redirect(status: StatusCode) -> bool {
+pub(crate) fn is_redirect(status: StatusCode) -> bool {
     matches!(status.as_u16(), 301 | 302 | 303 | 307 | 308)
 }
 
@@ -222,7 +213,12 @@ pub(crate) fn so_far() -> Seen {
 
 #[cfg(test)]
 mod tests {
+    use http::header::LOCATION;
+    use reqwest::Response;
+    use reqwest_middleware::Result;
+
     use super::*;
+    use crate::exchange::Exchange;
 
     fn url(s: &str) -> Url {
         Url::parse(s).unwrap()
@@ -235,6 +231,10 @@ mod tests {
             seen.note(StatusCode::from_u16(*status).unwrap(), &url(next), Some(&first));
         }
         seen
+    }
+
+    fn followed(seen: Seen, outcome: &Result<Response>) -> u32 {
+        seen.followed(crate::exchange::Reqwest::stopped_at_redirect(outcome))
     }
 
     fn redirect(status: u16, location: Option<&str>) -> Result<Response> {
@@ -292,13 +292,13 @@ mod tests {
     #[test]
     fn a_chain_that_stopped_at_a_redirect_did_not_follow_it() {
         let two = seen(&[(302, "https://a.test/x"), (302, "https://a.test/y")]);
-        assert_eq!(two.followed(&Ok(http::Response::new("").into())), 2);
-        assert_eq!(two.followed(&redirect(302, Some("/z"))), 1, "the policy stopped");
-        assert_eq!(two.followed(&redirect(302, None)), 2, "nothing to follow, nothing asked");
-        assert_eq!(two.followed(&redirect(304, Some("/z"))), 2, "304 is no redirect");
+        assert_eq!(followed(two, &Ok(http::Response::new("").into())), 2);
+        assert_eq!(followed(two, &redirect(302, Some("/z"))), 1, "the policy stopped");
+        assert_eq!(followed(two, &redirect(302, None)), 2, "nothing to follow, nothing asked");
+        assert_eq!(followed(two, &redirect(304, Some("/z"))), 2, "304 is no redirect");
         let other = reqwest_middleware::Error::middleware(std::fmt::Error);
-        assert_eq!(two.followed(&Err(other)), 2);
-        assert_eq!(Seen::default().followed(&redirect(302, Some("/z"))), 0);
+        assert_eq!(followed(two, &Err(other)), 2);
+        assert_eq!(followed(Seen::default(), &redirect(302, Some("/z"))), 0);
     }
 
     #[test]

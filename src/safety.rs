@@ -4,8 +4,7 @@
 //! a retry, the hedge middleware before sending a second copy; both ask it
 //! here.
 
-use http::{Extensions, HeaderName};
-use reqwest::Request;
+use http::{Extensions, HeaderMap, HeaderName, Method};
 
 use crate::extensions::SafeToRetry;
 
@@ -21,18 +20,18 @@ pub(crate) enum Safety {
     Safe,
 }
 
-/// Which of the three the request is: [`SafeToRetry`] among its
+/// Which of the three a request, by its method and headers, is: [`SafeToRetry`] among its
 /// extensions, an idempotent method (as [`http::Method::is_idempotent`]
 /// says), or a value of `idempotency_header` that is not blank.
 pub(crate) fn safety(
-    request: &Request,
+    (method, headers): (&Method, &HeaderMap),
     extensions: &Extensions,
     idempotency_header: &HeaderName,
 ) -> Safety {
-    if extensions.get::<SafeToRetry>().is_some() || request.method().is_idempotent() {
+    if extensions.get::<SafeToRetry>().is_some() || method.is_idempotent() {
         return Safety::Safe;
     }
-    let key = request.headers().get(idempotency_header);
+    let key = headers.get(idempotency_header);
     match key.is_some_and(|key| key.as_bytes().iter().any(|b| !b.is_ascii_whitespace())) {
         true => Safety::ByKey,
         false => Safety::Unsafe,

@@ -72,7 +72,11 @@ impl HedgeMiddleware {
     ) -> Result<Response> {
         let inner = &*self.inner;
         let start = inner.clock.now();
-        let safety = safety(&request, extensions, &inner.config.idempotency_header);
+        let safety = safety(
+            (request.method(), request.headers()),
+            extensions,
+            &inner.config.idempotency_header,
+        );
         let url = request.url().clone();
         let mut lease = Lease::new(inner.budget.as_deref(), &*inner.clock);
         lease.hold_to_pay(&url);

@@ -101,6 +101,12 @@ impl<'a> Origin<'a> {
     pub(crate) fn new(scheme: &'a str, host: &'a str, port: Option<u16>) -> Self {
         Self { host, port, scheme }
     }
+
+    /// The host's name, as the adapter gave it.
+    #[inline]
+    pub(crate) fn host(&self) -> &'a str {
+        self.host
+    }
 }
 
 /// Anything a request names its host by: the table's lookups take it.

@@ -7,15 +7,16 @@
 
 use std::time::{Duration, Instant};
 
+use std::marker::PhantomData;
+
 use http::{Extensions, Method};
-use reqwest::{Request, Response};
-use reqwest_middleware::Result;
 
 use crate::budget::{HostHandle, Lease, Turn};
 use crate::deadline::{Deadline, attempt_bounds, tightest, visible_timeout};
 use crate::error::DeadlineExceeded;
+use crate::exchange::{Ended, Exchange};
 use crate::extensions::{MaxRetries, RetryDeadline};
-use crate::hosts::Located;
+use crate::hosts::Origin;
 use crate::keys::MintedKey;
 use crate::rate_limit::ReturnIfPaused;
 use crate::reason::{Decision, RetryReason, StopReason};
@@ -34,12 +35,9 @@ use pause::Held;
 pub(crate) use pause::HeldBack;
 use steps::{Admission, Pacing};
 
-/// The host of the URL reqwest gives a response built from an
-/// `http::Response` with none (`http://no.url.provided.local`).
-const NO_URL_HOST: &str = "no.url.provided.local";
-
-/// One request's policy and progress.
-pub(crate) struct Policy<'a> {
+/// One request's policy and progress, for a client's requests and answers
+/// as `E` reads them.
+pub(crate) struct Policy<'a, E> {
     shared: &'a Shared,
     /// Why the request may be repeated, if it may: its method or
     /// [`SafeToRetry`](crate::SafeToRetry), or only its idempotency key,
@@ -79,23 +77,26 @@ pub(crate) struct Policy<'a> {
     /// own answers set and the ones it found, which the `Retry-After` cap
     /// bounds (with one spread).
     paused_wait: Duration,
+    /// The client's requests and answers, a type only.
+    exchange: PhantomData<fn() -> E>,
 }
 
-impl<'a> Policy<'a> {
+impl<'a, E: Exchange> Policy<'a, E> {
     /// Reads the per-request overrides. The clock is read only for a
     /// deadline: the request's [`RetryDeadline`] (or the configured one),
     /// or its own timeout, whichever is shorter. As reqwest alone, the
     /// request's timeout bounds the whole call.
-    pub(crate) fn new(shared: &'a Shared, request: &Request, extensions: &Extensions) -> Self {
+    pub(crate) fn new(shared: &'a Shared, request: &E::Request, extensions: &Extensions) -> Self {
         let config = &shared.config;
         let deadline =
             extensions.get::<RetryDeadline>().map(RetryDeadline::get).or(config.deadline);
-        let own = request.timeout().copied();
+        let own = E::timeout(request);
         let limit = tightest(deadline, own);
+        let method = E::method(request);
         Self {
             shared,
-            safety: safety(request, extensions, &config.idempotency_header),
-            post: request.method() == Method::POST,
+            safety: safety((method, E::headers(request)), extensions, &config.idempotency_header),
+            post: method == Method::POST,
             max_retries: extensions.get::<MaxRetries>().map_or(config.max_retries, MaxRetries::get),
             deadline: limit.map(|limit| Deadline { start: shared.clock.now(), limit }),
             timeout_bound: own.is_some() && limit == own,
@@ -109,6 +110,7 @@ impl<'a> Policy<'a> {
             previous_wait: config.backoff.initial(),
             total_wait: Duration::ZERO,
             paused_wait: Duration::ZERO,
+            exchange: PhantomData,
         }
     }
 
@@ -122,20 +124,21 @@ impl<'a> Policy<'a> {
     /// once.
     ///
     /// The attempt is bounded by the attempt timeout and the deadline. Where
-    /// it has a timeout the middleware can see (its own, or the configured
-    /// attempt timeout), the shortest of them goes on the request, so reqwest
-    /// reports it as a timeout. Otherwise setting one would replace the
-    /// client's own default, which may be shorter, so the instant to cut the
-    /// attempt at is returned instead.
+    /// it has a timeout the policy can see (its own, or the configured
+    /// attempt timeout), the shortest of them goes on the request, so the
+    /// client reports it as a timeout (reqwest does); a client that reads
+    /// none there is cut at that instant instead. Otherwise setting one
+    /// would replace the client's own default, which may be shorter, so the
+    /// instant to cut the attempt at is returned instead.
     ///
     /// # Errors
     ///
     /// When the deadline has already passed: nothing is sent.
     pub(crate) fn start<F>(
         &mut self,
-        pending: &mut Option<Request>,
-        send: impl FnOnce(Request) -> F,
-    ) -> std::result::Result<(F, Option<Instant>), DeadlineExceeded> {
+        pending: &mut Option<E::Request>,
+        send: impl FnOnce(E::Request) -> F,
+    ) -> Result<(F, Option<Instant>), DeadlineExceeded> {
         let left = match self.deadline {
             Some(deadline) => {
                 let now = self.shared.clock.now();
@@ -152,7 +155,7 @@ impl<'a> Policy<'a> {
         // A copy is kept while another attempt may follow, or for the
         // predicate to be shown.
         let keep = self.attempts <= self.max_retries || self.shared.config.predicate().is_some();
-        let copy = keep.then(|| pending.as_ref().and_then(Request::try_clone)).flatten();
+        let copy = keep.then(|| pending.as_ref().and_then(E::try_clone)).flatten();
         let mut attempt = match copy {
             Some(copy) => copy,
             None => {
@@ -160,19 +163,22 @@ impl<'a> Policy<'a> {
                 // kept, so `pending` is always there to copy or take. No
                 // copy will be there for `decide` to name the host by.
                 let request = pending.take().expect("a request to send");
-                self.lease.hold(request.url());
-                self.host = self.shared.ledger.as_deref().and_then(|l| l.handle(request.url()));
+                let origin = E::origin(&request);
+                self.lease.hold(&origin);
+                self.host = self.shared.ledger.as_deref().and_then(|l| l.handle(&origin));
                 request
             }
         };
-        let own = attempt.timeout().copied();
-        let visible = visible_timeout(own, self.shared.config.attempt_timeout);
+        let visible = visible_timeout(E::timeout(&attempt), self.shared.config.attempt_timeout);
         let (timeout, cut_at) = attempt_bounds(visible, left);
-        // Only when it changes: reqwest keeps the timeout in the request's
-        // extensions, and writing one there allocates their map.
-        if timeout != own {
-            *attempt.timeout_mut() = timeout;
-        }
+        let carried = E::carry_timeout(&mut attempt, timeout);
+        let cut_at = match timeout.filter(|_| !carried) {
+            None => cut_at,
+            Some(timeout) => {
+                let now = left.map_or_else(|| self.shared.clock.now(), |(now, _)| now);
+                tightest(cut_at, now.checked_add(timeout))
+            }
+        };
         Ok((send(attempt), cut_at))
     }
 
@@ -199,8 +205,8 @@ impl<'a> Policy<'a> {
     /// met on the way to it.
     pub(crate) fn decide(
         &mut self,
-        request: Option<&Request>,
-        outcome: &Result<Response>,
+        request: Option<&E::Request>,
+        outcome: &Ended<E>,
         body_failed: bool,
         seen: Seen,
         extensions: &Extensions,
@@ -223,16 +229,16 @@ impl<'a> Policy<'a> {
     /// happen is paid for.
     fn retry(
         &mut self,
-        request: Option<&Request>,
-        outcome: &Result<Response>,
+        request: Option<&E::Request>,
+        outcome: &Ended<E>,
         body_failed: bool,
         seen: Seen,
         extensions: &Extensions,
-    ) -> std::result::Result<(Duration, RetryReason), StopReason> {
+    ) -> Result<(Duration, RetryReason), StopReason> {
         let config = &self.shared.config;
-        let url = request.map(Request::url);
-        let came = steps::came(outcome, url, body_failed);
-        let classified = steps::classify(config, request, self.attempts, outcome, came);
+        let origin = request.map(E::origin);
+        let came = steps::came::<E>(outcome, request, body_failed);
+        let classified = steps::classify::<E>(config, request, self.attempts, outcome, came);
         let held = self.pause_host(classified.as_ref(), came.ok(), outcome);
         let paused = held == Held::Paused;
         let answer = if body_failed { None } else { throttle::answer(config, came) };
@@ -242,13 +248,13 @@ impl<'a> Policy<'a> {
             // accepted one in the same lookup, where it can; a rejection,
             // on its own.
             let accepted = answer == Some(Answer::Accepted);
-            if !(self.lease.answered(url.map(Located::as_origin), accepted) && accepted) {
-                self.observe(url, outcome, answer);
+            if !(self.lease.answered(origin, accepted) && accepted) {
+                self.observe(origin, outcome, answer);
             }
             return Err(StopReason::NothingToRetry);
         };
-        self.lease.failed(url.map(Located::as_origin));
-        self.observe(url, outcome, answer);
+        self.lease.failed(origin);
+        self.observe(origin, outcome, answer);
         let spent = self.spent();
         steps::admissible(Admission {
             expired: spent.is_some_and(|(elapsed, limit)| elapsed >= limit),
@@ -289,28 +295,18 @@ impl<'a> Policy<'a> {
     }
 
     /// Tells the throttle of the host the attempt went to how it answered,
-    /// if the answer counts: the host of `url`, or else the one held, or
-    /// else the one the outcome names (a request sent with no copy kept,
-    /// to a host the table did not know).
-    fn observe(
-        &self,
-        url: Option<&reqwest::Url>,
-        outcome: &Result<Response>,
-        answer: Option<Answer>,
-    ) {
+    /// if the answer counts: the host of the request (its `origin`), or
+    /// else the one held, or else the one the outcome names (a request sent
+    /// with no copy kept, to a host the table did not know).
+    fn observe(&self, origin: Option<Origin<'_>>, outcome: &Ended<E>, answer: Option<Answer>) {
         let (Some(ledger), Some(answer)) = (self.shared.ledger.as_deref(), answer) else { return };
         let clock = &*self.shared.clock;
-        match (url, &self.host) {
-            (Some(url), _) => ledger.observe(url, answer, || clock.now()),
+        match (origin, &self.host) {
+            (Some(origin), _) => ledger.observe(&origin, answer, || clock.now()),
             (None, Some(host)) => ledger.observe_held(host, answer, clock.now()),
             (None, None) => {
-                let named = match outcome {
-                    Ok(response) => Some(response.url()),
-                    Err(reqwest_middleware::Error::Reqwest(error)) => error.url(),
-                    Err(_) => None,
-                };
-                if let Some(url) = named {
-                    ledger.observe(url, answer, || clock.now());
+                if let Some(named) = E::answered(outcome) {
+                    ledger.observe(&named, answer, || clock.now());
                 }
             }
         }
@@ -329,20 +325,12 @@ impl<'a> Policy<'a> {
     /// origin, for the rest of the call, as the record does for a 307 or
     /// 308 to another origin. Without the record a 303 cannot be told from
     /// a 307, so any such redirect counts.
-    fn note_origin(&mut self, request: Option<&Request>, outcome: &Result<Response>) {
+    fn note_origin(&mut self, request: Option<&E::Request>, outcome: &Ended<E>) {
         if self.safety != Safety::ByKey || self.shared.bound {
             return;
         }
-        let answered = match outcome {
-            // A response built by a middleware without a URL carries
-            // reqwest's stand-in, which names no origin.
-            Ok(response) if response.url().host_str() == Some(NO_URL_HOST) => None,
-            Ok(response) => Some(response.url()),
-            Err(reqwest_middleware::Error::Reqwest(error)) => error.url(),
-            Err(reqwest_middleware::Error::Middleware(_)) => None,
-        };
-        if let (Some(request), Some(answered)) = (request, answered) {
-            if !crate::redirect::same_origin(request.url(), answered) {
+        if let (Some(request), Some(answered)) = (request, E::answered(outcome)) {
+            if E::origin(request) != answered {
                 self.safety = Safety::Unsafe;
             }
         }
@@ -351,12 +339,13 @@ impl<'a> Policy<'a> {
     /// Takes in the redirects an attempt met: they count towards the
     /// report, prove the request processed, and take away the safety of a
     /// key that went on to another origin, for the rest of the call.
-    fn note(&mut self, seen: Seen, outcome: &Result<Response>) {
+    fn note(&mut self, seen: Seen, outcome: &Ended<E>) {
         // Nearly every attempt met none.
         if seen.asked == 0 {
             return;
         }
-        self.redirects = self.redirects.saturating_add(seen.followed(outcome));
+        self.redirects =
+            self.redirects.saturating_add(seen.followed(E::stopped_at_redirect(outcome)));
         self.redirected = true;
         if self.safety == Safety::ByKey && seen.took_away(self.post) {
             self.safety = Safety::Unsafe;

@@ -6,13 +6,12 @@
 use std::time::Duration;
 
 use http::Extensions;
-use reqwest::{Request, Response};
-use reqwest_middleware::Result;
 
 use super::Policy;
 use super::steps::{self, Retryable};
 use crate::backoff::{Jitter, scale};
 use crate::budget::{Ledger, Passage};
+use crate::exchange::{Ended, Exchange};
 use crate::head::Head;
 use crate::rate_limit::{HostPaused, ReturnIfPaused, SkipThrottling, Throttled};
 use crate::shared::Shared;
@@ -30,7 +29,7 @@ pub(crate) enum HeldBack {
 /// in flight.
 const MIN_LOOK_AGAIN: Duration = Duration::from_millis(10);
 
-impl<'a> Policy<'a> {
+impl<'a, E: Exchange> Policy<'a, E> {
     /// Whether `request` may go to its host now (`None`), or must first
     /// wait out the host's pause for the time returned, then ask again.
     /// When this request's attempt is the probe the pause's end lets
@@ -45,9 +44,9 @@ impl<'a> Policy<'a> {
     #[inline]
     pub(crate) fn passage(
         &mut self,
-        request: &Request,
+        request: &E::Request,
         extensions: &Extensions,
-    ) -> std::result::Result<Option<Duration>, HeldBack> {
+    ) -> Result<Option<Duration>, HeldBack> {
         let shared: &'a Shared = self.shared;
         match shared.ledger.as_deref() {
             Some(ledger) if ledger.may_hold() => self.wait_for_host(ledger, request, extensions),
@@ -60,12 +59,12 @@ impl<'a> Policy<'a> {
     fn wait_for_host(
         &mut self,
         ledger: &'a Ledger,
-        request: &Request,
+        request: &E::Request,
         extensions: &Extensions,
-    ) -> std::result::Result<Option<Duration>, HeldBack> {
+    ) -> Result<Option<Duration>, HeldBack> {
         let clock = &*self.shared.clock;
         let first = self.attempts == 0 && extensions.get::<SkipThrottling>().is_none();
-        let passage = ledger.gate(request.url(), || clock.now(), first);
+        let passage = ledger.gate(&E::origin(request), || clock.now(), first);
         let for_pause = matches!(passage, Passage::Paused(_));
         let wait = match passage {
             Passage::Open => return Ok(None),
@@ -133,7 +132,7 @@ impl<'a> Policy<'a> {
         &mut self,
         retryable: Option<&Retryable>,
         head: Option<Head<'_>>,
-        outcome: &Result<Response>,
+        outcome: &Ended<E>,
     ) -> Held {
         if self.turn.is_none() && !steps::may_pause(&self.shared.config, retryable, head) {
             return Held::No;
@@ -148,7 +147,7 @@ impl<'a> Policy<'a> {
         &mut self,
         retryable: Option<&Retryable>,
         head: Option<Head<'_>>,
-        outcome: &Result<Response>,
+        outcome: &Ended<E>,
     ) -> Held {
         let Some(ledger) = self.shared.ledger.as_deref() else { return Held::No };
         let clock = &*self.shared.clock;
@@ -170,8 +169,9 @@ impl<'a> Policy<'a> {
             };
         }
         // The host that answered: the last hop's, after a redirect.
-        match (asked, outcome) {
-            (Some(asked), Ok(response)) if ledger.pause(response.url(), asked, now) => Held::Paused,
+        let answered = outcome.as_ref().ok().and(E::answered(outcome));
+        match (asked, answered) {
+            (Some(asked), Some(host)) if ledger.pause(&host, asked, now) => Held::Paused,
             _ => Held::No,
         }
     }

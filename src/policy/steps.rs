@@ -7,16 +7,15 @@
 use std::time::{Duration, SystemTime};
 
 use http::StatusCode;
-use reqwest::{Request, Response};
-use reqwest_middleware::Result;
 
 use crate::backoff::{Jitter, scale};
 use crate::classify::{self, Failure, Reach};
 use crate::config::RetryConfig;
 use crate::deadline::MIN_ATTEMPT;
+use crate::exchange::{Ended, Exchange};
 use crate::head::Head;
 use crate::jitter::JitterSource;
-use crate::predicate::{Attempt, Outcome, Wait};
+use crate::predicate::Wait;
 use crate::reason::{RetryReason, StopReason};
 use crate::retry_after::RetryAfterOverCap;
 
@@ -32,45 +31,40 @@ pub(super) struct Retryable {
 /// the built-in rules' on what the attempt came back with (`came`). `None`:
 /// the outcome is final. `number` is the attempt's.
 #[inline]
-pub(super) fn classify(
+pub(super) fn classify<E: Exchange>(
     config: &RetryConfig,
-    request: Option<&Request>,
+    request: Option<&E::Request>,
     number: u32,
-    outcome: &Result<Response>,
-    came: std::result::Result<Head<'_>, Failure>,
+    outcome: &Ended<E>,
+    came: Result<Head<'_>, Failure>,
 ) -> Option<Retryable> {
-    if let (Some(predicate), Some(request)) = (config.predicate(), request) {
-        let attempt = Attempt { request, number, outcome: Outcome::of(outcome) };
-        if let Some(verdict) = predicate(&attempt) {
-            let reach = Reach::of(verdict.retryability())?;
-            return Some(Retryable { reach, reason: RetryReason::Custom, wait: verdict.source() });
-        }
+    if let Some(verdict) = request.and_then(|request| E::verdict(config, request, number, outcome))
+    {
+        let reach = Reach::of(verdict.retryability())?;
+        return Some(Retryable { reach, reason: RetryReason::Custom, wait: verdict.source() });
     }
     built_in(config, came)
 }
 
-/// What an attempt to `url` came back with, in no client's terms: the
-/// answer's head, or what its failure says (`body_failed`: the error its
-/// response's body failed with while the middleware read it).
+/// What an attempt of `request` (the copy kept, if one was) came back
+/// with, in no client's terms: the answer's head, or what its failure says
+/// (`body_failed`: the error its answer's body failed with while the
+/// adapter read it).
 #[inline]
-pub(super) fn came<'a>(
-    outcome: &'a Result<Response>,
-    url: Option<&reqwest::Url>,
+pub(super) fn came<'a, E: Exchange>(
+    outcome: &'a Ended<E>,
+    request: Option<&E::Request>,
     body_failed: bool,
-) -> std::result::Result<Head<'a>, Failure> {
+) -> Result<Head<'a>, Failure> {
     match outcome {
-        Ok(response) => Ok(Head::of(response)),
-        Err(error) if body_failed => Err(classify::body_failure_of(error)),
-        Err(error) => Err(classify::failure_of(error, url)),
+        Ok(response) => Ok(E::head(response)),
+        Err(error) => Err(E::failure(error, request, body_failed)),
     }
 }
 
 /// Step one's built-in rules, for an answer by its head and for a failed
 /// attempt by what its failure says.
-pub(super) fn built_in(
-    config: &RetryConfig,
-    came: std::result::Result<Head<'_>, Failure>,
-) -> Option<Retryable> {
+pub(super) fn built_in(config: &RetryConfig, came: Result<Head<'_>, Failure>) -> Option<Retryable> {
     let (reach, reason) = match came {
         Ok(head) => classify_response(config, head),
         Err(failure) => failure.class(),
@@ -122,7 +116,7 @@ pub(super) struct Admission {
 /// to: the deadline passed (whatever else is true, that is why this is the
 /// end), it is not safe to, the retries are spent, or nothing is left to
 /// send.
-pub(super) fn admissible(a: Admission) -> std::result::Result<(), StopReason> {
+pub(super) fn admissible(a: Admission) -> Result<(), StopReason> {
     if a.expired {
         return Err(StopReason::DeadlineExceeded);
     }
@@ -181,7 +175,7 @@ pub(super) fn wait(
     retryable: Retryable,
     head: Option<Head<'_>>,
     wall_time: impl FnOnce() -> SystemTime,
-) -> std::result::Result<Chosen, StopReason> {
+) -> Result<Chosen, StopReason> {
     let config = pacing.config;
     let headers = head.map(|head| head.headers);
     let asked = match retryable.wait {
@@ -300,7 +294,7 @@ pub(super) fn pause_asked(
 pub(super) fn fits_deadline(
     spent: Option<(Duration, Duration)>,
     after: Duration,
-) -> std::result::Result<(), StopReason> {
+) -> Result<(), StopReason> {
     match spent {
         Some((elapsed, limit))
             if elapsed.saturating_add(after).saturating_add(MIN_ATTEMPT) > limit =>

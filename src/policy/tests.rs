@@ -10,6 +10,7 @@ use super::steps::{self, Admission, Chosen, Pacing, Retryable};
 use crate::backoff::{Backoff, Jitter};
 use crate::classify::Reach;
 use crate::config::RetryConfig;
+use crate::exchange::Reqwest;
 use crate::predicate::{Outcome, Verdict, Wait};
 use crate::reason::{RetryReason, Retryability, StopReason};
 use crate::retry_after::{RetryAfter, RetryAfterOverCap};
@@ -50,8 +51,8 @@ fn classify_sorts_statuses_by_the_built_in_rules() {
     for (status, config, reach) in cases {
         let request = request(Method::GET);
         let outcome = answer(status, &[]);
-        let came = steps::came(&outcome, None, false);
-        let got = steps::classify(config, Some(&request), 1, &outcome, came);
+        let came = steps::came::<Reqwest>(&outcome, None, false);
+        let got = steps::classify::<Reqwest>(config, Some(&request), 1, &outcome, came);
         assert_eq!(got.map(|r| r.reach), reach, "{status}");
         if let Some(got) = got {
             assert_eq!(got.wait, Wait::Policy, "{status}");
@@ -82,13 +83,19 @@ fn classify_takes_the_predicates_word_and_falls_back_when_it_has_none() {
     for (status, expected) in cases {
         let request = request(Method::POST);
         let outcome = answer(status, &[]);
-        let came = steps::came(&outcome, None, false);
-        let got = steps::classify(&config, Some(&request), 1, &outcome, came);
+        let came = steps::came::<Reqwest>(&outcome, None, false);
+        let got = steps::classify::<Reqwest>(&config, Some(&request), 1, &outcome, came);
         assert_eq!(got.map(|r| (r.reach, r.reason, r.wait)), expected, "{status}");
     }
     // With no copy of the request to show it, the predicate is not asked.
     let outcome = answer(409, &[]);
-    let got = steps::classify(&config, None, 1, &outcome, steps::came(&outcome, None, false));
+    let got = steps::classify::<Reqwest>(
+        &config,
+        None,
+        1,
+        &outcome,
+        steps::came::<Reqwest>(&outcome, None, false),
+    );
     assert_eq!(got, None, "409 is final by the built-in rules");
 }
 
