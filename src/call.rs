@@ -12,7 +12,7 @@ use reqwest_middleware::{Error, Next, Result};
 use crate::body::{self, RequestBuffer};
 use crate::events;
 use crate::exchange::{Exchange, Reqwest};
-use crate::future::{first, yield_once};
+use crate::future::first;
 use crate::keys;
 use crate::policy::{HeldBack, Policy};
 use crate::reason::{Decision, StopReason};
@@ -65,7 +65,7 @@ impl Shared {
             // next one.
             let caller = extensions.clone();
             loop {
-                if let Err(held) = self.pass(&mut policy, pending.as_ref(), extensions).await {
+                if let Err(held) = policy.pass(pending.as_ref(), extensions).await {
                     return self.held_back(&policy, what, extensions, &caller, held);
                 }
                 let send = sender(&next, extensions);
@@ -109,31 +109,6 @@ impl Shared {
                 next_attempt(&policy, extensions, &caller);
             }
         }
-    }
-
-    /// Waits while the request's host is paused at its server's request,
-    /// unless the call does not wait or its throttle keeps it back (see
-    /// [`Policy::passage`]).
-    async fn pass(
-        &self,
-        policy: &mut Policy<'_, Reqwest>,
-        request: Option<&Request>,
-        extensions: &Extensions,
-    ) -> std::result::Result<(), HeldBack> {
-        let Some(request) = request else { return Ok(()) };
-        while let Some(wait) = policy.passage(request, extensions)? {
-            let before = self.clock.now();
-            self.clock.sleep(wait).await;
-            // A clock whose time a sleep does not move would hold the call
-            // forever: it goes.
-            if self.clock.now() <= before {
-                break;
-            }
-            // The probe may be another task of this thread's, and a sleep
-            // may end at once (a test's clock): it gets its turn.
-            yield_once().await;
-        }
-        Ok(())
     }
 
     /// Reads a streamed request body into memory, if body buffering asks

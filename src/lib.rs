@@ -385,6 +385,8 @@ mod safety;
 mod shared;
 mod stripes;
 mod throttle;
+#[cfg(feature = "tower")]
+pub mod tower;
 
 pub use backoff::{Backoff, Jitter};
 pub use body::BodyBuffering;

@@ -43,6 +43,12 @@ impl Default for RetryMiddleware {
 }
 
 impl RetryMiddleware {
+    /// The parts every request shares, for another adapter to use.
+    #[cfg(feature = "tower")]
+    pub(crate) fn shared(self) -> Arc<Shared> {
+        self.shared
+    }
+
     /// A middleware with this policy, the [`TokioClock`](crate::clock::TokioClock) and thread-local
     /// randomness.
     pub fn new(config: RetryConfig) -> Self {

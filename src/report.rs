@@ -53,7 +53,14 @@ impl RetryReport {
     /// assert_eq!((report.attempts, report.stop), (1, StopReason::NothingToRetry));
     /// ```
     pub fn from_response(response: &Response) -> Self {
-        response.extensions().get::<Self>().copied().unwrap_or(Self::FIRST_AND_FINAL)
+        Self::from_extensions(response.extensions())
+    }
+
+    /// The report of the call whose answer has these extensions: an
+    /// `http::Response`'s, as a tower stack hands it back
+    /// ([`crate::tower`]). The same as [`from_response`](Self::from_response).
+    pub fn from_extensions(extensions: &http::Extensions) -> Self {
+        extensions.get::<Self>().copied().unwrap_or(Self::FIRST_AND_FINAL)
     }
 
     /// One attempt, no wait, a final outcome: the report a response without

@@ -37,10 +37,11 @@ pub(crate) struct Shared {
     /// The user's retry policy for reqwest itself, which the client the
     /// middleware builds gets in place of its own choice.
     pub(crate) reqwest_retry: Option<ReqwestRetry>,
-    /// The middleware built the client it sends through, with the redirect
-    /// policy that records every redirect: set by
-    /// [`RetryMiddleware::client`](crate::RetryMiddleware::client) on the
-    /// middleware it puts in that client alone.
+    /// Every redirect an attempt meets is seen: the middleware built the
+    /// client it sends through, with the redirect policy that records them
+    /// (set by [`RetryMiddleware::client`](crate::RetryMiddleware::client)
+    /// on the middleware it puts in that client alone), or the attempts go
+    /// through the tower layer, whose service follows none.
     pub(crate) bound: bool,
     /// The fleet the middleware's books are in, and their number there.
     #[cfg(feature = "fleet")]

@@ -1,8 +1,9 @@
 //! The policy of one request: after each attempt, retry after a wait, or
 //! stop, and why.
 //!
-//! Everything here is synchronous; the middleware does the sending and the
-//! waiting. A [`Policy`] is made per request from the [`Shared`] parts every
+//! Everything here is synchronous but the wait for a paused host
+//! ([`Policy::pass`]); the adapter's loop does the sending and the other
+//! waits. A [`Policy`] is made per request from the [`Shared`] parts every
 //! request uses, and it alone answers "what happens after this attempt?".
 
 use std::time::{Duration, Instant};

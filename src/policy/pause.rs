@@ -12,6 +12,7 @@ use super::steps::{self, Retryable};
 use crate::backoff::{Jitter, scale};
 use crate::budget::{Ledger, Passage};
 use crate::exchange::{Ended, Exchange};
+use crate::future::yield_once;
 use crate::head::Head;
 use crate::rate_limit::{HostPaused, ReturnIfPaused, SkipThrottling, Throttled};
 use crate::shared::Shared;
@@ -30,6 +31,32 @@ pub(crate) enum HeldBack {
 const MIN_LOOK_AGAIN: Duration = Duration::from_millis(10);
 
 impl<'a, E: Exchange> Policy<'a, E> {
+    /// Waits while the request's host is paused at its server's request,
+    /// unless the call does not wait or its throttle keeps it back (see
+    /// [`passage`](Self::passage)): the one wait a policy does itself, for
+    /// every adapter's loop alike.
+    pub(crate) async fn pass(
+        &mut self,
+        request: Option<&E::Request>,
+        extensions: &Extensions,
+    ) -> Result<(), HeldBack> {
+        let Some(request) = request else { return Ok(()) };
+        let clock = &*self.shared.clock;
+        while let Some(wait) = self.passage(request, extensions)? {
+            let before = clock.now();
+            clock.sleep(wait).await;
+            // A clock whose time a sleep does not move would hold the call
+            // forever: it goes.
+            if clock.now() <= before {
+                break;
+            }
+            // The probe may be another task of this thread's, and a sleep
+            // may end at once (a test's clock): it gets its turn.
+            yield_once().await;
+        }
+        Ok(())
+    }
+
     /// Whether `request` may go to its host now (`None`), or must first
     /// wait out the host's pause for the time returned, then ask again.
     /// When this request's attempt is the probe the pause's end lets

@@ -26,4 +26,6 @@ mod properties;
 mod redirects;
 mod retry_after;
 mod safety;
+#[cfg(feature = "tower")]
+mod tower;
 mod waits;

@@ -1,0 +1,171 @@
+//! One call through the layer: copy, wait for the service, send, decide,
+//! wait, repeat.
+
+use std::future::poll_fn;
+use std::time::Instant;
+
+use ::tower::Service;
+use ::tower::timeout::error::Elapsed;
+use http::{Extensions, Method, Request, Response};
+
+use super::exchange::{BoxError, Tower};
+use crate::events;
+use crate::exchange::Exchange;
+use crate::future::first;
+use crate::keys;
+use crate::policy::{HeldBack, Policy};
+use crate::reason::{Decision, StopReason};
+use crate::redirect::Seen;
+use crate::report::{AttemptNumber, ReportSlot, RetryReport};
+use crate::shared::Shared;
+
+/// What a call's events name: its method, and its server's host if the
+/// events are logged.
+type What<'a> = (&'a Method, Option<&'a str>);
+
+/// One call of `request` through `inner`, which the caller has made ready
+/// for the first attempt; before each retry the layer waits for it again.
+pub(super) async fn run<S, B, R>(
+    shared: &Shared,
+    mut inner: S,
+    request: Request<B>,
+) -> Result<Response<R>, BoxError>
+where
+    S: Service<Request<B>, Response = Response<R>>,
+    S::Error: Into<BoxError>,
+    B: Clone,
+{
+    let (mut parts, body) = request.into_parts();
+    let header = &shared.config.idempotency_header;
+    let minted = keys::mint(
+        shared.config.mint_keys,
+        (&parts.method, &mut parts.headers),
+        &parts.extensions,
+        header,
+    );
+    let method = parts.method.clone();
+    // What the caller attached: the overrides every decision reads, and
+    // where its report goes, whichever attempt the request ends with.
+    let caller = parts.extensions.clone();
+    let request = Request::from_parts(parts, body);
+    let server = events::server(shared, Tower::<B, R>::origin(&request).host());
+    let what = (&method, server.as_deref());
+    let mut policy = Policy::<Tower<B, R>>::new(shared, &request, &caller);
+    policy.minted(minted);
+    let mut pending = Some(request);
+    loop {
+        if let Err(held) = policy.pass(pending.as_ref(), &caller).await {
+            let (stop, error): (_, BoxError) = match held {
+                HeldBack::Paused(paused) => (StopReason::HostPaused, Box::new(paused)),
+                HeldBack::Throttled(throttled) => (StopReason::Throttled, Box::new(throttled)),
+            };
+            return end(shared, &policy, (what, &caller), stop, error);
+        }
+        if policy.attempts() > 0 {
+            if let Some(request) = pending.as_mut() {
+                let number = policy.attempts().saturating_add(1);
+                let resend_count = policy.resend_count().saturating_add(1);
+                request.extensions_mut().insert(AttemptNumber::new(number, resend_count));
+            }
+            if let Err(error) = poll_fn(|cx| inner.poll_ready(cx)).await {
+                // The service that would take the retry failed: its error
+                // is the call's.
+                return end(
+                    shared,
+                    &policy,
+                    (what, &caller),
+                    StopReason::NothingToRetry,
+                    error.into(),
+                );
+            }
+        }
+        let Ok((sent, cut_at)) = policy.start(&mut pending, |attempt| inner.call(attempt)) else {
+            return expired(shared, &policy, (what, &caller));
+        };
+        let outcome = match attempt(shared, sent, cut_at).await {
+            Some(outcome) => outcome,
+            // The deadline passed: the call is over.
+            None if reached(&policy, shared) => return expired(shared, &policy, (what, &caller)),
+            // The attempt's own timeout passed, as tower's `Timeout` says.
+            None => Err(Box::new(Elapsed::new()) as BoxError),
+        };
+        let decision = policy.decide(pending.as_ref(), &outcome, false, Seen::NONE, &caller);
+        events::notify(shared, policy.attempts(), policy.resend_count(), what, decision);
+        let after = match decision {
+            Decision::Retry { after, .. } => after,
+            Decision::Stop(stop) => {
+                let mut outcome = outcome;
+                deliver(&caller, &mut outcome, policy.report(stop));
+                return outcome;
+            }
+        };
+        // The retried answer goes, and with it its connection's claim.
+        drop(outcome);
+        shared.clock.sleep(after).await;
+    }
+}
+
+/// The attempt `sent`, cut at `cut_at` if it is set: `None` when it was.
+async fn attempt<F, R, E>(
+    shared: &Shared,
+    sent: F,
+    cut_at: Option<Instant>,
+) -> Option<Result<Response<R>, BoxError>>
+where
+    F: Future<Output = Result<Response<R>, E>>,
+    E: Into<BoxError>,
+{
+    let sent = async move { sent.await.map_err(Into::into) };
+    match cut_at {
+        None => Some(sent.await),
+        Some(at) => first(sent, shared.clock.sleep_until(at)).await,
+    }
+}
+
+/// Whether the call's deadline has passed.
+fn reached<B: Clone, R>(policy: &Policy<'_, Tower<B, R>>, shared: &Shared) -> bool {
+    policy.deadline_at().is_some_and(|at| shared.clock.now() >= at)
+}
+
+/// Stops because the deadline passed with no answer to return.
+fn expired<B: Clone, R>(
+    shared: &Shared,
+    policy: &Policy<'_, Tower<B, R>>,
+    call: (What<'_>, &Extensions),
+) -> Result<Response<R>, BoxError> {
+    let error = Box::new(policy.deadline_exceeded());
+    end(shared, policy, call, StopReason::DeadlineExceeded, error)
+}
+
+/// Stops because of `stop` with no answer to return: `error` instead.
+fn end<B: Clone, R>(
+    shared: &Shared,
+    policy: &Policy<'_, Tower<B, R>>,
+    (what, caller): (What<'_>, &Extensions),
+    stop: StopReason,
+    error: BoxError,
+) -> Result<Response<R>, BoxError> {
+    let stopped = Decision::Stop(stop);
+    events::notify(shared, policy.attempts(), policy.resend_count(), what, stopped);
+    let mut outcome = Err(error);
+    deliver(caller, &mut outcome, policy.report(stop));
+    outcome
+}
+
+/// Hands the call's report to the caller: in the [`ReportSlot`] it
+/// attached, and in the answer's extensions when there is something to say
+/// (absence reads as one attempt, final: [`RetryReport::from_extensions`]).
+fn deliver<R>(
+    caller: &Extensions,
+    outcome: &mut Result<Response<R>, BoxError>,
+    report: RetryReport,
+) {
+    if let Some(slot) = caller.get::<ReportSlot>() {
+        slot.set(report);
+    }
+    if report != RetryReport::FIRST_AND_FINAL {
+        if let Ok(response) = outcome {
+            response.extensions_mut().insert(report);
+        }
+    }
+}

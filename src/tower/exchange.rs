@@ -1,0 +1,186 @@
+//! tower's requests and answers, as the rules read them: `http` types, and
+//! errors read from the chain hyper, hyper-util and tower give.
+
+use std::error::Error as StdError;
+use std::io;
+use std::marker::PhantomData;
+use std::time::Duration;
+
+use http::header::HOST;
+use http::{HeaderMap, Method, Request, Response};
+
+use crate::classify::{self, Failure, Signs};
+use crate::config::RetryConfig;
+use crate::exchange::{Ended, Exchange};
+use crate::head::Head;
+use crate::hosts::Origin;
+use crate::predicate::Verdict;
+
+pub(crate) use ::tower::BoxError;
+
+/// The adapter for a `Service<http::Request<B>>` answering
+/// `http::Response<R>`.
+pub(crate) struct Tower<B, R>(PhantomData<fn() -> (B, R)>);
+
+impl<B: Clone, R> Exchange for Tower<B, R> {
+    type Request = Request<B>;
+    type Response = Response<R>;
+    type Error = BoxError;
+
+    #[inline]
+    fn method(request: &Request<B>) -> &Method {
+        request.method()
+    }
+
+    #[inline]
+    fn headers(request: &Request<B>) -> &HeaderMap {
+        request.headers()
+    }
+
+    #[inline]
+    fn origin(request: &Request<B>) -> Origin<'_> {
+        origin(request)
+    }
+
+    /// An `http::Request` carries no timeout.
+    #[inline]
+    fn timeout(_: &Request<B>) -> Option<Duration> {
+        None
+    }
+
+    /// No service reads a timeout off the request: the layer cuts the
+    /// attempt itself.
+    #[inline]
+    fn carry_timeout(_: &mut Request<B>, _: Option<Duration>) -> bool {
+        false
+    }
+
+    #[inline]
+    fn try_clone(request: &Request<B>) -> Option<Request<B>> {
+        Some(request.clone())
+    }
+
+    #[inline]
+    fn head(response: &Response<R>) -> Head<'_> {
+        Head { status: response.status(), headers: response.headers() }
+    }
+
+    /// The layer reads no answer's body: every error is the attempt's.
+    #[inline]
+    fn failure(error: &BoxError, _: Option<&Request<B>>, _: bool) -> Failure {
+        let error: &(dyn StdError + 'static) = &**error;
+        classify::failure(error, signs(error))
+    }
+
+    /// The answer is the request's own: redirects are followed outside the
+    /// layer, each hop a call of its own.
+    #[inline]
+    fn answered(_: &Ended<Self>) -> Option<Origin<'_>> {
+        None
+    }
+
+    #[inline]
+    fn stopped_at_redirect(_: &Ended<Self>) -> bool {
+        false
+    }
+
+    /// The predicate reads reqwest's types: a tower stack goes by the
+    /// built-in rules.
+    #[inline]
+    fn verdict(_: &RetryConfig, _: &Request<B>, _: u32, _: &Ended<Self>) -> Option<Verdict> {
+        None
+    }
+}
+
+/// The host a request goes to: its URI's scheme, host and port, or, for a
+/// URI that is a path alone (as tonic and a server's requests have them),
+/// its `Host` header's. A scheme's default port counts as none, as a URL
+/// writes it; the host is compared as written.
+pub(crate) fn origin<B>(request: &Request<B>) -> Origin<'_> {
+    let uri = request.uri();
+    let scheme = uri.scheme_str().unwrap_or("http");
+    let (host, port) = match uri.host() {
+        Some(host) => (host, uri.port_u16()),
+        None => request.headers().get(HOST).and_then(|v| v.to_str().ok()).map_or(("", None), split),
+    };
+    let default = match scheme {
+        "http" => Some(80),
+        "https" => Some(443),
+        _ => None,
+    };
+    Origin::new(scheme, host, port.filter(|&port| Some(port) != default))
+}
+
+/// A `Host` header's host and port. One whose port is not a number names
+/// no port; an IPv6 address keeps its brackets, as a URI writes it.
+fn split(value: &str) -> (&str, Option<u16>) {
+    match value.rsplit_once(':') {
+        Some((host, port)) if !port.contains(']') => (host, port.parse().ok()),
+        _ => (value, None),
+    }
+}
+
+/// What the chain of a tower stack's error says that its messages do not:
+/// hyper-util's connect error, a timer that fired (tower's `Elapsed`, an
+/// I/O timeout, hyper's own), and whether hyper took part in sending.
+fn signs(error: &(dyn StdError + 'static)) -> Signs {
+    let mut signs = Signs::default();
+    let mut next = Some(error);
+    while let Some(error) = next {
+        if let Some(client) = error.downcast_ref::<hyper_util::client::legacy::Error>() {
+            match client.is_connect() {
+                true => signs.connect = true,
+                false => signs.request = true,
+            }
+        } else if let Some(hyper) = error.downcast_ref::<hyper::Error>() {
+            signs.request = true;
+            signs.timeout |= hyper.is_timeout();
+        } else if error.is::<::tower::timeout::error::Elapsed>() {
+            signs.timeout = true;
+        } else if let Some(io) = error.downcast_ref::<io::Error>() {
+            signs.timeout |= io.kind() == io::ErrorKind::TimedOut;
+        }
+        next = error.source();
+    }
+    signs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(uri: &str, host: Option<&str>) -> Request<()> {
+        let mut request = Request::builder().uri(uri);
+        if let Some(host) = host {
+            request = request.header(HOST, host);
+        }
+        request.body(()).unwrap()
+    }
+
+    #[test]
+    fn a_request_is_located_by_its_uri_or_else_its_host_header() {
+        let cases = [
+            ("http://127.0.0.1:8080/x", None, Origin::new("http", "127.0.0.1", Some(8080))),
+            ("https://api.test:443/x", None, Origin::new("https", "api.test", None)),
+            ("http://api.test:80/x", Some("other.test"), Origin::new("http", "api.test", None)),
+            ("/svc/Method", Some("127.0.0.1:50051"), Origin::new("http", "127.0.0.1", Some(50051))),
+            ("/x", Some("[::1]:9000"), Origin::new("http", "[::1]", Some(9000))),
+            ("/x", Some("[::1]"), Origin::new("http", "[::1]", None)),
+            ("/x", Some("api.test:nope"), Origin::new("http", "api.test", None)),
+            ("/x", None, Origin::new("http", "", None)),
+        ];
+        for (uri, host, expected) in cases {
+            assert!(origin(&request(uri, host)) == expected, "{uri} {host:?}");
+        }
+    }
+
+    #[test]
+    fn a_timer_anywhere_in_the_chain_is_a_timeout() {
+        let elapsed: BoxError = Box::new(::tower::timeout::error::Elapsed::new());
+        assert_eq!(signs(&*elapsed), Signs { timeout: true, ..Signs::default() });
+        let io: BoxError = Box::new(io::Error::new(io::ErrorKind::TimedOut, "slow"));
+        assert!(signs(&*io).timeout);
+        let other: BoxError = Box::new(io::Error::other("no"));
+        assert_eq!(signs(&*other), Signs::default());
+    }
+}

@@ -1,0 +1,262 @@
+//! The tower layer over hyper-util's client, against a real server on
+//! loopback: the rules the middleware's tests check, checked side by side
+//! with the middleware on the same scenario, the same settings and the
+//! same pinned clock and jitter.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Method, Request, StatusCode};
+use http_body_util::Full;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use reqwest_safe_retry::report::{ReportSlot, RetryReport, StopReason};
+use reqwest_safe_retry::tower::{Retry, RetryLayer};
+use reqwest_safe_retry::{
+    MaxRetries, RetryConfig, RetryMiddleware, clock::ManualClock, jitter::FixedJitter,
+};
+use tower::{Layer, ServiceExt};
+use wiremock::{MockServer, ResponseTemplate};
+
+use crate::support::{self, MS, hits, policy, script};
+
+type Hyper = Client<HttpConnector, Full<Bytes>>;
+
+/// hyper-util's client through the layer with `config`, a manual clock and
+/// jitter pinned at the top, as [`support::client`] pins the middleware's.
+fn layered(config: RetryConfig) -> (Retry<Hyper>, ManualClock) {
+    let clock = ManualClock::new();
+    let middleware =
+        RetryMiddleware::new(config).with_clock(clock.clone()).with_jitter_source(FixedJitter::TOP);
+    let client = Client::builder(TokioExecutor::new()).build_http();
+    (RetryLayer::from(middleware).layer(client), clock)
+}
+
+/// What a call came to: the server's hits, the status (or none for an
+/// error), the report, and the waits slept.
+#[derive(Debug, PartialEq)]
+struct Seen {
+    hits: usize,
+    status: Option<StatusCode>,
+    attempts: u32,
+    stop: StopReason,
+    sleeps: Vec<Duration>,
+}
+
+/// One call of `method` (with `key` as its `Idempotency-Key`, if set) to
+/// a server playing `answers`, through the layer.
+async fn through_layer(
+    config: RetryConfig,
+    method: Method,
+    key: Option<&str>,
+    answers: Vec<ResponseTemplate>,
+) -> Seen {
+    let server = MockServer::start().await;
+    script(&server, "/r", answers).await;
+    let (service, clock) = layered(config);
+    let slot = ReportSlot::new();
+    let mut request = Request::builder().method(method).uri(format!("{}/r", server.uri()));
+    if let Some(key) = key {
+        request = request.header("idempotency-key", key);
+    }
+    let mut request = request.body(Full::new(Bytes::from_static(b"{}"))).unwrap();
+    request.extensions_mut().insert(slot.clone());
+    let outcome = service.oneshot(request).await;
+    let report = slot.get().expect("a report");
+    if let Ok(response) = &outcome {
+        assert_eq!(RetryReport::from_extensions(response.extensions()), report);
+    }
+    Seen {
+        hits: hits(&server).await,
+        status: outcome.ok().map(|response| response.status()),
+        attempts: report.attempts,
+        stop: report.stop,
+        sleeps: clock.sleeps(),
+    }
+}
+
+/// The same call through the middleware on reqwest.
+async fn through_middleware(
+    config: RetryConfig,
+    method: Method,
+    key: Option<&str>,
+    answers: Vec<ResponseTemplate>,
+) -> Seen {
+    let server = MockServer::start().await;
+    script(&server, "/r", answers).await;
+    let (client, clock) = support::client(config);
+    let slot = ReportSlot::new();
+    let mut request = client.request(method, format!("{}/r", server.uri())).body("{}");
+    if let Some(key) = key {
+        request = request.header("idempotency-key", key);
+    }
+    let outcome = request.with_extension(slot.clone()).send().await;
+    let report = slot.get().expect("a report");
+    Seen {
+        hits: hits(&server).await,
+        status: outcome.ok().map(|response| response.status()),
+        attempts: report.attempts,
+        stop: report.stop,
+        sleeps: clock.sleeps(),
+    }
+}
+
+fn statuses(statuses: &[u16]) -> Vec<ResponseTemplate> {
+    statuses.iter().map(|&status| ResponseTemplate::new(status)).collect()
+}
+
+/// A scenario: its name, the method, the key if any, the answers, and the
+/// hits and stop expected.
+type Case =
+    (&'static str, Method, Option<&'static str>, Vec<ResponseTemplate>, (usize, StopReason));
+
+#[tokio::test]
+async fn the_rule_table_holds_through_the_layer_as_through_the_middleware() {
+    let retry_after =
+        |status, after: &str| ResponseTemplate::new(status).insert_header("retry-after", after);
+    let cases: Vec<Case> = vec![
+        (
+            "GET 503 then 200",
+            Method::GET,
+            None,
+            statuses(&[503, 200]),
+            (2, StopReason::NothingToRetry),
+        ),
+        (
+            "PUT 502 502 502 502",
+            Method::PUT,
+            None,
+            statuses(&[502]),
+            (4, StopReason::RetriesExhausted),
+        ),
+        ("POST 503: not safe", Method::POST, None, statuses(&[503]), (1, StopReason::NotSafe)),
+        (
+            "POST with a key",
+            Method::POST,
+            Some("k-1"),
+            statuses(&[503, 201]),
+            (2, StopReason::NothingToRetry),
+        ),
+        (
+            "POST with a blank key",
+            Method::POST,
+            Some(" "),
+            statuses(&[503]),
+            (1, StopReason::NotSafe),
+        ),
+        (
+            "POST 429, Retry-After",
+            Method::POST,
+            None,
+            vec![retry_after(429, "2"), ResponseTemplate::new(200)],
+            (2, StopReason::NothingToRetry),
+        ),
+        ("GET 404 is final", Method::GET, None, statuses(&[404]), (1, StopReason::NothingToRetry)),
+        (
+            "GET 503, Retry-After over the cap",
+            Method::GET,
+            None,
+            vec![retry_after(503, "3600")],
+            (1, StopReason::RetryAfterTooLong(Duration::from_secs(3600))),
+        ),
+    ];
+    for (name, method, key, answers, (hits, stop)) in cases {
+        let layer =
+            through_layer(policy().build().unwrap(), method.clone(), key, answers.clone()).await;
+        let middleware = through_middleware(policy().build().unwrap(), method, key, answers).await;
+        assert_eq!((layer.hits, layer.stop), (hits, stop), "{name}: {layer:?}");
+        assert_eq!(layer, middleware, "{name}: the layer and the middleware part ways");
+    }
+}
+
+#[tokio::test]
+async fn the_defaults_are_the_middlewares() {
+    // A 503 then a 200, on the settings a user gets: the same waits.
+    let layer =
+        through_layer(RetryConfig::default(), Method::GET, None, statuses(&[503, 200])).await;
+    let middleware =
+        through_middleware(RetryConfig::default(), Method::GET, None, statuses(&[503, 200])).await;
+    assert_eq!(layer.status, Some(StatusCode::OK));
+    assert_eq!(layer, middleware);
+}
+
+#[tokio::test]
+async fn a_refused_connection_is_retried_for_a_post_and_its_error_comes_back() {
+    let refused = support::refused_address().await;
+    let (service, clock) = layered(policy().build().unwrap());
+    let slot = ReportSlot::new();
+    let mut request = Request::post(format!("{refused}/charge"))
+        .body(Full::new(Bytes::from_static(b"{}")))
+        .unwrap();
+    request.extensions_mut().insert(slot.clone());
+    let error = service.oneshot(request).await.expect_err("nothing listens");
+    let client = error
+        .downcast_ref::<hyper_util::client::legacy::Error>()
+        .expect("hyper-util's own error, as it came");
+    assert!(client.is_connect());
+    let report = slot.get().expect("a report");
+    assert_eq!((report.attempts, report.stop), (4, StopReason::RetriesExhausted));
+    assert_eq!(clock.sleeps().len(), 3, "a backoff before each retry");
+}
+
+#[tokio::test]
+async fn the_attempt_timeout_cuts_an_attempt_on_the_clock_and_a_get_is_retried() {
+    let server = MockServer::start().await;
+    // The first answer never comes in time; the second at once.
+    script(
+        &server,
+        "/slow",
+        vec![
+            ResponseTemplate::new(200).set_delay(Duration::from_secs(3600)),
+            ResponseTemplate::new(200),
+        ],
+    )
+    .await;
+    let config = policy().with_attempt_timeout(Some(50 * MS)).build().unwrap();
+    let (service, clock) = layered(config);
+    let request = Request::get(format!("{}/slow", server.uri())).body(Full::default()).unwrap();
+    let call = tokio::spawn(service.oneshot(request));
+    // The attempt is in flight: the cut is on the manual clock.
+    while hits(&server).await == 0 {
+        tokio::task::yield_now().await;
+    }
+    clock.advance(50 * MS);
+    let response = call.await.unwrap().expect("the retry's answer");
+    assert_eq!(response.status(), StatusCode::OK);
+    let report = RetryReport::from_extensions(response.extensions());
+    assert_eq!(report.attempts, 2);
+    assert_eq!(hits(&server).await, 2);
+}
+
+#[tokio::test]
+async fn a_request_says_how_many_retries_it_allows() {
+    let server = MockServer::start().await;
+    script(&server, "/r", statuses(&[503])).await;
+    let (service, _clock) = layered(policy().build().unwrap());
+    let mut request = Request::get(format!("{}/r", server.uri())).body(Full::default()).unwrap();
+    request.extensions_mut().insert(MaxRetries::new(1));
+    let response = service.oneshot(request).await.unwrap();
+    let report = RetryReport::from_extensions(response.extensions());
+    assert_eq!((report.attempts, report.stop), (2, StopReason::RetriesExhausted));
+    assert_eq!(hits(&server).await, 2);
+}
+
+#[tokio::test]
+async fn readiness_is_awaited_before_each_retry_through_a_buffer() {
+    // `Buffer` below the layer: each attempt takes its own place, and the
+    // layer waits for it before each retry.
+    let server = MockServer::start().await;
+    script(&server, "/r", statuses(&[503, 503, 200])).await;
+    let (_, clock) = layered(policy().build().unwrap());
+    let middleware = RetryMiddleware::new(policy().build().unwrap())
+        .with_clock(clock.clone())
+        .with_jitter_source(FixedJitter::TOP);
+    let client: Hyper = Client::builder(TokioExecutor::new()).build_http();
+    let buffered = tower::buffer::Buffer::new(client, 1);
+    let service = RetryLayer::from(middleware).layer(buffered);
+    let request = Request::get(format!("{}/r", server.uri())).body(Full::default()).unwrap();
+    let response = service.oneshot(request).await.expect("the third answer");
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(RetryReport::from_extensions(response.extensions()).attempts, 3);
+}
