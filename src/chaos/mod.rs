@@ -80,6 +80,38 @@
 //! assert_eq!(clock.sleeps().len(), 2, "two waits before the retries");
 //! # }
 //! ```
+//!
+//! A fallback under test, through a dependency down for a minute:
+//!
+//! ```
+//! # use std::time::Duration; use http::StatusCode;
+//! # use reqwest_safe_retry::{chaos::{Chaos, Fault, Rule}, clock::ManualClock, RetryConfig, RetryMiddleware};
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! # let server = wiremock::MockServer::start().await;
+//! # wiremock::Mock::given(wiremock::matchers::any())
+//! #     .respond_with(wiremock::ResponseTemplate::new(200).set_body_string("42")).mount(&server).await;
+//! # let url = server.uri();
+//! let clock = ManualClock::new();
+//! let down = Rule::new("down", Fault::status(StatusCode::SERVICE_UNAVAILABLE));
+//! let chaos = Chaos::new([down.lasting(Duration::from_secs(60))]).unwrap().with_clock(clock.clone());
+//! let record = chaos.record();
+//! let client = RetryMiddleware::new(RetryConfig::default()).with_clock(clock.clone())
+//!     .client(reqwest::Client::builder()).unwrap().with(chaos).build();
+//! let price = async || match client.get(&url).send().await {
+//!     Ok(response) if response.status().is_success() => response.text().await.unwrap(),
+//!     _ => "cached".to_owned(), // the fallback under test
+//! };
+//! for _ in 0..30 {
+//!     assert_eq!(price().await, "cached");
+//!     clock.advance(Duration::from_secs(1));
+//! }
+//! // No more requests than calls: the retries stopped at the budget's
+//! // reserve (5), then the throttle held calls back.
+//! assert!(record.rule("down").unwrap().injected <= 30);
+//! # clock.advance(Duration::from_secs(30));
+//! # assert_eq!(price().await, "42", "the server is back");
+//! # }
+//! ```
 
 mod cut;
 mod fault;
