@@ -51,7 +51,7 @@ impl Shared {
         let method = request.method().clone();
         let headers = (&method, request.headers_mut());
         let minted = keys::mint(self.config.mint_keys, headers, extensions, header);
-        let server = events::server(self, Reqwest::origin(&request).host());
+        let server = events::server(self, || Reqwest::origin(&request).host());
         let mut pending = Some(request);
         async move {
             let request = pending.as_ref().expect("the request");

@@ -15,10 +15,12 @@ use crate::reason::Decision;
 use crate::report::RetryEvent;
 use crate::shared::Shared;
 
-/// The host to name in events, copied only when an event could be emitted.
-pub(crate) fn server(shared: &Shared, host: &str) -> Option<Box<str>> {
+/// The host to name in events, read and copied only when an event could
+/// be emitted.
+pub(crate) fn server<'a>(shared: &Shared, host: impl FnOnce() -> &'a str) -> Option<Box<str>> {
     #[cfg(feature = "tracing")]
     if tracing::level_enabled!(shared.log_level) {
+        let host = host();
         return (!host.is_empty()).then(|| Box::from(host));
     }
     let _ = (shared, host);

@@ -2,7 +2,7 @@
 //! wait, repeat.
 
 use std::future::poll_fn;
-use std::time::Instant;
+use std::sync::Arc;
 
 use ::tower::Service;
 use ::tower::timeout::error::Elapsed;
@@ -12,7 +12,7 @@ use super::exchange::{BoxError, Tower};
 use crate::events;
 use crate::exchange::Exchange;
 use crate::future::first;
-use crate::keys;
+use crate::keys::{self, MintedKey};
 use crate::policy::{HeldBack, Policy};
 use crate::reason::{Decision, StopReason};
 use crate::redirect::Seen;
@@ -23,43 +23,57 @@ use crate::shared::Shared;
 /// events are logged.
 type What<'a> = (&'a Method, Option<&'a str>);
 
-/// One call of `request` through `inner`, which the caller has made ready
-/// for the first attempt; before each retry the layer waits for it again.
+/// A call as it starts: the request (its key minted, if one is), and
+/// what every decision reads of it. Made before the call's future, so that
+/// the future holds the request once.
+pub(super) struct Start<B> {
+    pending: Option<Request<B>>,
+    /// What the caller attached: the overrides every decision reads, and
+    /// where its report goes, whichever attempt the request ends with.
+    caller: Extensions,
+    minted: Option<MintedKey>,
+    method: Method,
+}
+
+impl<B> Start<B> {
+    /// Mints the request's key, if one is to be.
+    pub(super) fn new(shared: &Shared, mut request: Request<B>) -> Self {
+        let method = request.method().clone();
+        let caller = request.extensions().clone();
+        let header = &shared.config.idempotency_header;
+        let headers = (&method, request.headers_mut());
+        let minted = keys::mint(shared.config.mint_keys, headers, &caller, header);
+        Self { pending: Some(request), caller, minted, method }
+    }
+}
+
+/// One call through `inner`, which the caller has made ready for the first
+/// attempt; before each retry the layer waits for it again.
 pub(super) async fn run<S, B, R>(
-    shared: &Shared,
+    shared: Arc<Shared>,
     mut inner: S,
-    request: Request<B>,
+    mut start: Start<B>,
 ) -> Result<Response<R>, BoxError>
 where
     S: Service<Request<B>, Response = Response<R>>,
     S::Error: Into<BoxError>,
     B: Clone,
 {
-    let (mut parts, body) = request.into_parts();
-    let header = &shared.config.idempotency_header;
-    let minted = keys::mint(
-        shared.config.mint_keys,
-        (&parts.method, &mut parts.headers),
-        &parts.extensions,
-        header,
-    );
-    let method = parts.method.clone();
-    // What the caller attached: the overrides every decision reads, and
-    // where its report goes, whichever attempt the request ends with.
-    let caller = parts.extensions.clone();
-    let request = Request::from_parts(parts, body);
-    let server = events::server(shared, Tower::<B, R>::origin(&request).host());
-    let what = (&method, server.as_deref());
-    let mut policy = Policy::<Tower<B, R>>::new(shared, &request, &caller);
-    policy.minted(minted);
-    let mut pending = Some(request);
+    let shared: &Shared = &shared;
+    let request = start.pending.as_ref().expect("the request");
+    let server = events::server(shared, || Tower::<B, R>::origin(request).host());
+    let mut policy = Policy::<Tower<B, R>>::new(shared, request, &start.caller);
+    policy.minted(start.minted);
+    let what = (&start.method, server.as_deref());
+    let caller = &start.caller;
+    let pending = &mut start.pending;
     loop {
-        if let Err(held) = policy.pass(pending.as_ref(), &caller).await {
+        if let Err(held) = policy.pass(pending.as_ref(), caller).await {
             let (stop, error): (_, BoxError) = match held {
                 HeldBack::Paused(paused) => (StopReason::HostPaused, Box::new(paused)),
                 HeldBack::Throttled(throttled) => (StopReason::Throttled, Box::new(throttled)),
             };
-            return end(shared, &policy, (what, &caller), stop, error);
+            return end(shared, &policy, (what, caller), stop, error);
         }
         if policy.attempts() > 0 {
             if let Some(request) = pending.as_mut() {
@@ -73,52 +87,41 @@ where
                 return end(
                     shared,
                     &policy,
-                    (what, &caller),
+                    (what, caller),
                     StopReason::NothingToRetry,
                     error.into(),
                 );
             }
         }
-        let Ok((sent, cut_at)) = policy.start(&mut pending, |attempt| inner.call(attempt)) else {
-            return expired(shared, &policy, (what, &caller));
+        let Ok((sent, cut_at)) = policy.start(pending, |attempt| inner.call(attempt)) else {
+            return expired(shared, &policy, (what, caller));
         };
-        let outcome = match attempt(shared, sent, cut_at).await {
+        let ended = match cut_at {
+            None => Some(sent.await.map_err(Into::into)),
+            Some(at) => {
+                first(sent, shared.clock.sleep_until(at)).await.map(|o| o.map_err(Into::into))
+            }
+        };
+        let outcome = match ended {
             Some(outcome) => outcome,
             // The deadline passed: the call is over.
-            None if reached(&policy, shared) => return expired(shared, &policy, (what, &caller)),
+            None if reached(&policy, shared) => return expired(shared, &policy, (what, caller)),
             // The attempt's own timeout passed, as tower's `Timeout` says.
             None => Err(Box::new(Elapsed::new()) as BoxError),
         };
-        let decision = policy.decide(pending.as_ref(), &outcome, false, Seen::NONE, &caller);
+        let decision = policy.decide(pending.as_ref(), &outcome, false, Seen::NONE, caller);
         events::notify(shared, policy.attempts(), policy.resend_count(), what, decision);
         let after = match decision {
             Decision::Retry { after, .. } => after,
             Decision::Stop(stop) => {
                 let mut outcome = outcome;
-                deliver(&caller, &mut outcome, policy.report(stop));
+                deliver(caller, &mut outcome, policy.report(stop));
                 return outcome;
             }
         };
         // The retried answer goes, and with it its connection's claim.
         drop(outcome);
         shared.clock.sleep(after).await;
-    }
-}
-
-/// The attempt `sent`, cut at `cut_at` if it is set: `None` when it was.
-async fn attempt<F, R, E>(
-    shared: &Shared,
-    sent: F,
-    cut_at: Option<Instant>,
-) -> Option<Result<Response<R>, BoxError>>
-where
-    F: Future<Output = Result<Response<R>, E>>,
-    E: Into<BoxError>,
-{
-    let sent = async move { sent.await.map_err(Into::into) };
-    match cut_at {
-        None => Some(sent.await),
-        Some(at) => first(sent, shared.clock.sleep_until(at)).await,
     }
 }
 

@@ -95,14 +95,16 @@ impl<B: Clone, R> Exchange for Tower<B, R> {
 /// The host a request goes to: its URI's scheme, host and port, or, for a
 /// URI that is a path alone (as tonic and a server's requests have them),
 /// its `Host` header's. A scheme's default port counts as none, as a URL
-/// writes it; the host is compared as written.
+/// writes it; the host is compared as written. A port that is not a number
+/// names none.
 pub(crate) fn origin<B>(request: &Request<B>) -> Origin<'_> {
     let uri = request.uri();
     let scheme = uri.scheme_str().unwrap_or("http");
-    let (host, port) = match uri.host() {
-        Some(host) => (host, uri.port_u16()),
-        None => request.headers().get(HOST).and_then(|v| v.to_str().ok()).map_or(("", None), split),
+    let authority = match uri.authority() {
+        Some(authority) => authority.as_str(),
+        None => request.headers().get(HOST).and_then(|v| v.to_str().ok()).unwrap_or_default(),
     };
+    let (host, port) = split(authority);
     let default = match scheme {
         "http" => Some(80),
         "https" => Some(443),
@@ -111,13 +113,19 @@ pub(crate) fn origin<B>(request: &Request<B>) -> Origin<'_> {
     Origin::new(scheme, host, port.filter(|&port| Some(port) != default))
 }
 
-/// A `Host` header's host and port. One whose port is not a number names
-/// no port; an IPv6 address keeps its brackets, as a URI writes it.
-fn split(value: &str) -> (&str, Option<u16>) {
-    match value.rsplit_once(':') {
-        Some((host, port)) if !port.contains(']') => (host, port.parse().ok()),
-        _ => (value, None),
-    }
+/// An authority's host and port, by its bytes (`http`'s own accessors
+/// parse it anew for each): what follows a user's `@` and precedes the
+/// port's `:`. An IPv6 address keeps its brackets, as a URI writes it.
+fn split(authority: &str) -> (&str, Option<u16>) {
+    let at = |bytes: &[u8], byte: u8| bytes.iter().position(|&b| b == byte);
+    let start = authority.bytes().rposition(|b| b == b'@').map_or(0, |at| at + 1);
+    let rest = &authority[start..];
+    let end = match rest.as_bytes().first() {
+        Some(b'[') => at(rest.as_bytes(), b']').map_or(rest.len(), |close| close + 1),
+        _ => at(rest.as_bytes(), b':').unwrap_or(rest.len()),
+    };
+    let (host, port) = rest.split_at(end);
+    (host, port.strip_prefix(':').and_then(|port| port.parse().ok()))
 }
 
 /// What the chain of a tower stack's error says that its messages do not:
@@ -167,6 +175,8 @@ mod tests {
             ("/x", Some("[::1]:9000"), Origin::new("http", "[::1]", Some(9000))),
             ("/x", Some("[::1]"), Origin::new("http", "[::1]", None)),
             ("/x", Some("api.test:nope"), Origin::new("http", "api.test", None)),
+            ("http://user:pw@api.test:8443/x", None, Origin::new("http", "api.test", Some(8443))),
+            ("http://[::1]:8080/x", None, Origin::new("http", "[::1]", Some(8080))),
             ("/x", None, Origin::new("http", "", None)),
         ];
         for (uri, host, expected) in cases {

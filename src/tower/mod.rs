@@ -175,7 +175,7 @@ where
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
-        let shared = self.shared.clone();
-        Box::pin(async move { call::run(&shared, inner, request).await })
+        let start = call::Start::new(&self.shared, request);
+        Box::pin(call::run(self.shared.clone(), inner, start))
     }
 }
