@@ -58,7 +58,7 @@ impl RetryReport {
 
     /// The report of the call whose answer has these extensions: an
     /// `http::Response`'s, as a tower stack hands it back
-    /// ([`crate::tower`]). The same as [`from_response`](Self::from_response).
+    /// (the `tower` module). The same as [`from_response`](Self::from_response).
     pub fn from_extensions(extensions: &http::Extensions) -> Self {
         extensions.get::<Self>().copied().unwrap_or(Self::FIRST_AND_FINAL)
     }

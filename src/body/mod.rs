@@ -19,5 +19,9 @@ mod response;
 pub(crate) use bounded::bounded;
 pub use buffering::BodyBuffering;
 pub(crate) use drain::discard;
+#[cfg(feature = "tower")]
+pub(crate) use replay::Replay;
 pub(crate) use request::RequestBuffer;
+#[cfg(feature = "tower")]
+pub(crate) use request::{Read, Reader};
 pub(crate) use response::read_whole;

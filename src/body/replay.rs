@@ -23,37 +23,52 @@ pub(super) fn append(prefix: &mut Vec<u8>, data: &[u8], limit: usize) {
 
 /// A body sent once: `prefix`, then `held`, then `tail`. Its length is
 /// known when `tail` is the rest of a body whose length is.
-pub(super) fn replay(prefix: Vec<u8>, held: Option<Frame<Bytes>>, tail: Tail) -> Body {
-    let prefix = Some(Bytes::from(prefix)).filter(|prefix| !prefix.is_empty());
-    Body::wrap(Replay { prefix, held, tail })
+pub(super) fn replay(prefix: Vec<u8>, held: Option<Frame<Bytes>>, tail: Tail<Body>) -> Body {
+    Body::wrap(Replay::new(prefix, held, tail))
 }
 
 /// A body sent once: the bytes read, the frame that stopped the reading,
-/// then the rest of the original body, or its error.
-#[derive(Debug)]
-struct Replay {
+/// then the rest of the original body, `B`, or its error.
+pub(crate) struct Replay<B: HttpBody> {
     prefix: Option<Bytes>,
     held: Option<Frame<Bytes>>,
-    tail: Tail,
+    tail: Tail<B>,
+}
+
+impl<B: HttpBody> Replay<B> {
+    /// `prefix`, then `held`, then `tail`.
+    pub(crate) fn new(prefix: Vec<u8>, held: Option<Frame<Bytes>>, tail: Tail<B>) -> Self {
+        let prefix = Some(Bytes::from(prefix)).filter(|prefix| !prefix.is_empty());
+        Self { prefix, held, tail }
+    }
+}
+
+/// Nothing in it is pinned: the body's error is only moved out.
+impl<B: HttpBody + Unpin> Unpin for Replay<B> {}
+
+impl<B: HttpBody> std::fmt::Debug for Replay<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let prefix = self.prefix.as_ref().map_or(0, Bytes::len);
+        f.debug_struct("Replay").field("prefix", &prefix).finish_non_exhaustive()
+    }
 }
 
 /// What follows the bytes read.
-#[derive(Debug)]
-pub(super) enum Tail {
+pub(crate) enum Tail<B: HttpBody> {
     /// The rest of the body they were read from.
-    Rest(Body),
+    Rest(B),
     /// The error reading failed with, until it is yielded.
-    Failed(Option<reqwest::Error>),
+    Failed(Option<B::Error>),
 }
 
-impl HttpBody for Replay {
+impl<B: HttpBody<Data = Bytes> + Unpin> HttpBody for Replay<B> {
     type Data = Bytes;
-    type Error = reqwest::Error;
+    type Error = B::Error;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, reqwest::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
         let this = self.get_mut();
         if let Some(prefix) = this.prefix.take() {
             return Poll::Ready(Some(Ok(Frame::data(prefix))));
@@ -127,11 +142,8 @@ mod tests {
     async fn a_replay_ends_with_its_last_frame() {
         // A body that says it has ended after its last frame lets HTTP/2
         // end the stream on that frame rather than with an empty one.
-        let mut body = Replay {
-            prefix: Some(Bytes::from_static(b"ab")),
-            held: Some(Frame::data(Bytes::from_static(b"cd"))),
-            tail: Tail::Rest(Body::from(Vec::new())),
-        };
+        let held = Some(Frame::data(Bytes::from_static(b"cd")));
+        let mut body = Replay::new(b"ab".to_vec(), held, Tail::Rest(Body::from(Vec::new())));
         let mut sent = Vec::new();
         while !body.is_end_stream() {
             let frame = poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await;

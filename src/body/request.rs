@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use hyper::body::{Body as HttpBody, Bytes, Frame};
 use reqwest::{Body, Request};
 
-use super::replay::{Tail, append, replay};
+use super::replay::{Replay, Tail, append};
 use crate::clock::Clock;
 use crate::deadline::{tightest, visible_timeout};
 use crate::future::first;
@@ -63,31 +63,39 @@ impl<'a> RequestBuffer<'a> {
 
 /// How reading a body ended.
 #[derive(Debug)]
-enum End {
+pub(crate) enum End<E> {
     /// The body ended within the limit.
     Whole,
     /// Reading stopped with the body unfinished: with the frame that went
     /// over the limit, or trailers, or nothing when the time was up.
     Stopped(Option<Frame<Bytes>>),
     /// The body failed.
-    Failed(reqwest::Error),
+    Failed(E),
 }
 
-/// A body being read into memory.
-struct Reader {
-    body: Body,
+/// What a body read comes to.
+pub(crate) enum Read<B: HttpBody> {
+    /// All of it, in memory.
+    Whole(Bytes),
+    /// The bytes read, then what was not read, to be sent once.
+    Once(Replay<B>),
+}
+
+/// A body being read into memory: any client's, as `http-body` frames it.
+pub(crate) struct Reader<B> {
+    body: B,
     prefix: Vec<u8>,
     limit: usize,
 }
 
-impl Reader {
-    fn new(body: Body, limit: usize) -> Self {
+impl<B: HttpBody<Data = Bytes> + Unpin> Reader<B> {
+    pub(crate) fn new(body: B, limit: usize) -> Self {
         Self { body, prefix: Vec::new(), limit }
     }
 
     /// Reads frames while they fit. Cancel-safe: a frame is kept as soon as
     /// it arrives, and the body and the bytes read stay here.
-    async fn read(&mut self) -> End {
+    pub(crate) async fn read(&mut self) -> End<B::Error> {
         if self.body.size_hint().lower() > self.limit as u64 {
             // Declared longer than the limit: reading would be wasted.
             return End::Stopped(None);
@@ -113,16 +121,26 @@ impl Reader {
         append(&mut self.prefix, data, self.limit);
     }
 
-    /// The body to send after reading ended with `end`: the bytes read,
-    /// then what was not read, sent once, unless the body ended within the
-    /// limit.
-    fn into_body(self, end: End) -> Body {
+    /// What to send after reading ended with `end`.
+    pub(crate) fn finish(self, end: End<B::Error>) -> Read<B> {
         let (held, tail) = match end {
-            End::Whole => return Body::from(self.prefix),
+            End::Whole => return Read::Whole(Bytes::from(self.prefix)),
             End::Stopped(held) => (held, Tail::Rest(self.body)),
             End::Failed(error) => (None, Tail::Failed(Some(error))),
         };
-        replay(self.prefix, held, tail)
+        Read::Once(Replay::new(self.prefix, held, tail))
+    }
+}
+
+impl Reader<Body> {
+    /// The body to send after reading ended with `end`: the bytes read,
+    /// then what was not read, sent once, unless the body ended within the
+    /// limit.
+    fn into_body(self, end: End<reqwest::Error>) -> Body {
+        match self.finish(end) {
+            Read::Whole(whole) => Body::from(whole),
+            Read::Once(once) => Body::wrap(once),
+        }
     }
 }
 

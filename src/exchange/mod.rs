@@ -1,7 +1,7 @@
 //! What the rules read of a client: the one seam between the decisions and
 //! an adapter.
 //!
-//! The policy of a call ([`crate::policy`]) is written once, on this trait.
+//! The policy of a call (`policy::Policy`) is written once, on this trait.
 //! Each client gives it a request (its method, headers, host, a copy for
 //! the next attempt) and an attempt's end (an answer's head, or what its
 //! failure says) through an [`Exchange`] of its own: reqwest's in

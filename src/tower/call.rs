@@ -8,6 +8,7 @@ use ::tower::Service;
 use ::tower::timeout::error::Elapsed;
 use http::{Extensions, Method, Request, Response};
 
+use super::Replay;
 use super::exchange::{BoxError, Tower};
 use crate::events;
 use crate::exchange::Exchange;
@@ -57,7 +58,7 @@ pub(super) async fn run<S, B, R>(
 where
     S: Service<Request<B>, Response = Response<R>>,
     S::Error: Into<BoxError>,
-    B: Clone,
+    B: Replay,
 {
     let shared: &Shared = &shared;
     let request = start.pending.as_ref().expect("the request");
@@ -126,12 +127,12 @@ where
 }
 
 /// Whether the call's deadline has passed.
-fn reached<B: Clone, R>(policy: &Policy<'_, Tower<B, R>>, shared: &Shared) -> bool {
+fn reached<B: Replay, R>(policy: &Policy<'_, Tower<B, R>>, shared: &Shared) -> bool {
     policy.deadline_at().is_some_and(|at| shared.clock.now() >= at)
 }
 
 /// Stops because the deadline passed with no answer to return.
-fn expired<B: Clone, R>(
+fn expired<B: Replay, R>(
     shared: &Shared,
     policy: &Policy<'_, Tower<B, R>>,
     call: (What<'_>, &Extensions),
@@ -141,7 +142,7 @@ fn expired<B: Clone, R>(
 }
 
 /// Stops because of `stop` with no answer to return: `error` instead.
-fn end<B: Clone, R>(
+fn end<B: Replay, R>(
     shared: &Shared,
     policy: &Policy<'_, Tower<B, R>>,
     (what, caller): (What<'_>, &Extensions),

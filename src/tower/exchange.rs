@@ -9,6 +9,7 @@ use std::time::Duration;
 use http::header::HOST;
 use http::{HeaderMap, Method, Request, Response};
 
+use super::Replay;
 use crate::classify::{self, Failure, Signs};
 use crate::config::RetryConfig;
 use crate::exchange::{Ended, Exchange};
@@ -22,7 +23,7 @@ pub(crate) use ::tower::BoxError;
 /// `http::Response<R>`.
 pub(crate) struct Tower<B, R>(PhantomData<fn() -> (B, R)>);
 
-impl<B: Clone, R> Exchange for Tower<B, R> {
+impl<B: Replay, R> Exchange for Tower<B, R> {
     type Request = Request<B>;
     type Response = Response<R>;
     type Error = BoxError;
@@ -55,9 +56,16 @@ impl<B: Clone, R> Exchange for Tower<B, R> {
         false
     }
 
+    /// A request whose body gives no copy is sent once.
     #[inline]
     fn try_clone(request: &Request<B>) -> Option<Request<B>> {
-        Some(request.clone())
+        let mut copy = Request::new(request.body().replay()?);
+        *copy.method_mut() = request.method().clone();
+        *copy.uri_mut() = request.uri().clone();
+        *copy.version_mut() = request.version();
+        *copy.headers_mut() = request.headers().clone();
+        *copy.extensions_mut() = request.extensions().clone();
+        Some(copy)
     }
 
     #[inline]
@@ -118,10 +126,10 @@ pub(crate) fn origin<B>(request: &Request<B>) -> Origin<'_> {
 /// port's `:`. An IPv6 address keeps its brackets, as a URI writes it.
 fn split(authority: &str) -> (&str, Option<u16>) {
     let at = |bytes: &[u8], byte: u8| bytes.iter().position(|&b| b == byte);
-    let start = authority.bytes().rposition(|b| b == b'@').map_or(0, |at| at + 1);
+    let start = authority.bytes().rposition(|b| b == b'@').map_or(0, |at| at.saturating_add(1));
     let rest = &authority[start..];
     let end = match rest.as_bytes().first() {
-        Some(b'[') => at(rest.as_bytes(), b']').map_or(rest.len(), |close| close + 1),
+        Some(b'[') => at(rest.as_bytes(), b']').map_or(rest.len(), |close| close.saturating_add(1)),
         _ => at(rest.as_bytes(), b':').unwrap_or(rest.len()),
     };
     let (host, port) = rest.split_at(end);

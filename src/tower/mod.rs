@@ -23,8 +23,39 @@
 //!
 //! # Requests and bodies
 //!
-//! Each attempt sends a clone of the request, so the body type must be
-//! `Clone` (`http_body_util::Full<Bytes>` and `Empty` are). The request's
+//! Each attempt sends a copy of the request, so its body must say how to
+//! copy it ([`Replay`]): every `Clone` body does (`http_body_util::Full`,
+//! `Empty`). A body that is not (hyper's `Incoming`, axum's `Body`, a
+//! stream) goes through [`BodyBufferLayer`] above the layer, which reads it
+//! into memory up to a limit; one that was longer is sent once, never
+//! retried, never an error. Without it, such a stack does not build:
+//!
+//! ```compile_fail
+//! # use reqwest_safe_retry::tower::RetryLayer;
+//! # use tower::{Layer, Service, service_fn};
+//! struct Streamed; // a body that cannot be copied
+//! # fn check<S: Service<http::Request<Streamed>>>(_: S) {}
+//! let client = service_fn(|_: http::Request<Streamed>| async {
+//!     Ok::<_, std::convert::Infallible>(http::Response::new(()))
+//! });
+//! check(RetryLayer::default().layer(client));
+//! ```
+//!
+//! (The same stack with `#[derive(Clone)] struct Streamed;` builds.)
+//!
+//! ```
+//! # use reqwest_safe_retry::tower::RetryLayer;
+//! # use tower::{Layer, Service, service_fn};
+//! #[derive(Clone)]
+//! struct Streamed;
+//! # fn check<S: Service<http::Request<Streamed>>>(_: S) {}
+//! let client = service_fn(|_: http::Request<Streamed>| async {
+//!     Ok::<_, std::convert::Infallible>(http::Response::new(()))
+//! });
+//! check(RetryLayer::default().layer(client));
+//! ```
+//!
+//! The request's
 //! extensions carry the per-request overrides ([`MaxRetries`](crate::MaxRetries),
 //! [`RetryDeadline`](crate::RetryDeadline), [`SafeToRetry`](crate::SafeToRetry),
 //! [`MintKey`](crate::MintKey), [`ReturnIfPaused`](crate::rate_limit::ReturnIfPaused),
@@ -80,6 +111,9 @@ use crate::shared::Shared;
 
 mod call;
 mod exchange;
+mod replay;
+
+pub use replay::{BodyBuffer, BodyBufferFuture, BodyBufferLayer, BufferedBody, Replay};
 
 use exchange::BoxError;
 
@@ -159,7 +193,7 @@ where
     S: Service<http::Request<B>, Response = http::Response<R>> + Clone + Send + 'static,
     S::Error: Into<BoxError>,
     S::Future: Send,
-    B: Clone + Send + Sync + 'static,
+    B: Replay + Send + Sync + 'static,
     R: Send + 'static,
 {
     type Response = http::Response<R>;

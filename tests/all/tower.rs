@@ -260,3 +260,61 @@ async fn readiness_is_awaited_before_each_retry_through_a_buffer() {
     assert_eq!(response.status(), StatusCode::OK);
     assert_eq!(RetryReport::from_extensions(response.extensions()).attempts, 3);
 }
+
+/// A streamed body of `chunks`: not `Clone`, as a proxy's or an upload's.
+type Streamed = http_body_util::StreamBody<
+    futures_util::stream::Iter<
+        std::vec::IntoIter<Result<hyper::body::Frame<Bytes>, std::io::Error>>,
+    >,
+>;
+
+fn streamed(chunks: &[&'static [u8]]) -> Streamed {
+    let frames: Vec<_> = chunks
+        .iter()
+        .map(|chunk| Ok(hyper::body::Frame::data(Bytes::from_static(chunk))))
+        .collect();
+    http_body_util::StreamBody::new(futures_util::stream::iter(frames))
+}
+
+/// A keyed POST of a streamed body through `BodyBufferLayer` (`limit`),
+/// the layer and hyper-util's client, to a server playing `statuses`:
+/// the bodies the server received and the report.
+async fn keyed_stream(limit: usize, statuses: &[u16]) -> (Vec<Vec<u8>>, RetryReport) {
+    use reqwest_safe_retry::tower::{BodyBufferLayer, BufferedBody};
+
+    let server = MockServer::start().await;
+    script(&server, "/upload", self::statuses(statuses)).await;
+    let clock = ManualClock::new();
+    let middleware = RetryMiddleware::new(policy().build().unwrap())
+        .with_clock(clock.clone())
+        .with_jitter_source(FixedJitter::TOP);
+    let client: Client<HttpConnector, BufferedBody<Streamed>> =
+        Client::builder(TokioExecutor::new()).build_http();
+    let service = tower::ServiceBuilder::new()
+        .layer(BodyBufferLayer::new(limit))
+        .layer(RetryLayer::from(middleware))
+        .service(client);
+    let slot = ReportSlot::new();
+    let mut request = Request::post(format!("{}/upload", server.uri()))
+        .header("idempotency-key", "upload-1")
+        .body(streamed(&[b"chunk-1;", b"chunk-2;", b"chunk-3"]))
+        .unwrap();
+    request.extensions_mut().insert(slot.clone());
+    let _ = service.oneshot(request).await.expect("an answer");
+    let received = server.received_requests().await.unwrap_or_default();
+    (received.into_iter().map(|request| request.body).collect(), slot.get().expect("a report"))
+}
+
+#[tokio::test]
+async fn a_streamed_body_within_the_buffer_is_sent_again_whole() {
+    let (bodies, report) = keyed_stream(64, &[503, 201]).await;
+    assert_eq!(bodies, [b"chunk-1;chunk-2;chunk-3".to_vec(), b"chunk-1;chunk-2;chunk-3".to_vec()]);
+    assert_eq!((report.attempts, report.stop), (2, StopReason::NothingToRetry));
+}
+
+#[tokio::test]
+async fn a_streamed_body_over_the_buffer_is_sent_once_whole_and_never_retried() {
+    let (bodies, report) = keyed_stream(10, &[503, 201]).await;
+    assert_eq!(bodies, [b"chunk-1;chunk-2;chunk-3".to_vec()], "sent once, every byte");
+    assert_eq!((report.attempts, report.stop), (1, StopReason::NotReplayable));
+}
