@@ -65,7 +65,8 @@ impl Shared {
             // next one.
             let caller = extensions.clone();
             loop {
-                if let Err(held) = policy.pass(pending.as_ref(), extensions).await {
+                let origin = pending.as_ref().map(Reqwest::origin);
+                if let Err(held) = policy.pass(origin, extensions).await {
                     return self.held_back(&policy, what, extensions, &caller, held);
                 }
                 let send = sender(&next, extensions);

@@ -75,6 +75,10 @@ pub enum StopReason {
     /// attempt was kept back, unsent: the call's error is the `rate_limit`
     /// module's `Throttled`.
     Throttled,
+    /// A retry was due, but the service below a tower layer failed to
+    /// become ready for it: the call's error is the service's (see the
+    /// `tower` module).
+    ServiceFailed,
 }
 
 /// What the middleware does after an attempt.
@@ -124,6 +128,7 @@ impl fmt::Display for StopReason {
             StopReason::Throttled => {
                 f.write_str("throttled: not sent to a host turning requests away")
             }
+            StopReason::ServiceFailed => f.write_str("the service failed before a retry"),
         }
     }
 }
@@ -162,6 +167,7 @@ impl StopReason {
             StopReason::BudgetExhausted => "budget_exhausted",
             StopReason::HostPaused => "host_paused",
             StopReason::Throttled => "throttled",
+            StopReason::ServiceFailed => "service_failed",
         }
     }
 }
@@ -243,6 +249,7 @@ mod tests {
             StopReason::BudgetExhausted,
             StopReason::HostPaused,
             StopReason::Throttled,
+            StopReason::ServiceFailed,
         ]
         .iter()
         .map(StopReason::as_str)
@@ -259,6 +266,7 @@ mod tests {
                 "budget_exhausted",
                 "host_paused",
                 "throttled",
+                "service_failed",
             ]
         );
         // The same label whatever the duration: no durations in labels.

@@ -213,7 +213,7 @@ fn dispatch_failure(error: &(dyn StdError + 'static)) -> Option<Failure> {
 /// answers `source()` with the *wrapped error's* source, skipping the wrapped
 /// error itself, so the walk steps into it with `get_ref` instead: that is
 /// where rustls leaves a handshake's real cause.
-pub(super) fn sources<'a>(
+pub(crate) fn sources<'a>(
     error: &'a (dyn StdError + 'static),
 ) -> impl Iterator<Item = &'a (dyn StdError + 'static)> {
     std::iter::successors(Some(error), |&e| match e.downcast_ref::<io::Error>() {

@@ -155,7 +155,7 @@ impl<V> Host<V> {
     }
 
     /// The owned key, borrowed: hashed and compared as a URL's is.
-    fn key(&self) -> Origin<'_> {
+    pub(crate) fn key(&self) -> Origin<'_> {
         Origin { scheme: &self.scheme, host: &self.host, port: self.port }
     }
 }
@@ -275,6 +275,7 @@ impl<V: HostState> Hosts<V> {
     }
 
     /// The entry of `url`'s host, if the table knows it.
+    #[cfg(test)]
     pub(crate) fn get(&self, url: &(impl Located + ?Sized)) -> Option<Arc<Host<V>>> {
         // A reference counted on the entry.
         note_shared_write();

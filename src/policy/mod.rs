@@ -166,7 +166,8 @@ impl<'a, E: Exchange> Policy<'a, E> {
                 let request = pending.take().expect("a request to send");
                 let origin = E::origin(&request);
                 self.lease.hold(&origin);
-                self.host = self.shared.ledger.as_deref().and_then(|l| l.handle(&origin));
+                let ledger = self.shared.ledger.as_deref();
+                self.host = ledger.and_then(|l| l.handle(&origin, self.shared.clock.now()));
                 request
             }
         };
@@ -240,7 +241,7 @@ impl<'a, E: Exchange> Policy<'a, E> {
         let origin = request.map(E::origin);
         let came = steps::came::<E>(outcome, request, body_failed);
         let classified = steps::classify::<E>(config, request, self.attempts, outcome, came);
-        let held = self.pause_host(classified.as_ref(), came.ok(), outcome);
+        let held = self.pause_host(classified.as_ref(), came.ok(), (outcome, origin));
         let paused = held == Held::Paused;
         let answer = if body_failed { None } else { throttle::answer(config, came) };
         let Some(retryable) = classified else {

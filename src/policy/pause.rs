@@ -10,10 +10,11 @@ use http::Extensions;
 use super::Policy;
 use super::steps::{self, Retryable};
 use crate::backoff::{Jitter, scale};
-use crate::budget::{Ledger, Passage};
+use crate::budget::{HostHandle, Ledger, Passage};
 use crate::exchange::{Ended, Exchange};
 use crate::future::yield_once;
 use crate::head::Head;
+use crate::hosts::Origin;
 use crate::rate_limit::{HostPaused, ReturnIfPaused, SkipThrottling, Throttled};
 use crate::shared::Shared;
 
@@ -35,14 +36,17 @@ impl<'a, E: Exchange> Policy<'a, E> {
     /// unless the call does not wait or its throttle keeps it back (see
     /// [`passage`](Self::passage)): the one wait a policy does itself, for
     /// every adapter's loop alike.
+    ///
+    /// `origin` is the host of the request, if a copy is kept to send: it
+    /// borrows no request across the waits.
     pub(crate) async fn pass(
         &mut self,
-        request: Option<&E::Request>,
+        origin: Option<Origin<'_>>,
         extensions: &Extensions,
     ) -> Result<(), HeldBack> {
-        let Some(request) = request else { return Ok(()) };
+        let Some(origin) = origin else { return Ok(()) };
         let clock = &*self.shared.clock;
-        while let Some(wait) = self.passage(request, extensions)? {
+        while let Some(wait) = self.passage(origin, extensions)? {
             let before = clock.now();
             clock.sleep(wait).await;
             // A clock whose time a sleep does not move would hold the call
@@ -57,7 +61,7 @@ impl<'a, E: Exchange> Policy<'a, E> {
         Ok(())
     }
 
-    /// Whether `request` may go to its host now (`None`), or must first
+    /// Whether a request to `origin` may go to its host now (`None`), or must first
     /// wait out the host's pause for the time returned, then ask again.
     /// When this request's attempt is the probe the pause's end lets
     /// through, the call holds the turn until its outcome settles it.
@@ -71,12 +75,12 @@ impl<'a, E: Exchange> Policy<'a, E> {
     #[inline]
     pub(crate) fn passage(
         &mut self,
-        request: &E::Request,
+        origin: Origin<'_>,
         extensions: &Extensions,
     ) -> Result<Option<Duration>, HeldBack> {
         let shared: &'a Shared = self.shared;
         match shared.ledger.as_deref() {
-            Some(ledger) if ledger.may_hold() => self.wait_for_host(ledger, request, extensions),
+            Some(ledger) if ledger.may_hold() => self.wait_for_host(ledger, origin, extensions),
             _ => Ok(None),
         }
     }
@@ -86,12 +90,12 @@ impl<'a, E: Exchange> Policy<'a, E> {
     fn wait_for_host(
         &mut self,
         ledger: &'a Ledger,
-        request: &E::Request,
+        origin: Origin<'_>,
         extensions: &Extensions,
     ) -> Result<Option<Duration>, HeldBack> {
         let clock = &*self.shared.clock;
         let first = self.attempts == 0 && extensions.get::<SkipThrottling>().is_none();
-        let passage = ledger.gate(&E::origin(request), || clock.now(), first);
+        let passage = ledger.gate(&origin, || clock.now(), first);
         let for_pause = matches!(passage, Passage::Paused(_));
         let wait = match passage {
             Passage::Open => return Ok(None),
@@ -153,18 +157,19 @@ impl<'a, E: Exchange> Policy<'a, E> {
     /// answered, or, when the attempt was the probe, settles the pause with
     /// it. Returns how the answer holds the host: a retry waits at least
     /// that long, and one that waits out a pause the server asked for is
-    /// bounded by it. `head` is the answer's, if the attempt got one.
+    /// bounded by it. `head` is the answer's, if the attempt got one;
+    /// `origin`, the request's host, if a copy of it was kept.
     #[inline]
     pub(super) fn pause_host(
         &mut self,
         retryable: Option<&Retryable>,
         head: Option<Head<'_>>,
-        outcome: &Ended<E>,
+        (outcome, origin): (&Ended<E>, Option<Origin<'_>>),
     ) -> Held {
         if self.turn.is_none() && !steps::may_pause(&self.shared.config, retryable, head) {
             return Held::No;
         }
-        self.settle_pause(retryable, head, outcome)
+        self.settle_pause(retryable, head, (outcome, origin))
     }
 
     /// [`pause_host`](Self::pause_host), for an answer that may pause its
@@ -174,7 +179,7 @@ impl<'a, E: Exchange> Policy<'a, E> {
         &mut self,
         retryable: Option<&Retryable>,
         head: Option<Head<'_>>,
-        outcome: &Ended<E>,
+        (outcome, origin): (&Ended<E>, Option<Origin<'_>>),
     ) -> Held {
         let Some(ledger) = self.shared.ledger.as_deref() else { return Held::No };
         let clock = &*self.shared.clock;
@@ -195,8 +200,11 @@ impl<'a, E: Exchange> Policy<'a, E> {
                 (None, None) => Held::No,
             };
         }
-        // The host that answered: the last hop's, after a redirect.
-        let answered = outcome.as_ref().ok().and(E::answered(outcome));
+        // The host that answered: the last hop's, after a redirect, where
+        // the outcome names one; else the request's, by its copy or the
+        // entry the call holds.
+        let held = self.host.as_ref().map(HostHandle::origin);
+        let answered = outcome.as_ref().ok().and(E::answered(outcome).or(origin).or(held));
         match (asked, answered) {
             (Some(asked), Some(host)) if ledger.pause(&host, asked, now) => Held::Paused,
             _ => Held::No,

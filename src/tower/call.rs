@@ -61,15 +61,20 @@ where
     B: Replay,
 {
     let shared: &Shared = &shared;
-    let request = start.pending.as_ref().expect("the request");
-    let server = events::server(shared, || Tower::<B, R>::origin(request).host());
-    let mut policy = Policy::<Tower<B, R>>::new(shared, request, &start.caller);
+    // No reference to the request is held across a wait: a body need not
+    // be `Sync`.
+    let (server, mut policy) = {
+        let request = start.pending.as_ref().expect("the request");
+        let server = events::server(shared, || Tower::<B, R>::origin(request).host());
+        (server, Policy::<Tower<B, R>>::new(shared, request, &start.caller))
+    };
     policy.minted(start.minted);
     let what = (&start.method, server.as_deref());
     let caller = &start.caller;
     let pending = &mut start.pending;
     loop {
-        if let Err(held) = policy.pass(pending.as_ref(), caller).await {
+        let origin = pending.as_ref().map(Tower::<B, R>::origin);
+        if let Err(held) = policy.pass(origin, caller).await {
             let (stop, error): (_, BoxError) = match held {
                 HeldBack::Paused(paused) => (StopReason::HostPaused, Box::new(paused)),
                 HeldBack::Throttled(throttled) => (StopReason::Throttled, Box::new(throttled)),
@@ -82,16 +87,21 @@ where
                 let resend_count = policy.resend_count().saturating_add(1);
                 request.extensions_mut().insert(AttemptNumber::new(number, resend_count));
             }
-            if let Err(error) = poll_fn(|cx| inner.poll_ready(cx)).await {
+            // Readiness is waited for no later than the deadline.
+            let ready = poll_fn(|cx| inner.poll_ready(cx));
+            let ready = match policy.deadline_at() {
+                None => Some(ready.await),
+                Some(at) => first(ready, shared.clock.sleep_until(at)).await,
+            };
+            match ready {
+                Some(Ok(())) => {}
+                None => return expired(shared, &policy, (what, caller)),
                 // The service that would take the retry failed: its error
                 // is the call's.
-                return end(
-                    shared,
-                    &policy,
-                    (what, caller),
-                    StopReason::NothingToRetry,
-                    error.into(),
-                );
+                Some(Err(error)) => {
+                    let stop = StopReason::ServiceFailed;
+                    return end(shared, &policy, (what, caller), stop, error.into());
+                }
             }
         }
         let Ok((sent, cut_at)) = policy.start(pending, |attempt| inner.call(attempt)) else {

@@ -138,16 +138,15 @@ fn split(authority: &str) -> (&str, Option<u16>) {
 
 /// What the chain of a tower stack's error says that its messages do not:
 /// hyper-util's connect error, a timer that fired (tower's `Elapsed`, an
-/// I/O timeout, hyper's own), and whether hyper took part in sending.
+/// I/O timeout, hyper's own), and whether hyper took part in sending. A
+/// `legacy::Error` of another kind says nothing by itself: the request's
+/// own faults (a URI without its host, an unsupported version) are final,
+/// and the sending's carry hyper's error.
 fn signs(error: &(dyn StdError + 'static)) -> Signs {
     let mut signs = Signs::default();
-    let mut next = Some(error);
-    while let Some(error) = next {
+    for error in classify::sources(error) {
         if let Some(client) = error.downcast_ref::<hyper_util::client::legacy::Error>() {
-            match client.is_connect() {
-                true => signs.connect = true,
-                false => signs.request = true,
-            }
+            signs.connect |= client.is_connect();
         } else if let Some(hyper) = error.downcast_ref::<hyper::Error>() {
             signs.request = true;
             signs.timeout |= hyper.is_timeout();
@@ -156,7 +155,6 @@ fn signs(error: &(dyn StdError + 'static)) -> Signs {
         } else if let Some(io) = error.downcast_ref::<io::Error>() {
             signs.timeout |= io.kind() == io::ErrorKind::TimedOut;
         }
-        next = error.source();
     }
     signs
 }

@@ -80,6 +80,19 @@
 //! hyper's own errors for a connection lost, h2's REFUSED_STREAM, and
 //! tower's `Elapsed`, an I/O timeout or hyper's for a timeout.
 //!
+//! A retry waits for the service to be ready, no later than the deadline;
+//! a service that fails to become ready ends the call with its error and
+//! [`StopReason::ServiceFailed`](crate::report::StopReason::ServiceFailed).
+//!
+//! # Hosts
+//!
+//! The budget, pauses and throttles are kept per host: the request URI's
+//! scheme, host and port (a scheme's default port counts as none). A URI
+//! that is a path alone (a server's requests, tonic's) is placed by its
+//! `Host` header, with the scheme `http`; with neither, every such request
+//! shares one entry. Hosts are compared as written: `API.test` and
+//! `api.test` are two.
+//!
 //! # Where it goes in a stack
 //!
 //! - **Below `FollowRedirect`**: each hop is then a call of its own, retried
@@ -193,7 +206,7 @@ where
     S: Service<http::Request<B>, Response = http::Response<R>> + Clone + Send + 'static,
     S::Error: Into<BoxError>,
     S::Future: Send,
-    B: Replay + Send + Sync + 'static,
+    B: Replay + Send + 'static,
     R: Send + 'static,
 {
     type Response = http::Response<R>;

@@ -16,7 +16,7 @@ use reqwest_safe_retry::tower::{Retry, RetryLayer};
 use reqwest_safe_retry::{
     MaxRetries, RetryConfig, RetryMiddleware, clock::ManualClock, jitter::FixedJitter,
 };
-use tower::{Layer, ServiceExt};
+use tower::{BoxError, Layer, Service, ServiceExt};
 use wiremock::{MockServer, ResponseTemplate};
 
 use crate::support::{self, MS, hits, policy, script};
@@ -317,4 +317,161 @@ async fn a_streamed_body_over_the_buffer_is_sent_once_whole_and_never_retried() 
     let (bodies, report) = keyed_stream(10, &[503, 201]).await;
     assert_eq!(bodies, [b"chunk-1;chunk-2;chunk-3".to_vec()], "sent once, every byte");
     assert_eq!((report.attempts, report.stop), (1, StopReason::NotReplayable));
+}
+
+#[tokio::test]
+async fn a_429_on_a_call_s_last_attempt_pauses_its_host_for_the_next_call_as_the_middleware_s() {
+    use reqwest_safe_retry::rate_limit::{HostPaused, ReturnIfPaused};
+
+    let limited = || vec![ResponseTemplate::new(429).insert_header("retry-after", "3")];
+    // Through the layer: the first call allows no retry, so its request
+    // goes without a copy kept; the second must not be sent.
+    let server = MockServer::start().await;
+    script(&server, "/r", limited()).await;
+    let (service, _clock) = layered(policy().build().unwrap());
+    let mut first = Request::get(format!("{}/r", server.uri())).body(Full::default()).unwrap();
+    first.extensions_mut().insert(MaxRetries::new(0));
+    let answer = service.clone().oneshot(first).await.expect("the 429");
+    assert_eq!(answer.status(), StatusCode::TOO_MANY_REQUESTS);
+    let mut second = Request::get(format!("{}/r", server.uri())).body(Full::default()).unwrap();
+    second.extensions_mut().insert(ReturnIfPaused);
+    let error = service.oneshot(second).await.expect_err("the host is paused");
+    assert!(error.downcast_ref::<HostPaused>().is_some(), "{error}");
+    assert_eq!(hits(&server).await, 1, "the second call was not sent");
+
+    // The same through the middleware.
+    let server = MockServer::start().await;
+    script(&server, "/r", limited()).await;
+    let (client, _clock) = support::client(policy().build().unwrap());
+    let url = format!("{}/r", server.uri());
+    let answer = client.get(&url).with_extension(MaxRetries::new(0)).send().await.unwrap();
+    assert_eq!(answer.status(), StatusCode::TOO_MANY_REQUESTS);
+    let error = client.get(&url).with_extension(ReturnIfPaused).send().await.unwrap_err();
+    assert!(matches!(error, reqwest_middleware::Error::Middleware(_)), "{error}");
+    assert_eq!(hits(&server).await, 1);
+}
+
+/// A service that answers 503 once, then is never ready again (`stuck`)
+/// or fails to become ready (otherwise): a `Buffer` whose worker is busy
+/// for good, or gone.
+#[derive(Clone)]
+struct OnceThen {
+    calls: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    stuck: bool,
+}
+
+impl Service<Request<Full<Bytes>>> for OnceThen {
+    type Response = http::Response<Full<Bytes>>;
+    type Error = BoxError;
+    type Future = std::future::Ready<Result<Self::Response, BoxError>>;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), BoxError>> {
+        use std::sync::atomic::Ordering;
+        match (self.calls.load(Ordering::SeqCst), self.stuck) {
+            (0, _) => std::task::Poll::Ready(Ok(())),
+            (_, true) => std::task::Poll::Pending,
+            (_, false) => std::task::Poll::Ready(Err("the worker is gone".into())),
+        }
+    }
+
+    fn call(&mut self, _: Request<Full<Bytes>>) -> Self::Future {
+        self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let mut answer = http::Response::new(Full::default());
+        *answer.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+        std::future::ready(Ok(answer))
+    }
+}
+
+fn once_then(stuck: bool, clock: &ManualClock) -> Retry<OnceThen> {
+    let middleware = RetryMiddleware::new(policy().build().unwrap())
+        .with_clock(clock.clone())
+        .with_jitter_source(FixedJitter::TOP);
+    RetryLayer::from(middleware).layer(OnceThen { calls: Default::default(), stuck })
+}
+
+#[tokio::test]
+async fn the_wait_for_readiness_before_a_retry_ends_at_the_deadline() {
+    let clock = ManualClock::new();
+    let service = once_then(true, &clock);
+    let slot = ReportSlot::new();
+    let mut request = Request::get("http://127.0.0.1:9/r").body(Full::default()).unwrap();
+    request.extensions_mut().insert(reqwest_safe_retry::RetryDeadline::new(Duration::from_secs(1)));
+    request.extensions_mut().insert(slot.clone());
+    let call = tokio::spawn(service.oneshot(request));
+    // The retry waits for a service that is never ready; the time passes.
+    while slot.get().is_none() {
+        tokio::task::yield_now().await;
+        clock.advance(100 * MS);
+    }
+    let error = call.await.unwrap().expect_err("no answer before the deadline");
+    assert!(error.is::<reqwest_safe_retry::DeadlineExceeded>(), "{error}");
+    assert_eq!(slot.get().map(|r| r.stop), Some(StopReason::DeadlineExceeded));
+}
+
+#[tokio::test]
+async fn a_service_that_fails_before_a_retry_hands_back_its_error_and_says_so() {
+    let clock = ManualClock::new();
+    let service = once_then(false, &clock);
+    let slot = ReportSlot::new();
+    let mut request = Request::get("http://127.0.0.1:9/r").body(Full::default()).unwrap();
+    request.extensions_mut().insert(slot.clone());
+    let error = service.oneshot(request).await.expect_err("the service failed");
+    assert_eq!(error.to_string(), "the worker is gone");
+    let report = slot.get().expect("a report");
+    assert_eq!((report.attempts, report.stop), (1, StopReason::ServiceFailed));
+}
+
+#[tokio::test]
+async fn hyper_util_s_own_refusal_of_a_request_is_final_as_without_the_layer() {
+    // A URI without its host: hyper-util refuses it before anything is
+    // sent, the same way every time.
+    let server = MockServer::start().await;
+    let host = server.address().to_string();
+    let request = || {
+        Request::get("/r").header(http::header::HOST, host.as_str()).body(Full::default()).unwrap()
+    };
+    let bare: Hyper = Client::builder(TokioExecutor::new()).build_http();
+    let alone = bare.request(request()).await.expect_err("refused by the client");
+    let (service, clock) = layered(policy().build().unwrap());
+    let slot = ReportSlot::new();
+    let mut layered_request = request();
+    layered_request.extensions_mut().insert(slot.clone());
+    let error = service.oneshot(layered_request).await.expect_err("refused by the client");
+    assert_eq!(error.to_string(), alone.to_string());
+    let report = slot.get().expect("a report");
+    assert_eq!((report.attempts, report.stop), (1, StopReason::NothingToRetry));
+    assert!(clock.sleeps().is_empty());
+    assert_eq!(hits(&server).await, 0);
+}
+
+#[tokio::test]
+async fn a_body_that_is_not_sync_goes_through_the_buffer_and_the_layer_on_any_thread() {
+    use http_body_util::BodyExt;
+    use http_body_util::combinators::UnsyncBoxBody;
+    use reqwest_safe_retry::tower::{BodyBufferLayer, BufferedBody};
+
+    // axum's and tonic's bodies are boxed so: `Send`, not `Sync`.
+    type Unsync = UnsyncBoxBody<Bytes, std::io::Error>;
+    let server = MockServer::start().await;
+    script(&server, "/r", statuses(&[503, 201])).await;
+    let client: Client<HttpConnector, BufferedBody<Unsync>> =
+        Client::builder(TokioExecutor::new()).build_http();
+    let clock = ManualClock::new();
+    let middleware = RetryMiddleware::new(policy().build().unwrap()).with_clock(clock.clone());
+    let service = tower::ServiceBuilder::new()
+        .layer(BodyBufferLayer::new(1024))
+        .layer(RetryLayer::from(middleware))
+        .service(client);
+    let body: Unsync =
+        Full::new(Bytes::from_static(b"{}")).map_err(|never| match never {}).boxed_unsync();
+    let request = Request::post(format!("{}/r", server.uri()))
+        .header("idempotency-key", "k-2")
+        .body(body)
+        .unwrap();
+    let answer = tokio::spawn(service.oneshot(request)).await.unwrap().expect("the retry's answer");
+    assert_eq!(answer.status(), StatusCode::CREATED);
+    assert_eq!(hits(&server).await, 2);
 }

@@ -239,7 +239,7 @@ fn a_probe_turn_and_a_held_host_print_what_they_are() {
         panic!("the pause is over: the call probes");
     };
     assert_eq!(format!("{turn:?}"), "Turn { settled: false, .. }");
-    let held = b.handle(&host).expect("a paused host is in the table");
+    let held = b.handle(&host, later).expect("a paused host is in the table");
     assert_eq!(format!("{held:?}"), "HostHandle { .. }");
 }
 
@@ -587,7 +587,7 @@ fn a_rejection_on_a_held_host_takes_in_what_the_threads_counted() {
         ledger.earn_for(&host, true, || t0);
     }
     assert_eq!(accepted(&ledger, &host), before, "five in this thread's stripe");
-    let held = ledger.handle(&host).expect("a known host");
+    let held = ledger.handle(&host, t0).expect("a known host");
     ledger.observe_held(&held, Answer::Rejected, t0);
     assert_eq!(accepted(&ledger, &host), before + 5.0);
     assert!(ledger.hosts.with(&host, |r| r.throttle.watched()).unwrap(), "the rejection booked");

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::{Lazy, Ledger, Record, SLOTS};
-use crate::hosts::{Host, Located};
+use crate::hosts::{Host, Located, Origin};
 use crate::pause::Gate;
 use crate::rate_limit::Throttled;
 use crate::stripes::{Word, note_shared_write};
@@ -60,14 +60,18 @@ impl Ledger {
         }
     }
 
-    /// The entry of `url`'s host, if the table knows it and first attempts
-    /// are throttled: for a call whose request goes out with no copy left
-    /// to name the host by.
-    pub(crate) fn handle(&self, url: &(impl Located + ?Sized)) -> Option<HostHandle> {
-        if !self.throttling {
+    /// The entry of `url`'s host, for a call whose request goes out with no
+    /// copy left to name the host by: its throttle hears the answer there,
+    /// and a pause the answer asks for is taken there when the outcome
+    /// names no host (a tower stack's). Only if first attempts are
+    /// throttled or pauses kept; made at `now` if the table has none, and
+    /// none past its bound.
+    pub(crate) fn handle(&self, url: &(impl Located + ?Sized), now: Instant) -> Option<HostHandle> {
+        if !(self.throttling || self.pauses) {
             return None;
         }
-        self.hosts.get(url).filter(|host| !self.hosts.is_overflow(host)).map(HostHandle)
+        let host = self.record(url, self.slot_number(now));
+        Some(host).filter(|host| !self.hosts.is_overflow(host)).map(HostHandle)
     }
 
     /// [`observe`](Self::observe) for the host a call holds.
@@ -436,6 +440,13 @@ impl fmt::Debug for Turn<'_> {
 /// A host's entry, held by a call that can no longer name it by its
 /// request.
 pub(crate) struct HostHandle(Arc<Host<Record>>);
+
+impl HostHandle {
+    /// The host it is the entry of.
+    pub(crate) fn origin(&self) -> Origin<'_> {
+        self.0.key()
+    }
+}
 
 impl fmt::Debug for HostHandle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
