@@ -65,8 +65,7 @@ impl Shared {
             // next one.
             let caller = extensions.clone();
             loop {
-                let origin = pending.as_ref().map(Reqwest::origin);
-                if let Err(held) = policy.pass(origin, extensions).await {
+                if let Err(held) = policy.pass(pending.as_ref(), extensions).await {
                     return self.held_back(&policy, what, extensions, &caller, held);
                 }
                 let send = sender(&next, extensions);

@@ -35,30 +35,36 @@ impl<'a, E: Exchange> Policy<'a, E> {
     /// Waits while the request's host is paused at its server's request,
     /// unless the call does not wait or its throttle keeps it back (see
     /// [`passage`](Self::passage)): the one wait a policy does itself, for
-    /// every adapter's loop alike.
+    /// every adapter's loop alike. `request` is the copy kept to send, if
+    /// one is.
     ///
-    /// `origin` is the host of the request, if a copy is kept to send: it
-    /// borrows no request across the waits.
-    pub(crate) async fn pass(
-        &mut self,
-        origin: Option<Origin<'_>>,
-        extensions: &Extensions,
-    ) -> Result<(), HeldBack> {
-        let Some(origin) = origin else { return Ok(()) };
-        let clock = &*self.shared.clock;
-        while let Some(wait) = self.passage(origin, extensions)? {
-            let before = clock.now();
-            clock.sleep(wait).await;
-            // A clock whose time a sleep does not move would hold the call
-            // forever: it goes.
-            if clock.now() <= before {
-                break;
+    /// The wait holds the request's host, not the request: a body need
+    /// not be `Sync` for the call to be `Send`. The host is read only when
+    /// some host may be holding calls back.
+    pub(crate) fn pass<'s>(
+        &'s mut self,
+        request: Option<&'s E::Request>,
+        extensions: &'s Extensions,
+    ) -> impl Future<Output = Result<(), HeldBack>> + 's {
+        let may_hold = self.shared.ledger.as_deref().is_some_and(Ledger::may_hold);
+        let origin = request.filter(|_| may_hold).map(E::origin);
+        async move {
+            let Some(origin) = origin else { return Ok(()) };
+            let clock = &*self.shared.clock;
+            while let Some(wait) = self.passage(origin, extensions)? {
+                let before = clock.now();
+                clock.sleep(wait).await;
+                // A clock whose time a sleep does not move would hold the
+                // call forever: it goes.
+                if clock.now() <= before {
+                    break;
+                }
+                // The probe may be another task of this thread's, and a
+                // sleep may end at once (a test's clock): it gets its turn.
+                yield_once().await;
             }
-            // The probe may be another task of this thread's, and a sleep
-            // may end at once (a test's clock): it gets its turn.
-            yield_once().await;
+            Ok(())
         }
-        Ok(())
     }
 
     /// Whether a request to `origin` may go to its host now (`None`), or must first

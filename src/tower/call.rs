@@ -9,7 +9,7 @@ use ::tower::timeout::error::Elapsed;
 use http::{Extensions, Method, Request, Response};
 
 use super::Replay;
-use super::exchange::{BoxError, Tower};
+use super::exchange::{BoxError, Pending, Tower};
 use crate::events;
 use crate::exchange::Exchange;
 use crate::future::first;
@@ -28,7 +28,7 @@ type What<'a> = (&'a Method, Option<&'a str>);
 /// what every decision reads of it. Made before the call's future, so that
 /// the future holds the request once.
 pub(super) struct Start<B> {
-    pending: Option<Request<B>>,
+    pending: Option<Pending<B>>,
     /// What the caller attached: the overrides every decision reads, and
     /// where its report goes, whichever attempt the request ends with.
     caller: Extensions,
@@ -44,7 +44,7 @@ impl<B> Start<B> {
         let header = &shared.config.idempotency_header;
         let headers = (&method, request.headers_mut());
         let minted = keys::mint(shared.config.mint_keys, headers, &caller, header);
-        Self { pending: Some(request), caller, minted, method }
+        Self { pending: Some(Pending::new(request)), caller, minted, method }
     }
 }
 
@@ -73,8 +73,7 @@ where
     let caller = &start.caller;
     let pending = &mut start.pending;
     loop {
-        let origin = pending.as_ref().map(Tower::<B, R>::origin);
-        if let Err(held) = policy.pass(origin, caller).await {
+        if let Err(held) = policy.pass(pending.as_ref(), caller).await {
             let (stop, error): (_, BoxError) = match held {
                 HeldBack::Paused(paused) => (StopReason::HostPaused, Box::new(paused)),
                 HeldBack::Throttled(throttled) => (StopReason::Throttled, Box::new(throttled)),
@@ -85,7 +84,7 @@ where
             if let Some(request) = pending.as_mut() {
                 let number = policy.attempts().saturating_add(1);
                 let resend_count = policy.resend_count().saturating_add(1);
-                request.extensions_mut().insert(AttemptNumber::new(number, resend_count));
+                request.head.extensions.insert(AttemptNumber::new(number, resend_count));
             }
             // Readiness is waited for no later than the deadline.
             let ready = poll_fn(|cx| inner.poll_ready(cx));
@@ -104,7 +103,9 @@ where
                 }
             }
         }
-        let Ok((sent, cut_at)) = policy.start(pending, |attempt| inner.call(attempt)) else {
+        let Ok((sent, cut_at)) =
+            policy.start(pending, |attempt| inner.call(attempt.into_request()))
+        else {
             return expired(shared, &policy, (what, caller));
         };
         let ended = match cut_at {

@@ -7,7 +7,8 @@ use std::marker::PhantomData;
 use std::time::Duration;
 
 use http::header::HOST;
-use http::{HeaderMap, Method, Request, Response};
+use http::request::Parts;
+use http::{HeaderMap, Method, Request, Response, Uri};
 
 use super::Replay;
 use crate::classify::{self, Failure, Signs};
@@ -23,49 +24,63 @@ pub(crate) use ::tower::BoxError;
 /// `http::Response<R>`.
 pub(crate) struct Tower<B, R>(PhantomData<fn() -> (B, R)>);
 
+/// A request kept for the next attempt, in its parts: a copy is the head's
+/// clone and the body's [`Replay`], and sending it moves them back into a
+/// request.
+pub(crate) struct Pending<B> {
+    pub(crate) head: Parts,
+    pub(crate) body: B,
+}
+
+impl<B> Pending<B> {
+    pub(crate) fn new(request: Request<B>) -> Self {
+        let (head, body) = request.into_parts();
+        Self { head, body }
+    }
+
+    pub(crate) fn into_request(self) -> Request<B> {
+        Request::from_parts(self.head, self.body)
+    }
+}
+
 impl<B: Replay, R> Exchange for Tower<B, R> {
-    type Request = Request<B>;
+    type Request = Pending<B>;
     type Response = Response<R>;
     type Error = BoxError;
 
     #[inline]
-    fn method(request: &Request<B>) -> &Method {
-        request.method()
+    fn method(request: &Pending<B>) -> &Method {
+        &request.head.method
     }
 
     #[inline]
-    fn headers(request: &Request<B>) -> &HeaderMap {
-        request.headers()
+    fn headers(request: &Pending<B>) -> &HeaderMap {
+        &request.head.headers
     }
 
     #[inline]
-    fn origin(request: &Request<B>) -> Origin<'_> {
-        origin(request)
+    fn origin(request: &Pending<B>) -> Origin<'_> {
+        origin(&request.head.uri, &request.head.headers)
     }
 
     /// An `http::Request` carries no timeout.
     #[inline]
-    fn timeout(_: &Request<B>) -> Option<Duration> {
+    fn timeout(_: &Pending<B>) -> Option<Duration> {
         None
     }
 
     /// No service reads a timeout off the request: the layer cuts the
     /// attempt itself.
     #[inline]
-    fn carry_timeout(_: &mut Request<B>, _: Option<Duration>) -> bool {
+    fn carry_timeout(_: &mut Pending<B>, _: Option<Duration>) -> bool {
         false
     }
 
     /// A request whose body gives no copy is sent once.
     #[inline]
-    fn try_clone(request: &Request<B>) -> Option<Request<B>> {
-        let mut copy = Request::new(request.body().replay()?);
-        *copy.method_mut() = request.method().clone();
-        *copy.uri_mut() = request.uri().clone();
-        *copy.version_mut() = request.version();
-        *copy.headers_mut() = request.headers().clone();
-        *copy.extensions_mut() = request.extensions().clone();
-        Some(copy)
+    fn try_clone(request: &Pending<B>) -> Option<Pending<B>> {
+        let body = request.body.replay()?;
+        Some(Pending { head: request.head.clone(), body })
     }
 
     #[inline]
@@ -75,7 +90,7 @@ impl<B: Replay, R> Exchange for Tower<B, R> {
 
     /// The layer reads no answer's body: every error is the attempt's.
     #[inline]
-    fn failure(error: &BoxError, _: Option<&Request<B>>, _: bool) -> Failure {
+    fn failure(error: &BoxError, _: Option<&Pending<B>>, _: bool) -> Failure {
         let error: &(dyn StdError + 'static) = &**error;
         classify::failure(error, signs(error))
     }
@@ -95,7 +110,7 @@ impl<B: Replay, R> Exchange for Tower<B, R> {
     /// The predicate reads reqwest's types: a tower stack goes by the
     /// built-in rules.
     #[inline]
-    fn verdict(_: &RetryConfig, _: &Request<B>, _: u32, _: &Ended<Self>) -> Option<Verdict> {
+    fn verdict(_: &RetryConfig, _: &Pending<B>, _: u32, _: &Ended<Self>) -> Option<Verdict> {
         None
     }
 }
@@ -105,12 +120,11 @@ impl<B: Replay, R> Exchange for Tower<B, R> {
 /// its `Host` header's. A scheme's default port counts as none, as a URL
 /// writes it; the host is compared as written. A port that is not a number
 /// names none.
-pub(crate) fn origin<B>(request: &Request<B>) -> Origin<'_> {
-    let uri = request.uri();
+pub(crate) fn origin<'a>(uri: &'a Uri, headers: &'a HeaderMap) -> Origin<'a> {
     let scheme = uri.scheme_str().unwrap_or("http");
     let authority = match uri.authority() {
         Some(authority) => authority.as_str(),
-        None => request.headers().get(HOST).and_then(|v| v.to_str().ok()).unwrap_or_default(),
+        None => headers.get(HOST).and_then(|v| v.to_str().ok()).unwrap_or_default(),
     };
     let (host, port) = split(authority);
     let default = match scheme {
@@ -186,7 +200,8 @@ mod tests {
             ("/x", None, Origin::new("http", "", None)),
         ];
         for (uri, host, expected) in cases {
-            assert!(origin(&request(uri, host)) == expected, "{uri} {host:?}");
+            let request = request(uri, host);
+            assert!(origin(request.uri(), request.headers()) == expected, "{uri} {host:?}");
         }
     }
 
