@@ -96,8 +96,12 @@
 //! # Where it goes in a stack
 //!
 //! - **Below `FollowRedirect`**: each hop is then a call of its own, retried
-//!   by its own method's rules. Above it, an answer could be a later hop's,
-//!   which the layer cannot tell from the request's own.
+//!   by its own method's rules (a POST answered `303` is not sent again; the
+//!   GET it turns into may be). Above it, an answer could be a later hop's,
+//!   which the layer cannot tell from the request's own. tower-http 0.6
+//!   does not carry a request's extensions to the next hop: its overrides
+//!   and [`ReportSlot`](crate::report::ReportSlot) reach the first hop
+//!   alone, and later hops go by the layer's settings.
 //! - **Above `Timeout`** to bound one attempt (or use the attempt timeout);
 //!   a `Timeout` above the layer bounds the whole call.
 //! - **Above `Buffer`, rate and concurrency limits**, so that each attempt

@@ -475,3 +475,169 @@ async fn a_body_that_is_not_sync_goes_through_the_buffer_and_the_layer_on_any_th
     assert_eq!(answer.status(), StatusCode::CREATED);
     assert_eq!(hits(&server).await, 2);
 }
+
+#[tokio::test]
+async fn below_follow_redirect_each_hop_is_a_call_of_its_own() {
+    use tower_http::follow_redirect::FollowRedirectLayer;
+
+    let server = MockServer::start().await;
+    // A POST answered 303 was processed: the GET it turns into is safe to
+    // repeat, and the 503 it meets is retried; the POST is never sent again.
+    let moved = ResponseTemplate::new(303).insert_header("location", "/new");
+    script(&server, "/old", vec![moved]).await;
+    script(&server, "/new", statuses(&[503, 200])).await;
+    let (retry, clock) = layered(policy().build().unwrap());
+    let service = tower::ServiceBuilder::new().layer(FollowRedirectLayer::new()).service(retry);
+    let request = Request::post(format!("{}/old", server.uri()))
+        .body(Full::new(Bytes::from_static(b"{}")))
+        .unwrap();
+    let answer = service.oneshot(request).await.expect("the last hop's answer");
+    assert_eq!(answer.status(), StatusCode::OK);
+    let report = RetryReport::from_extensions(answer.extensions());
+    assert_eq!((report.attempts, report.stop), (2, StopReason::NothingToRetry), "the last hop's");
+    let received = server.received_requests().await.unwrap();
+    let sent: Vec<(String, String)> =
+        received.iter().map(|r| (r.method.to_string(), r.url.path().to_owned())).collect();
+    assert_eq!(
+        sent,
+        [("POST", "/old"), ("GET", "/new"), ("GET", "/new")]
+            .map(|(m, p)| (m.to_owned(), p.to_owned()))
+    );
+    assert_eq!(clock.sleeps().len(), 1);
+}
+
+#[tokio::test]
+async fn below_follow_redirect_a_request_s_overrides_reach_its_first_hop_alone() {
+    // tower-http 0.6 does not carry a request's extensions to the next hop:
+    // `MaxRetries` (and a `ReportSlot`) are the first hop's; later hops go
+    // by the layer's settings.
+    use tower_http::follow_redirect::FollowRedirectLayer;
+
+    let server = MockServer::start().await;
+    script(&server, "/old", vec![ResponseTemplate::new(302).insert_header("location", "/new")])
+        .await;
+    script(&server, "/new", statuses(&[503, 200])).await;
+    let (retry, _clock) = layered(policy().build().unwrap());
+    let service = tower::ServiceBuilder::new().layer(FollowRedirectLayer::new()).service(retry);
+    let slot = ReportSlot::new();
+    let mut request = Request::get(format!("{}/old", server.uri())).body(Full::default()).unwrap();
+    request.extensions_mut().insert(MaxRetries::new(0));
+    request.extensions_mut().insert(slot.clone());
+    let answer = service.oneshot(request).await.unwrap();
+    assert_eq!(answer.status(), StatusCode::OK, "the second hop retried by the layer's settings");
+    assert_eq!(slot.get().map(|r| r.attempts), Some(1), "the slot heard the first hop alone");
+}
+
+/// A service that never answers its first call and answers 200 to the
+/// next: an attempt a `Timeout` below the layer must cut.
+#[derive(Clone, Default)]
+struct SilentOnce {
+    calls: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Service<Request<Full<Bytes>>> for SilentOnce {
+    type Response = http::Response<Full<Bytes>>;
+    type Error = BoxError;
+    type Future = std::pin::Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), BoxError>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: Request<Full<Bytes>>) -> Self::Future {
+        let first = self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0;
+        Box::pin(async move {
+            if first {
+                std::future::pending::<()>().await;
+            }
+            Ok(http::Response::new(Full::default()))
+        })
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_timeout_below_the_layer_bounds_each_attempt_and_its_elapsed_is_a_timeout() {
+    use std::time::Duration;
+    use tower::timeout::TimeoutLayer;
+
+    for (method, attempts, ok) in [(Method::GET, 2, true), (Method::POST, 1, false)] {
+        let clock = ManualClock::new();
+        let middleware = RetryMiddleware::new(policy().build().unwrap()).with_clock(clock.clone());
+        let service = tower::ServiceBuilder::new()
+            .layer(RetryLayer::from(middleware))
+            .layer(TimeoutLayer::new(Duration::from_secs(5)))
+            .service(SilentOnce::default());
+        let slot = ReportSlot::new();
+        let mut request = Request::builder().method(method.clone()).uri("http://127.0.0.1:9/r");
+        request = request.extension(slot.clone());
+        let outcome = service.oneshot(request.body(Full::default()).unwrap()).await;
+        assert_eq!(outcome.is_ok(), ok, "{method}");
+        if let Err(error) = &outcome {
+            assert!(error.is::<tower::timeout::error::Elapsed>(), "tower's own error: {error}");
+        }
+        let report = slot.get().expect("a report");
+        assert_eq!(report.attempts, attempts, "{method}");
+        let stop = if ok { StopReason::NothingToRetry } else { StopReason::NotSafe };
+        assert_eq!(report.stop, stop, "{method}");
+    }
+}
+
+#[tokio::test]
+async fn an_axum_proxy_retries_its_upstream_with_the_body_it_was_sent() {
+    use reqwest_safe_retry::tower::{BodyBufferLayer, BufferedBody};
+
+    let upstream = MockServer::start().await;
+    script(&upstream, "/orders", statuses(&[503, 201])).await;
+    // The proxy: axum's requests (a body that is neither `Clone` nor
+    // `Sync`), read into memory up to 64 KiB, retried upstream.
+    let client: Client<HttpConnector, BufferedBody<axum::body::Body>> =
+        Client::builder(TokioExecutor::new()).build_http();
+    let clock = ManualClock::new();
+    let middleware = RetryMiddleware::new(policy().build().unwrap()).with_clock(clock.clone());
+    let forward = tower::ServiceBuilder::new()
+        .layer(BodyBufferLayer::new(64 * 1024))
+        .layer(RetryLayer::from(middleware))
+        .service(client);
+    let base = upstream.uri();
+    let proxy = axum::Router::new().fallback(move |request: Request<axum::body::Body>| {
+        let (forward, base) = (forward.clone(), base.clone());
+        async move {
+            let (mut parts, body) = request.into_parts();
+            let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+            parts.uri = format!("{base}{path}").parse().unwrap();
+            parts.headers.remove(http::header::HOST);
+            match forward.oneshot(Request::from_parts(parts, body)).await {
+                Ok(answer) => {
+                    let report = RetryReport::from_extensions(answer.extensions());
+                    let (mut parts, body) = answer.into_parts();
+                    parts.headers.insert("x-attempts", report.attempts.into());
+                    http::Response::from_parts(parts, axum::body::Body::new(body))
+                }
+                Err(error) => {
+                    let mut answer = http::Response::new(axum::body::Body::from(error.to_string()));
+                    *answer.status_mut() = StatusCode::BAD_GATEWAY;
+                    answer
+                }
+            }
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, proxy).await.unwrap() });
+
+    let answer = support::bare_reqwest()
+        .post(format!("http://{address}/orders"))
+        .header("idempotency-key", "order-9")
+        .body(r#"{"item":"book"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), StatusCode::CREATED);
+    assert_eq!(answer.headers()["x-attempts"], "2");
+    let bodies: Vec<Vec<u8>> =
+        upstream.received_requests().await.unwrap().into_iter().map(|r| r.body).collect();
+    assert_eq!(bodies, [br#"{"item":"book"}"#.to_vec(), br#"{"item":"book"}"#.to_vec()]);
+}
