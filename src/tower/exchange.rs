@@ -152,7 +152,8 @@ fn split(authority: &str) -> (&str, Option<u16>) {
 
 /// What the chain of a tower stack's error says that its messages do not:
 /// hyper-util's connect error, a timer that fired (tower's `Elapsed`, an
-/// I/O timeout, hyper's own), and whether hyper took part in sending. A
+/// I/O timeout, hyper's own), a refused connection whichever connector
+/// met it, and whether hyper took part in sending. A
 /// `legacy::Error` of another kind says nothing by itself: the request's
 /// own faults (a URI without its host, an unsupported version) are final,
 /// and the sending's carry hyper's error.
@@ -168,6 +169,10 @@ fn signs(error: &(dyn StdError + 'static)) -> Signs {
             signs.timeout = true;
         } else if let Some(io) = error.downcast_ref::<io::Error>() {
             signs.timeout |= io.kind() == io::ErrorKind::TimedOut;
+            // A peer refuses only a connection: whatever client made the
+            // attempt (tonic's own connector, a hand-made one), nothing
+            // was sent.
+            signs.connect |= io.kind() == io::ErrorKind::ConnectionRefused;
         }
     }
     signs
@@ -213,5 +218,33 @@ mod tests {
         assert!(signs(&*io).timeout);
         let other: BoxError = Box::new(io::Error::other("no"));
         assert_eq!(signs(&*other), Signs::default());
+    }
+
+    #[test]
+    fn a_refused_connection_is_one_never_made_whoever_wraps_it() {
+        /// A client's own error around the connector's, as tonic's
+        /// transport error is.
+        #[derive(Debug)]
+        struct Transport(io::Error);
+        impl std::fmt::Display for Transport {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("transport error")
+            }
+        }
+        impl StdError for Transport {
+            fn source(&self) -> Option<&(dyn StdError + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let refused: BoxError =
+            Box::new(Transport(io::Error::from(io::ErrorKind::ConnectionRefused)));
+        assert_eq!(signs(&*refused), Signs { connect: true, ..Signs::default() });
+        assert_eq!(classify::failure(&*refused, signs(&*refused)), Failure::NeverReached);
+        let reset: BoxError = Box::new(Transport(io::Error::from(io::ErrorKind::ConnectionReset)));
+        assert_eq!(
+            classify::failure(&*reset, signs(&*reset)),
+            Failure::Final,
+            "no sign it was sent"
+        );
     }
 }
